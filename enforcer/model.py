@@ -1,0 +1,175 @@
+"""
+The vocabulary of DESIGN.md as frozen data types.
+
+Facts produce an `Observation` (what the node said, parsed strictly); the enforcer maps it to
+claims and verdicts. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+# Source health, as DESIGN.md defines it.
+Health = Literal["ok", "unreadable", "unavailable", "stale"]
+# The scope a failed source poisons: one accelerator ("npu:<card>:<chip>") or the whole node.
+NODE = "node"
+
+VNPU = "ascend-vnpu"
+NO_CONTAINER = "000000000000"  # npu-smi's Container ID for a vNPU no container is using
+
+
+@dataclass(frozen=True)
+class SourceHealth:
+    """One source's health in this run; `scope` is NODE or an accelerator key."""
+
+    source: str
+    status: Health
+    scope: str = NODE
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Chip:
+    """An NPU chip that can carry vNPUs: `npu-smi info -m` rows that have a Chip Logic ID."""
+
+    card: int
+    chip: int
+    logic_id: int
+    name: str
+
+    @property
+    def accelerator(self) -> str:
+        return f"npu:{self.card}:{self.chip}"
+
+
+@dataclass(frozen=True)
+class Partition:
+    """
+    One hardware slice. `identity_fields` are every field the tool prints that makes it *this*
+    partition (ids, placement, profile); `usage` holds the fields that only say who uses it now.
+    """
+
+    kind: str
+    accelerator: str  # "npu:<card>:<chip>"
+    id: str  # unique on its accelerator: the vNPU id
+    profile: str  # template name
+    identity_fields: tuple[tuple[str, str], ...]
+    usage: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def key(self) -> str:
+        """Where the partition is; a successor at the same place has the same key."""
+        return f"{self.kind}/{self.accelerator}/{self.id}"
+
+    def identity(self, boot_id: str) -> str:
+        """What makes it this partition and not a successor: every printed field plus the boot id."""
+        fields = ",".join(f"{k}={v}" for k, v in self.identity_fields)
+        return f"{self.key}[{fields}]@{boot_id}"
+
+    def usage_value(self, name: str) -> str:
+        return dict(self.usage).get(name, "")
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A live process (or the tool's own in-use column) that has a partition open."""
+
+    partition_key: str | None  # None: could not be told (EPERM): holds every partition
+    source: str  # "npu-smi-status", "npu-smi-processes", "proc-fd"
+    pid: int | None = None
+    detail: str = ""
+    owner_uid: str | None = None  # the pod the holder belongs to, when it can be told
+
+
+@dataclass(frozen=True)
+class Pod:
+    """What one source says about one pod's liveness."""
+
+    uid: str
+    source: str
+    state: Literal["alive", "ended"]
+    name: str = ""
+    namespace: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class OwnerRecord:
+    """
+    One record that names an owner and what it was given, as a claim source wrote it: a kubelet
+    checkpoint entry (resource, device ids, the allocate response's envs), a CRI sandbox or a
+    Kubernetes pod (annotations). Adapters turn records into claims.
+    """
+
+    owner_uid: str
+    source: str
+    where: str  # the evidence: which file/entry/object this came from
+    resource: str = ""
+    device_ids: tuple[str, ...] = ()
+    envs: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Claim:
+    """
+    A record that `owner_uid` is entitled to partitions. `scope`:
+    exact (names `partition_id` on `accelerator`, or on any accelerator when it is None),
+    placement (an accelerator and a profile, `count` of them), device-wide (any accelerator of
+    `kind`, `count` of them, of `profile` when it is set).
+    """
+
+    owner_uid: str
+    source: str
+    scope: Literal["exact", "placement", "device-wide"]
+    record: str  # the evidence: which record said so
+    kind: str = VNPU
+    accelerator: str | None = None
+    partition_id: str | None = None
+    profile: str | None = None
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Observation:
+    """
+    The node, read once: partitions and holders, owner records, pods, source health.
+    `claim_digest` is the digest of the node-local claim records that the destroy guard compares.
+    """
+
+    node: str
+    boot_id: str
+    now: float
+    chips: tuple[Chip, ...] = ()
+    partitions: tuple[Partition, ...] = ()
+    holders: tuple[Holder, ...] = ()
+    records: tuple[OwnerRecord, ...] = ()
+    pods: tuple[Pod, ...] = ()
+    health: tuple[SourceHealth, ...] = ()
+    claim_digest: str = ""
+    ledger_text: str | None = None  # None: no ledger file on the node
+    devnodes: dict[str, str] = field(default_factory=dict)  # partition key -> "dev:ino:rdev"
+
+
+Status = Literal[
+    "held", "claimed", "pinned", "pending", "orphan", "inconclusive", "destroyed",
+    "destroy-failed", "breaker",
+]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the decision said about one partition in one run, and the evidence behind it."""
+
+    partition: Partition
+    status: Status
+    reason: str
+    evidence: tuple[str, ...] = ()
+    streak_runs: int = 0
+    streak_seconds: float = 0.0
+    destroy_attempts: int = 0
+
+    @property
+    def is_orphan(self) -> bool:
+        return self.status == "orphan"
