@@ -63,7 +63,7 @@ class Partition:
         return f"{self.kind}/{self.accelerator}/{self.id}"
 
     def identity(self, boot_id: str) -> str:
-        """What makes it this partition and not a successor: every printed field plus the boot id."""
+        """What makes it this partition, not a successor: every printed field, the boot id."""
         fields = ",".join(f"{k}={v}" for k, v in self.identity_fields)
         return f"{self.key}[{fields}]@{boot_id}"
 
@@ -117,7 +117,8 @@ class Claim:
     A record that `owner_uid` is entitled to partitions. `scope`:
     exact (names `partition_id` on `accelerator`, or on any accelerator when it is None),
     placement (an accelerator and a profile, `count` of them), device-wide (any accelerator of
-    `kind`, `count` of them, of `profile` when it is set).
+    `kind`, `count` of them, of `profile` when it is set). Placement and device-wide claims are
+    count-aware: see `enforcer.claims`.
     """
 
     owner_uid: str
@@ -128,7 +129,7 @@ class Claim:
     accelerator: str | None = None
     partition_id: str | None = None
     profile: str | None = None
-    count: int = 1
+    count: int | None = 1  # None: every matching partition (a record that could not be read)
 
 
 @dataclass(frozen=True)
@@ -153,8 +154,15 @@ class Observation:
 
 
 Status = Literal[
-    "held", "claimed", "pinned", "pending", "orphan", "inconclusive", "destroyed",
-    "destroy-failed", "breaker",
+    "held",
+    "claimed",
+    "pinned",
+    "pending",
+    "orphan",
+    "inconclusive",
+    "destroyed",
+    "destroy-failed",
+    "breaker",
 ]
 
 

@@ -1,0 +1,39 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each sets up .venv from nothing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+READY := $(VENV)/.ready
+NODE ?= demo-node
+RUNS ?= 5
+
+.PHONY: demo test lint clean
+
+$(READY): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(READY)
+
+# The seed story on an embedded simulated node: zombie vNPUs pending, then destroyed; the
+# running and the starting pod's vNPUs kept, with the reason; the pending pod then fits.
+demo: $(READY)
+	rm -rf $(NODE)
+	$(BIN)/python -m enforcer.sim build enforcer/sim/scenarios/seed-310p.yaml $(NODE)
+	$(BIN)/python -m enforcer.sim show $(NODE)
+	@for run in $$(seq 1 $(RUNS)); do \
+	  echo; echo "=== partition-enforcer run $$run of $(RUNS) (grace: 3 runs, 2 s)"; \
+	  DEMO_NODE=$(NODE) $(BIN)/pyinfra -y --quiet inventories/demo.py deploy.py || exit 1; \
+	  sleep 1; \
+	done
+	@echo; echo "=== the node after $(RUNS) runs"
+	$(BIN)/python -m enforcer.sim show $(NODE)
+
+lint: $(READY)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: $(READY) lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) $(NODE) .pytest_cache .ruff_cache

@@ -1,0 +1,11 @@
+"""
+Converge: destroy the partitions proven orphaned on each host, keep everything else.
+
+    pyinfra inventory.py deploy.py [-y] [--dry] [--data enforcer_mode=plan]
+"""
+
+from pyinfra import host
+
+from operations.converge import converge
+
+converge(host)

@@ -1,0 +1,208 @@
+"""
+Claims: owner records -> claims (the adapters), owners' liveness, and count-aware protection.
+
+Ascend device plugins record ownership in different conventions (../shared/RECORD-FORMATS.md):
+
+- Huawei's plugin names the real vNPU: `huawei.com/AscendReal: Ascend310P-2c-100-0_1`, static
+  device ids `Ascend310P-2c-<vnpu>-<phy>`, or an allocate response with
+  `ASCEND_RUNTIME_OPTIONS=VIRTUAL` and `ASCEND_VISIBLE_DEVICES=<vnpu>`: an exact claim.
+- HAMi's vNPU is created later by ascend-docker-runtime: the record only says "a vNPU of template
+  T on physical chip P" (`ASCEND_VISIBLE_DEVICES` + `ASCEND_VNPU_SPECS`, or the
+  `huawei.com/<type>` annotation). npu-smi's chip map gives logic ids, not physical ids, so P is
+  not mapped to a chip: the claim is device-wide for template T. Its kubelet device ids are
+  placeholders and are never read as partition ids.
+- Volcano's `huawei.com/npu-core: 0-vir02` is the same, device-wide for the template.
+- Any other record on an Ascend resource, or one that cannot be read, is device-wide with no
+  template (every vNPU on the node counts), as many as it names devices, or all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+
+from enforcer.model import VNPU, Claim, Holder, OwnerRecord, Partition, Pod
+
+ASCEND_RESOURCE = re.compile(r"^huawei\.com/(Ascend\w*|npu-core)(-\dc)?$")
+REAL_VNPU = re.compile(r"^Ascend\w+-\d+c-(\d+)-(\d+)(?:_\d+)?$")  # <type>-<n>c-<vnpu>-<phy>
+VOLCANO_VNPU = re.compile(r"^(\d+)-(vir\w+)$")  # <phy>-<template>
+TEMPLATE = re.compile(r"^vir\w+$")
+
+
+def claims_from_records(records: Iterable[OwnerRecord]) -> tuple[Claim, ...]:
+    return tuple(claim for record in records for claim in _ascend_claims(record))
+
+
+def _ascend_claims(record: OwnerRecord) -> list[Claim]:
+    envs, notes = dict(record.envs), dict(record.annotations)
+    ascend_notes = {k: v for k, v in notes.items() if k.startswith(("huawei.com/", "hami.io/"))}
+    if not ASCEND_RESOURCE.match(record.resource) and not ascend_notes:
+        return []
+    if "huawei.com/AscendReal" in notes:
+        return _real_devices(record, notes["huawei.com/AscendReal"])
+    real = [d for d in record.device_ids if REAL_VNPU.match(d)]
+    if real:
+        return _real_devices(record, ",".join(real))
+    if "VIRTUAL" in envs.get("ASCEND_RUNTIME_OPTIONS", "").split(","):
+        ids = envs.get("ASCEND_VISIBLE_DEVICES", "").split(",")
+        if all(i.isdigit() for i in ids):
+            return [_exact(record, i, f"ASCEND_VISIBLE_DEVICES={i} (VIRTUAL)") for i in ids]
+    if "ASCEND_VNPU_SPECS" in envs:
+        template = envs["ASCEND_VNPU_SPECS"]
+        phys = envs.get("ASCEND_VISIBLE_DEVICES", "")
+        if TEMPLATE.match(template) and phys.isdigit():  # template mode: one device per container
+            return [_device_wide(record, template, 1, f"ASCEND_VNPU_SPECS={template} phy {phys}")]
+    if "huawei.com/npu-core" in notes:
+        found = [VOLCANO_VNPU.match(item) for item in notes["huawei.com/npu-core"].split(",")]
+        if found and all(found):
+            return [_device_wide(record, m[2], 1, f"npu-core {m[0]}") for m in found if m]
+    for key, value in notes.items():
+        if re.match(r"^huawei\.com/Ascend\w+$", key) and key != "huawei.com/AscendReal":
+            return _runtime_info(record, key, value)
+    count = len(record.device_ids) or None
+    return [_device_wide(record, None, count, f"unmapped Ascend record {record.resource}")]
+
+
+def _real_devices(record: OwnerRecord, value: str) -> list[Claim]:
+    found = [REAL_VNPU.match(item) for item in value.split(",")]
+    if not all(found):
+        return [_device_wide(record, None, None, f"unreadable AscendReal {value!r}")]
+    return [_exact(record, m[1], f"real device {m[0]}") for m in found if m]
+
+
+def _runtime_info(record: OwnerRecord, key: str, value: str) -> list[Claim]:
+    """HAMi's `huawei.com/<type>: [{"UUID":..,"temp":"vir02","memory":6144}]`."""
+    try:
+        items = json.loads(value)
+    except json.JSONDecodeError:
+        items = None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        return [_device_wide(record, None, None, f"unreadable {key} {value[:60]!r}")]
+    claims = []
+    for item in items:
+        template = item.get("temp")
+        if isinstance(template, str) and TEMPLATE.match(template):
+            claims.append(_device_wide(record, template, 1, f"{key} temp={template}"))
+        else:  # whole device or soft slicing: no template to narrow it down
+            claims.append(_device_wide(record, None, 1, f"{key} {item.get('UUID', '?')}"))
+    return claims
+
+
+def _exact(record: OwnerRecord, vnpu: str, what: str) -> Claim:
+    return Claim(
+        record.owner_uid, record.source, "exact", f"{record.where}: {what}", partition_id=vnpu
+    )
+
+
+def _device_wide(record: OwnerRecord, template: str | None, count: int | None, what: str) -> Claim:
+    return Claim(
+        record.owner_uid,
+        record.source,
+        "device-wide",
+        f"{record.where}: {what}",
+        profile=template,
+        count=count,
+    )
+
+
+def owner_liveness(uid: str, pods: Sequence[Pod]) -> tuple[bool, str]:
+    """
+    Alive when any source says so; dead only when a source proves it ended and none says alive.
+    No source knowing it is not evidence of death: a pod admitted by kubelet may still be coming.
+    """
+    said = [p for p in pods if p.uid == uid]
+    alive = [p for p in said if p.state == "alive"]
+    if alive:
+        return True, "; ".join(f"{p.source}: {p.detail or 'alive'}" for p in alive)
+    if said:
+        return False, "; ".join(f"{p.source}: {p.detail or 'ended'}" for p in said)
+    return True, "no source has seen it yet: it may still be coming"
+
+
+def protect(
+    partitions: Sequence[Partition],
+    claims: Sequence[Claim],
+    holders: Sequence[Holder],
+    newness: Mapping[str, float],
+) -> dict[str, list[Claim]]:
+    """
+    Which partitions live claims protect, by partition key. Exact claims protect what they name.
+    A placement or device-wide claim for n first counts what its owner already holds or claims
+    exactly, then protects the newest of the remainder among partitions nobody claims exactly;
+    where newness ties at the boundary (first seen in the same run), all the tied ones, since which
+    is the owner's cannot be told. Narrow claims are served before broad ones.
+    """
+    protected: dict[str, list[Claim]] = defaultdict(list)
+    for claim in claims:
+        if claim.scope == "exact":
+            for p in partitions:
+                if _matches(claim, p) and p.id == claim.partition_id:
+                    protected[p.key].append(claim)
+    held_by = defaultdict(set)
+    for h in holders:
+        if h.owner_uid and h.partition_key:
+            held_by[h.owner_uid].add(h.partition_key)
+    held_any = {h.partition_key for h in holders}
+    taken = set(protected) | {k for k in held_any if k}
+    for claim in sorted(_merged(claims), key=_narrow_first):
+        mine = held_by[claim.owner_uid] | {
+            k for k, cs in protected.items() if any(c.owner_uid == claim.owner_uid for c in cs)
+        }
+        have = sum(1 for p in partitions if p.key in mine and _matches(claim, p))
+        pool = [p for p in partitions if p.key not in taken and _matches(claim, p)]
+        want = len(pool) if claim.count is None else max(0, claim.count - have)
+        for p in _newest(pool, want, newness):
+            protected[p.key].append(claim)
+            taken.add(p.key)
+    return protected
+
+
+def _merged(claims: Sequence[Claim]) -> list[Claim]:
+    """
+    One owner's counted claims: records of one source add up (one per container), the same
+    allocation seen by several sources does not (the largest count stands).
+    """
+    per_source: dict[tuple, Claim] = {}
+    for c in claims:
+        if c.scope == "exact":
+            continue
+        key = (c.owner_uid, c.source, c.scope, c.kind, c.accelerator, c.profile)
+        if key in per_source:
+            old = per_source[key]
+            count = None if None in (old.count, c.count) else old.count + c.count
+            c = Claim(**{**old.__dict__, "count": count, "record": f"{old.record}; {c.record}"})
+        per_source[key] = c
+    best: dict[tuple, Claim] = {}
+    for c in per_source.values():
+        key = (c.owner_uid, c.scope, c.kind, c.accelerator, c.profile)
+        old = best.get(key)
+        if old is None or c.count is None or (old.count is not None and c.count > old.count):
+            best[key] = c
+    return list(best.values())
+
+
+def _narrow_first(c: Claim) -> tuple:
+    return (c.scope != "placement", c.profile is None, c.count is None, c.owner_uid, c.source)
+
+
+def _matches(claim: Claim, p: Partition) -> bool:
+    return (
+        claim.kind == p.kind
+        and claim.accelerator in (None, p.accelerator)
+        and (claim.profile is None or claim.scope == "exact" or claim.profile == p.profile)
+    )
+
+
+def _newest(pool: list[Partition], want: int, newness: Mapping[str, float]) -> list[Partition]:
+    if want <= 0:
+        return []
+    ranked = sorted(pool, key=lambda p: newness[p.key], reverse=True)
+    if want >= len(ranked):
+        return ranked
+    boundary = newness[ranked[want - 1].key]
+    return [p for p in ranked if newness[p.key] >= boundary]
+
+
+__all__ = ["VNPU", "claims_from_records", "owner_liveness", "protect"]

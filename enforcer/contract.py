@@ -1,0 +1,226 @@
+"""
+The safety contract of DESIGN.md, one function per rule, each returning the evidence that
+decided it (None: the rule does not stop the destroy). `decide()` composes them. Rules 7 and 8
+run on the node: the guarded destroy template re-proves and verifies (operations/templates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from enforcer.claims import claims_from_records, owner_liveness, protect
+from enforcer.ledger import Entry, Ledger
+from enforcer.model import NODE, Claim, Holder, Observation, Partition, Pod, Verdict
+from enforcer.policy import Policy
+
+TOOL_SOURCES = ("npu-smi", "proc-fd", "node")  # always required: the partitions and their holders
+
+
+def everything_was_read(p: Partition, obs: Observation, policy: Policy) -> str | None:
+    """Rule 1: every required source answered ok for P's accelerator and for the node."""
+    required = set(policy.required_sources) | set(TOOL_SOURCES)
+    failed = [
+        h
+        for h in obs.health
+        if h.status != "ok" and h.source in required and h.scope in (NODE, p.accelerator)
+    ]
+    if not failed:
+        return None
+    return "; ".join(f"{h.source} {h.status}: {h.reason}" for h in failed)
+
+
+def not_held(p: Partition, holders: list[Holder]) -> str | None:
+    """Rule 2: no process holds P, by any of the vendor list, the in-use column and the fd scan."""
+    mine = [h for h in holders if h.partition_key in (p.key, None)]
+    if not mine:
+        return None
+    return "; ".join(f"{h.source}: {h.detail}" for h in mine)
+
+
+def not_claimed(p: Partition, protected: dict[str, list[Claim]]) -> str | None:
+    """Rule 3: no live owner's claim (exact, placement or device-wide, count-aware) covers P."""
+    claims = protected.get(p.key)
+    if not claims:
+        return None
+    return "; ".join(
+        f"{c.scope} claim by pod {c.owner_uid} ({c.source}: {c.record})" for c in claims
+    )
+
+
+def not_pinned(p: Partition, policy: Policy) -> str | None:
+    """Rule 4: host data pins it."""
+    pins = [s for s in policy.pinned if s.matches(p)]
+    return f"pinned by host data: {pins[0]}" if pins else None
+
+
+def proven_over_time(entry: Entry, policy: Policy, now: float) -> str | None:
+    """Rule 5: a candidate for grace_runs consecutive runs spanning grace_seconds."""
+    assert entry.streak_start is not None
+    runs, span = entry.streak_runs, now - entry.streak_start
+    if runs >= policy.grace_runs and span >= policy.grace_seconds:
+        return None
+    return f"candidate for {runs}/{policy.grace_runs} runs, {span:.0f}/{policy.grace_seconds:.0f} s"
+
+
+def not_implausible(
+    orphans: int, total: int, live: dict[str, int], ledger: Ledger, policy: Policy
+) -> str | None:
+    """Rule 6: the circuit breaker, over the whole node."""
+    if not policy.breaker:
+        return None
+    for source, before in sorted(ledger.live_owners.items()):
+        if before > 0 and live.get(source, 0) == 0 and source in policy.claim_sources:
+            return f"claim source {source} reported {before} live owners last run and none now"
+    if orphans > policy.breaker_max_fraction * total and orphans > policy.breaker_min_count:
+        return (
+            f"{orphans} of {total} partitions would be destroyed (more than "
+            f"{policy.breaker_max_fraction:.0%} and more than {policy.breaker_min_count})"
+        )
+    return None
+
+
+def decide(
+    obs: Observation, ledger: Ledger, policy: Policy, now: float
+) -> tuple[list[Verdict], Ledger]:
+    """Verdicts for every partition on the node, and the next ledger. Pure: no I/O."""
+    previous = _comparable(ledger, obs, now)
+    pods = obs.pods + _absent_from_api(obs)
+    claims = [c for c in claims_from_records(obs.records) if owner_liveness(c.owner_uid, pods)[0]]
+    newness = {p.key: getattr(_entry(previous, p, obs), "first_seen", now) for p in obs.partitions}
+    protected = protect(obs.partitions, claims, obs.holders, newness)
+
+    verdicts: list[Verdict] = []
+    entries: dict[str, Entry] = {}
+    for p in obs.partitions:
+        identity = p.identity(obs.boot_id)
+        before = _entry(previous, p, obs)
+        entry = before or Entry(key=p.key, first_seen=now, last_observed=now)
+        if before and now - before.last_observed > policy.max_observation_gap_seconds:
+            entry = entry.restarted()
+        verdict, entry = _judge(p, obs, policy, protected, entry, now)
+        entries[identity] = replace(entry, last_observed=now)
+        verdicts.append(verdict)
+
+    live = _live_owners(obs, pods, policy)
+    orphans = [v for v in verdicts if v.is_orphan]
+    trip = not_implausible(len(orphans), len(verdicts), live, ledger, policy) if orphans else None
+    if trip:
+        verdicts = [
+            replace(v, status="breaker", reason=trip) if v.is_orphan else v for v in verdicts
+        ]
+        live = {s: max(n, ledger.live_owners.get(s, 0)) for s, n in live.items()}
+    elif policy.mode == "converge":
+        for v in orphans:
+            identity = v.partition.identity(obs.boot_id)
+            e = entries[identity]
+            entries[identity] = replace(
+                e, destroy_attempts=e.destroy_attempts + 1, last_attempt=now
+            )
+    unlisted = _unlisted(previous, obs)
+    verdicts += _destroyed(unlisted, obs, policy)
+    for identity, e in unlisted.items():
+        if e.destroy_attempts and everything_was_read(_stub(e), obs, policy):
+            entries[identity] = e.restarted()  # not seen, not confirmed gone: never forgotten
+    next_ledger = Ledger(obs.node, obs.boot_id, now, live, entries)
+    return verdicts, next_ledger
+
+
+def _judge(
+    p: Partition,
+    obs: Observation,
+    policy: Policy,
+    protected: dict[str, list[Claim]],
+    entry: Entry,
+    now: float,
+) -> tuple[Verdict, Entry]:
+    keep = [
+        ("inconclusive", everything_was_read(p, obs, policy)),
+        ("pinned", not_pinned(p, policy)),
+        ("held", not_held(p, list(obs.holders))),
+        ("claimed", not_claimed(p, protected)),
+    ]
+    for status, evidence in keep:
+        if evidence:
+            entry = entry.restarted()
+            return Verdict(p, status, evidence, (evidence,), 0, 0.0, entry.destroy_attempts), entry
+    if entry.streak_start is None:
+        entry = replace(entry, streak_start=now, streak_runs=1)
+    else:
+        entry = replace(entry, streak_runs=entry.streak_runs + 1)
+    waiting = proven_over_time(entry, policy, now)
+    retry = (
+        f"; retry after {entry.destroy_attempts} failed attempt(s)"
+        if entry.destroy_attempts
+        else ""
+    )
+    evidence = (
+        "no holder: npu-smi status/container columns, process table and fd scan",
+        "no live claim in " + ", ".join(policy.claim_sources),
+    )
+    status, reason = ("pending", waiting) if waiting else ("orphan", "proven orphaned" + retry)
+    span = now - (entry.streak_start or now)
+    return Verdict(
+        p, status, reason, evidence, entry.streak_runs, span, entry.destroy_attempts
+    ), entry
+
+
+def _comparable(ledger: Ledger, obs: Observation, now: float) -> dict[str, Entry]:
+    """The previous entries that may continue a streak: same boot, clock not gone backwards."""
+    if ledger.boot_id != obs.boot_id or ledger.node not in ("", obs.node):
+        return {}
+    if ledger.last_run is not None and now < ledger.last_run:
+        return {}
+    return ledger.entries
+
+
+def _entry(previous: dict[str, Entry], p: Partition, obs: Observation) -> Entry | None:
+    return previous.get(p.identity(obs.boot_id))
+
+
+def _absent_from_api(obs: Observation) -> tuple[Pod, ...]:
+    """A complete pod list from the API server that lacks an owner proves that owner is gone."""
+    api_ok = any(h.source == "kubernetes-api" and h.status == "ok" for h in obs.health)
+    if not api_ok:
+        return ()
+    listed = {p.uid for p in obs.pods if p.source == "kubernetes-api"}
+    owners = {r.owner_uid for r in obs.records} - listed
+    return tuple(
+        Pod(u, "kubernetes-api", "ended", detail="not in the API's pod list") for u in owners
+    )
+
+
+def _live_owners(obs: Observation, pods: tuple[Pod, ...], policy: Policy) -> dict[str, int]:
+    said: dict[str, set[str]] = {s: set() for s in policy.claim_sources}
+    for r in obs.records:
+        if r.source in said and owner_liveness(r.owner_uid, pods)[0]:
+            said[r.source].add(r.owner_uid)
+    for pod in pods:
+        if pod.source in said and pod.state == "alive":
+            said[pod.source].add(pod.uid)
+    failed = {h.source for h in obs.health if h.status != "ok"}
+    return {s: len(uids) for s, uids in said.items() if s not in failed}
+
+
+def _unlisted(previous: dict[str, Entry], obs: Observation) -> dict[str, Entry]:
+    listed = {p.identity(obs.boot_id) for p in obs.partitions}
+    return {i: e for i, e in previous.items() if i not in listed}
+
+
+def _destroyed(unlisted: dict[str, Entry], obs: Observation, policy: Policy) -> list[Verdict]:
+    """Rule 8: a destroy counts as done when a listing that was read whole no longer shows it."""
+    return [
+        Verdict(
+            _stub(e),
+            "destroyed",
+            f"no longer listed after {e.destroy_attempts} destroy attempt(s)",
+            destroy_attempts=e.destroy_attempts,
+        )
+        for e in unlisted.values()
+        if e.destroy_attempts and not everything_was_read(_stub(e), obs, policy)
+    ]
+
+
+def _stub(e: Entry) -> Partition:
+    """The partition an entry names, for a verdict about one that is no longer listed."""
+    kind, accelerator, pid = e.key.split("/")
+    return Partition(kind, accelerator, pid, profile="", identity_fields=())

@@ -1,0 +1,83 @@
+"""
+The ledger: per partition identity, when it was first seen and its candidate streak.
+
+Versioned JSON validated by schemas/ledger.schema.json. Only `decide()` makes the next ledger and
+only an operation writes it; this module owns the bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import jsonschema
+
+VERSION = 1
+SCHEMA = json.loads((Path(__file__).parent.parent / "schemas" / "ledger.schema.json").read_text())
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One partition identity. A streak of 0 runs means it is not a candidate now."""
+
+    key: str
+    first_seen: float
+    last_observed: float
+    streak_start: float | None = None
+    streak_runs: int = 0
+    destroy_attempts: int = 0
+    last_attempt: float | None = None
+
+    def restarted(self) -> Entry:
+        return replace(self, streak_start=None, streak_runs=0)
+
+
+@dataclass(frozen=True)
+class Ledger:
+    node: str = ""
+    boot_id: str = ""
+    last_run: float | None = None
+    live_owners: dict[str, int] = field(default_factory=dict)  # claim source -> live owners seen
+    entries: dict[str, Entry] = field(default_factory=dict)  # identity -> entry
+
+
+class LedgerError(ValueError):
+    """The ledger on the node is not one this version can read: it is set aside, never trusted."""
+
+
+def load(text: str | None) -> Ledger:
+    """Parse a ledger; None (no file) is an empty ledger. Raises LedgerError when corrupt."""
+    if text is None:
+        return Ledger()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise LedgerError(f"ledger is not JSON: {error}") from error
+    try:
+        jsonschema.validate(data, SCHEMA)
+    except jsonschema.ValidationError as error:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top)"
+        raise LedgerError(
+            f"ledger does not match its schema at {where}: {error.message}"
+        ) from error
+    return Ledger(
+        node=data["node"],
+        boot_id=data["boot_id"],
+        last_run=data["last_run"],
+        live_owners=dict(data["live_owners"]),
+        entries={identity: Entry(**entry) for identity, entry in data["partitions"].items()},
+    )
+
+
+def dump(ledger: Ledger) -> str:
+    data = {
+        "version": VERSION,
+        "node": ledger.node,
+        "boot_id": ledger.boot_id,
+        "last_run": ledger.last_run,
+        "live_owners": dict(sorted(ledger.live_owners.items())),
+        "partitions": {i: asdict(e) for i, e in sorted(ledger.entries.items())},
+    }
+    jsonschema.validate(data, SCHEMA)
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"

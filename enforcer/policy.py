@@ -1,0 +1,358 @@
+"""
+Host data -> `Policy`: the enforcer_* keys of one host, validated against
+`schemas/host-data.schema.json` (the one place that names the keys and their defaults).
+
+How values arrive (pyinfra 3.10, read in `pyinfra_cli/cli.py:_set_override_data` and
+`pyinfra_cli/util.py:parse_cli_arg`, and tried with `pyinfra @local`): every `--data key=value`
+is parsed before it reaches host data. "true"/"false" (any case) become booleans, anything
+`int()` takes becomes an int ("2", " 7 ", "1_000"), anything else JSON takes becomes that JSON
+value ("0.25", "1e3", "NaN", '["cri"]', "null"), and only the rest stays a string. So
+`--data enforcer_grace_runs=2` arrives as the int 2, and `--data enforcer_breaker=off` as the
+string "off" (the schema takes "on"/"off" as well as booleans). No numeric string reaches an
+integer or number key from the CLI, so none is coerced: a number in quotes came from group or
+host data written that way, and is an error. What the CLI does deliver wrongly is the reverse
+(`--data enforcer_node_name=123` is the int 123, "NaN" a float), so the error message says how
+to quote, and non-finite numbers are rejected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import ValidationError
+
+from enforcer.model import Partition
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "host-data.schema.json"
+SCHEMA: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
+HOST_DATA_KEYS: tuple[str, ...] = tuple(SCHEMA["properties"])
+DEFAULTS: dict[str, Any] = {
+    key: spec["default"] for key, spec in SCHEMA["properties"].items() if "default" in spec
+}
+PREFIX = "enforcer_"
+CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+
+
+class PolicyError(ValueError):
+    """Host data that does not pass the schema; names the host, the key and what was expected."""
+
+    def __init__(self, host: str, key: str, message: str, where: str = ""):
+        self.host, self.key, self.message, self.where = host, key, message, where
+        super().__init__(f"host {host}: host data {key}{where}: {message}")
+
+
+@dataclass(frozen=True)
+class NodePaths:
+    """Every node path a run touches; all but procfs and sysfs already under rootfs."""
+
+    rootfs: str
+    procfs: str
+    sysfs: str
+    state_dir: str
+    lock_path: str
+    checkpoint: str
+    dev_dir: str
+    tools: tuple[tuple[str, str], ...]
+    command_timeout: int
+
+    @classmethod
+    def from_rootfs(
+        cls,
+        rootfs: str = DEFAULTS["enforcer_rootfs"],
+        *,
+        procfs: str = DEFAULTS["enforcer_procfs"],
+        sysfs: str = DEFAULTS["enforcer_sysfs"],
+        state_dir: str = DEFAULTS["enforcer_state_dir"],
+        lock_path: str = DEFAULTS["enforcer_lock_path"],
+        tools: Mapping[str, str] | None = None,
+        command_timeout: int = DEFAULTS["enforcer_command_timeout_seconds"],
+    ) -> NodePaths:
+        """Node paths as host data gives them: state dir and lock path are prefixed here."""
+        return cls(
+            rootfs=rootfs,
+            procfs=procfs,
+            sysfs=sysfs,
+            state_dir=under(rootfs, state_dir),
+            lock_path=under(rootfs, lock_path),
+            checkpoint=under(rootfs, CHECKPOINT),
+            dev_dir=under(rootfs, "/dev"),
+            tools=tuple(sorted((tools or {}).items())),
+            command_timeout=command_timeout,
+        )
+
+    def under(self, path: str) -> str:
+        """A node path below rootfs (marker and VM metadata roots)."""
+        return under(self.rootfs, path)
+
+    def tool(self, name: str) -> str:
+        """The configured path of a tool, else its bare name, found on the node's PATH."""
+        return dict(self.tools).get(name, name)
+
+
+def under(rootfs: str, path: str) -> str:
+    """`path` (absolute) below `rootfs`, without doubling the slash when rootfs is "/"."""
+    return rootfs.rstrip("/") + path
+
+
+@dataclass(frozen=True)
+class PinSelector:
+    """A pinned selector: a partition matches when its kind and every field given are equal."""
+
+    kind: str
+    id: str | None = None
+    accelerator: str | None = None
+    profile: str | None = None
+
+    def matches(self, partition: Partition) -> bool:
+        wanted = (
+            (self.kind, partition.kind),
+            (self.id, partition.id),
+            (self.accelerator, partition.accelerator),
+            (self.profile, partition.profile),
+        )
+        return all(want is None or want == have for want, have in wanted)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One host's policy: DESIGN.md's host data table, validated and with defaults applied."""
+
+    mode: Literal["converge", "plan"]
+    kinds: tuple[str, ...] | None  # None: the kinds detected on the node
+    grace_seconds: float
+    grace_runs: int
+    max_observation_gap_seconds: float
+    breaker: bool
+    breaker_max_fraction: float
+    breaker_min_count: int
+    claim_sources: tuple[str, ...]
+    required_sources: tuple[str, ...]
+    node_name: str
+    kubeconfig: str | None
+    marker_roots: tuple[Any, ...]  # as given: a path or {path, layout}; not under rootfs yet
+    vm_metadata_roots: tuple[Any, ...]
+    pinned: tuple[PinSelector, ...]
+    paths: NodePaths
+
+    def is_pinned(self, partition: Partition) -> bool:
+        return any(selector.matches(partition) for selector in self.pinned)
+
+
+def policy_from_host_data(host_name: str, data: Mapping[str, Any]) -> Policy:
+    """
+    The policy of `host_name` from its host data: only the keys that were set (a whole
+    `host.data.dict()` will do: keys without the enforcer_ prefix are not ours and are ignored).
+    Raises `PolicyError` naming the host and the first bad key.
+    """
+    given = {key: value for key, value in data.items() if key.startswith(PREFIX)}
+    _check(host_name, given)
+    return _build(host_name, {**DEFAULTS, **given})
+
+
+def _build(host_name: str, d: Mapping[str, Any]) -> Policy:
+    claim_sources = tuple(d["enforcer_claim_sources"])
+    required = d.get("enforcer_required_sources")
+    kinds = d.get("enforcer_kinds")
+    return Policy(
+        mode=d["enforcer_mode"],
+        kinds=None if kinds is None else tuple(kinds),
+        grace_seconds=float(d["enforcer_grace_seconds"]),
+        grace_runs=int(d["enforcer_grace_runs"]),
+        max_observation_gap_seconds=float(d["enforcer_max_observation_gap_seconds"]),
+        breaker=d["enforcer_breaker"] in (True, "on"),
+        breaker_max_fraction=float(d["enforcer_breaker_max_fraction"]),
+        breaker_min_count=int(d["enforcer_breaker_min_count"]),
+        claim_sources=claim_sources,
+        required_sources=claim_sources if required is None else tuple(required),
+        node_name=d.get("enforcer_node_name") or host_name,
+        kubeconfig=d.get("enforcer_kubeconfig"),
+        marker_roots=tuple(d["enforcer_marker_roots"]),
+        vm_metadata_roots=tuple(d["enforcer_vm_metadata_roots"]),
+        pinned=tuple(_selector(item) for item in d["enforcer_pinned"]),
+        paths=NodePaths.from_rootfs(
+            d["enforcer_rootfs"],
+            procfs=d["enforcer_procfs"],
+            sysfs=d["enforcer_sysfs"],
+            state_dir=d["enforcer_state_dir"],
+            lock_path=d["enforcer_lock_path"],
+            tools=d["enforcer_tools"],
+            command_timeout=int(d["enforcer_command_timeout_seconds"]),
+        ),
+    )
+
+
+def _selector(item: Mapping[str, Any]) -> PinSelector:
+    # An id may come as an int (YAML, --data); partitions carry it as a string.
+    def text(name: str) -> str | None:
+        value = item.get(name)
+        return None if value is None else str(value)
+
+    return PinSelector(item["kind"], text("id"), text("accelerator"), text("profile"))
+
+
+# --- validation -----------------------------------------------------------------------------
+
+
+def _is_number(_checker: Any, value: Any) -> bool:
+    # NaN passes every minimum/maximum (comparisons are false) and --data delivers it: refuse.
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_integer(checker: Any, value: Any) -> bool:
+    return _is_number(checker, value) and float(value).is_integer()
+
+
+def _is_array(_checker: Any, value: Any) -> bool:
+    return isinstance(value, list | tuple)  # group data written in Python may use tuples
+
+
+_Validator = validators.extend(
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine_many(
+        {"number": _is_number, "integer": _is_integer, "array": _is_array}
+    ),
+)
+_VALIDATOR = _Validator(SCHEMA)
+
+
+def _check(host: str, given: Mapping[str, Any]) -> None:
+    for key in given:
+        if key not in HOST_DATA_KEYS:
+            raise PolicyError(host, key, _unknown_key(key))
+    error = next(iter(_VALIDATOR.iter_errors(dict(given))), None)
+    if error is not None:
+        raise _policy_error(host, _focus(error))
+    claim = given.get("enforcer_claim_sources", DEFAULTS["enforcer_claim_sources"])
+    for source in given.get("enforcer_required_sources") or ():
+        if source not in claim:
+            message = f"{source!r} is required but not a claim source (enforcer_claim_sources: "
+            raise PolicyError(host, "enforcer_required_sources", f"{message}{list(claim)})")
+
+
+def _unknown_key(key: str) -> str:
+    # Compare without the shared prefix, or every key looks close to every other.
+    names = [known.removeprefix(PREFIX) for known in HOST_DATA_KEYS]
+    close = difflib.get_close_matches(key.removeprefix(PREFIX), names, n=1, cutoff=0.75)
+    return "not a known key" + (f" (did you mean {PREFIX}{close[0]}?)" if close else "")
+
+
+def _focus(error: ValidationError) -> ValidationError:
+    """
+    For an anyOf over a mapping (a {path, layout} root), the one branch of the value's own type
+    says more than "expected A or B"; for a scalar, "A or B" is the clearer message.
+    """
+    if error.validator != "anyOf" or not isinstance(error.instance, dict | list | tuple):
+        return error
+    branches: dict[Any, list[ValidationError]] = {}
+    for sub in error.context or ():
+        branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+    same_type = [
+        errors
+        for errors in branches.values()
+        if not any(e.validator == "type" and not e.relative_path for e in errors)
+    ]
+    return _focus(same_type[0][0]) if len(same_type) == 1 else error
+
+
+def _policy_error(host: str, error: ValidationError) -> PolicyError:
+    key, *rest = error.absolute_path or ["(host data)"]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in rest)
+    return PolicyError(host, str(key), _message(error), where)
+
+
+def _message(error: ValidationError) -> str:
+    value, spec = error.instance, error.validator_value
+    if error.validator == "additionalProperties":
+        allowed = error.schema.get("properties", {})
+        extra = ", ".join(repr(k) for k in value if k not in allowed)
+        return f"unknown field {extra}; allowed: {', '.join(allowed)}"
+    if error.validator == "required":
+        return f"missing field {', '.join(repr(k) for k in spec if k not in value)}"
+    if error.validator == "anyOf" and all(set(branch) == {"required"} for branch in spec):
+        names = ", ".join(repr(branch["required"][0]) for branch in spec)
+        return f"expected at least one of {names}, got {_shown(value)}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"expected a finite number, got {value!r}"
+    if error.validator == "uniqueItems":
+        return f"expected no repeated items, got {_shown(value)}"
+    if error.validator == "minItems":
+        return f"expected at least {spec} item(s), got {_shown(value)}"
+    return f"expected {_expected(error.schema)}, got {_shown(value)}{_cli_hint(error)}"
+
+
+def _expected(spec: Mapping[str, Any]) -> str:
+    """What a schema accepts, in words: "an integer >= 1", "one of 'converge', 'plan'"."""
+    if "$ref" in spec:
+        return _expected(SCHEMA["$defs"][spec["$ref"].rsplit("/", 1)[1]])
+    if "title" in spec:
+        return spec["title"]
+    if "enum" in spec:
+        return "one of " + ", ".join(map(repr, spec["enum"]))
+    if "anyOf" in spec:
+        return " or ".join(_expected(branch) for branch in spec["anyOf"])
+    types = spec.get("type")
+    if isinstance(types, list):
+        return " or ".join(_expected({**spec, "type": t}) for t in types)
+    return _WORDS.get(types, lambda s: str(types))(spec)
+
+
+def _range(noun: str, spec: Mapping[str, Any]) -> str:
+    low, high = spec.get("minimum"), spec.get("maximum")
+    if low is not None and high is not None:
+        return f"{noun} between {low} and {high}"
+    if "exclusiveMinimum" in spec:
+        return f"{noun} > {spec['exclusiveMinimum']}"
+    return f"{noun} >= {low}" if low is not None else noun
+
+
+def _list_words(spec: Mapping[str, Any]) -> str:
+    unique = " without repeats" if spec.get("uniqueItems") else ""
+    return f"a list{unique} of {_expected(spec.get('items', {}))}"
+
+
+_WORDS: dict[Any, Any] = {
+    "integer": lambda s: _range("an integer", s),
+    "number": lambda s: _range("a number", s),
+    "boolean": lambda s: "a boolean",
+    "null": lambda s: "null",
+    "string": lambda s: "a non-empty string" if s.get("minLength") else "a string",
+    "array": _list_words,
+    "object": lambda s: "a mapping of " + ", ".join(s.get("properties", {})),
+}
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _cli_hint(error: ValidationError) -> str:
+    """pyinfra --data parses values: say how to pass one that it parsed into the wrong type."""
+    if len(error.absolute_path) != 1:
+        return ""  # nested values come from JSON or Python, typed as written
+    key, value, accepts = error.absolute_path[0], error.instance, _types(error.schema)
+    if "string" in accepts and not isinstance(value, str):
+        return f" (pyinfra --data parsed it; pass a JSON string: {key}='\"{json.dumps(value)}\"')"
+    if "array" in accepts and isinstance(value, str):
+        return f" (with pyinfra --data, pass a JSON list: {key}='[\"{value}\"]')"
+    return ""
+
+
+def _types(spec: Mapping[str, Any]) -> set[str]:
+    """The JSON types a schema can accept."""
+    if "$ref" in spec:
+        return _types(SCHEMA["$defs"][spec["$ref"].rsplit("/", 1)[1]])
+    if "anyOf" in spec:
+        return set().union(*(_types(branch) for branch in spec["anyOf"]))
+    if "enum" in spec:
+        return {"enum"}  # a string enum needs no quoting hint: its words are not numbers
+    types = spec.get("type", [])
+    return {types} if isinstance(types, str) else set(types)

@@ -1,0 +1,399 @@
+"""
+Strict parsers for Huawei `npu-smi` output: the chip map, one chip's vNPU table, the host table.
+
+Layouts follow npu-smi's own printf formats (npu_info_print.c, the info-vnpu printer); column
+widths vary between driver releases and in copied output, so cells are matched by their `|`
+separators and tokens, never by column offsets. Any line that is not part of the layout raises
+ParseError: the caller marks the source unreadable instead of reading partial output.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from enforcer.model import VNPU, Chip, Partition
+from facts.errors import ParseError
+
+# --- npu-smi info -m ---------------------------------------------------------------------------
+
+_MAP_HEADERS = {
+    # print_mapping_info: 910, 910B, 310P, ...
+    ("NPU ID", "Chip ID", "Chip Logic ID", "Chip Name"): False,
+    # print_mapping_info_910_93 (A3 / 910C): an extra physical id column
+    ("NPU ID", "Chip ID", "Chip Logic ID", "Chip Phy-ID", "Chip Name"): True,
+}
+_NO_CARD = "There is no NPU card on this server."
+_COLUMN_GAP = re.compile(r" {2,}")  # columns are %-30s padded; "Ascend 910B3" has one space
+_INT = re.compile(r"\d+")
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    """Numbered lines without trailing spaces (the tool pads with them); trailing blanks dropped."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return iter(enumerate(lines, start=1))
+
+
+def _int(token: str, what: str, line: str, lineno: int) -> int:
+    if not _INT.fullmatch(token):
+        raise ParseError(f"{what} is not a number", line, lineno)
+    return int(token)
+
+
+def _map_header(line: str, lineno: int) -> bool:
+    """Whether the chip map has the Chip Phy-ID column; any other header is an error."""
+    columns = tuple(_COLUMN_GAP.split(line.strip()))
+    if columns not in _MAP_HEADERS:
+        raise ParseError("npu-smi info -m: not the chip map header", line, lineno)
+    return _MAP_HEADERS[columns]
+
+
+def _map_row(line: str, lineno: int, with_phy: bool) -> tuple[tuple[int, int], Chip | None]:
+    """(card, chip) of a row, and its Chip when it has a Chip Logic ID."""
+    cells = _COLUMN_GAP.split(line.strip())
+    if len(cells) != (5 if with_phy else 4):
+        raise ParseError("npu-smi info -m: wrong column count", line, lineno)
+    card = _int(cells[0], "NPU ID", line, lineno)
+    chip = _int(cells[1], "Chip ID", line, lineno)
+    ids = cells[2:-1]  # Chip Logic ID [, Chip Phy-ID]: both numbers, or both "-" (Mcu, CPU)
+    if all(value == "-" for value in ids):
+        return (card, chip), None
+    for value in ids:
+        _int(value, "Chip Logic ID / Phy-ID", line, lineno)
+    return (card, chip), Chip(card=card, chip=chip, logic_id=int(ids[0]), name=cells[-1])
+
+
+def parse_chip_map(text: str) -> tuple[Chip, ...]:
+    """`npu-smi info -m`: the chips that have a Chip Logic ID (only those carry vNPUs)."""
+    lines = _lines(text)
+    first = next(lines, None)
+    if first is None:
+        raise ParseError("npu-smi info -m: empty output")
+    lineno, line = first
+    if line == _NO_CARD:
+        if (extra := next(lines, None)) is not None:
+            raise ParseError("npu-smi info -m: text after the no-card line", extra[1], extra[0])
+        return ()
+    with_phy = _map_header(line, lineno)
+    chips: list[Chip] = []
+    places: set[tuple[int, int]] = set()
+    for lineno, line in lines:
+        place, row = _map_row(line, lineno, with_phy)
+        if place in places:
+            raise ParseError("npu-smi info -m: chip listed twice", line, lineno)
+        places.add(place)
+        if row is not None:
+            if any(c.logic_id == row.logic_id for c in chips):
+                raise ParseError("npu-smi info -m: Chip Logic ID listed twice", line, lineno)
+            chips.append(row)
+    if not places:
+        raise ParseError("npu-smi info -m: header without rows")
+    return tuple(chips)
+
+
+# --- npu-smi info -t info-vnpu -i CARD -c CHIP -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VnpuTable:
+    """One chip's vNPU listing: AI cores free/total (None when the tool prints NA) and vNPUs."""
+
+    aicore_free: int | None
+    aicore_total: int | None
+    partitions: tuple[Partition, ...]
+
+
+_SUMMARY_HEAD = (
+    "| NPU resource static info as follow: |",
+    "| Format:Free/Total NA: Currently, query is not supported. |",
+)
+_UNITS = "| GB |"
+_TITLE = "| Vnpu ID | Vgroup ID | Container ID | Status | Template Name |"
+_DASHES = re.compile(r"\+-+\+")
+_EQUALS = re.compile(r"\|=+\|")
+_TOTAL = re.compile(r"\| Total number of vnpu: (\d+) \|")
+_FREE_TOTAL = re.compile(r"(?:(\d+)/(\d+)|NA/NA)")
+_TEMPLATE = re.compile(r"vir\d{2}(?:_[0-9a-z]+){0,3}")
+# printf("|  %-4u     |  %-12s  |  %-12s  |  %-2s      |  %-15s     |"); status and template can
+# also print NA: not accepted, an unknown in-use flag must not read as "free".
+_VNPU_ROW = re.compile(
+    r"\|\s+(?P<vnpu>\d+)\s+\|\s+(?P<vgroup>\d+|NA)\s+\|\s+(?P<container>[0-9a-f]{12}|NA)\s+"
+    r"\|\s+(?P<status>[01])\s+\|\s+(?P<template>\S+)\s+\|"
+)
+
+
+def _squeezed(line: str) -> str:
+    """Cells compared by content: npu-smi releases pad them differently."""
+    return re.sub(r"\s+", " ", line)
+
+
+def _expect(lines: Iterator[tuple[int, str]], what: str) -> tuple[int, str]:
+    item = next(lines, None)
+    if item is None:
+        raise ParseError(f"info-vnpu: output ends before {what}")
+    return item
+
+
+def _expect_exact(
+    lines: Iterator[tuple[int, str]], pattern: re.Pattern[str] | str, what: str
+) -> tuple[int, str]:
+    lineno, line = _expect(lines, what)
+    ok = (
+        _squeezed(line) == pattern
+        if isinstance(pattern, str)
+        else pattern.fullmatch(line) is not None
+    )
+    if not ok:
+        raise ParseError(f"info-vnpu: expected {what}", line, lineno)
+    return lineno, line
+
+
+def _aicore(lines: Iterator[tuple[int, str]]) -> tuple[int | None, int | None]:
+    """The resource summary: its column names, then a Free/Total value for each."""
+    _expect_exact(lines, _DASHES, "the top border")
+    for head in _SUMMARY_HEAD:
+        _expect_exact(lines, head, "the resource summary header")
+    lineno, line = _expect(lines, "the resource column names")
+    names = line.strip("|").split()
+    if not line.startswith("|") or not line.endswith("|") or names[:1] != ["AICORE"]:
+        raise ParseError("info-vnpu: expected the resource column names", line, lineno)
+    _expect_exact(lines, _UNITS, "the units row")
+    _expect_exact(lines, _EQUALS, "the ==== rule")
+    lineno, line = _expect(lines, "the Free/Total values")
+    values = line.strip("|").split()
+    if not line.startswith("|") or not line.endswith("|") or len(values) != len(names):
+        raise ParseError("info-vnpu: values do not match the resource columns", line, lineno)
+    if not all(_FREE_TOTAL.fullmatch(v) for v in values):
+        raise ParseError("info-vnpu: a value is not Free/Total", line, lineno)
+    free, _, total = values[0].partition("/")
+    return (int(free), int(total)) if free != "NA" else (None, None)
+
+
+def _partition(match: re.Match[str], card: int, chip: int, line: str, lineno: int) -> Partition:
+    template = match["template"]
+    if not _TEMPLATE.fullmatch(template):
+        raise ParseError("info-vnpu: not a vNPU template name", line, lineno)
+    vnpu = str(int(match["vnpu"]))
+    return Partition(
+        kind=VNPU,
+        accelerator=f"npu:{card}:{chip}",
+        id=vnpu,
+        profile=template,
+        identity_fields=(
+            ("card", str(card)),
+            ("chip", str(chip)),
+            ("vnpu", vnpu),
+            ("vgroup", match["vgroup"]),
+            ("template", template),
+        ),
+        usage=(("container_id", match["container"]), ("status", match["status"])),
+    )
+
+
+def parse_vnpu_table(text: str, card: int, chip: int) -> VnpuTable:
+    """
+    `npu-smi info -t info-vnpu -i CARD -c CHIP`. The whole layout is required: the summary block,
+    the Total line, the column titles, and a `+---+` border before each row and after the last;
+    the row count must equal the Total. Excerpts and error messages are rejected.
+    """
+    lines = _lines(text)
+    aicore_free, aicore_total = _aicore(lines)
+    _expect_exact(lines, _DASHES, "the border above the Total line")
+    lineno, line = _expect(lines, "the Total line")
+    total = _TOTAL.fullmatch(_squeezed(line))
+    if total is None:
+        raise ParseError("info-vnpu: expected the Total line", line, lineno)
+    _expect_exact(lines, _DASHES, "the border below the Total line")
+    _expect_exact(lines, _TITLE, "the column titles")
+    _expect_exact(lines, _DASHES, "the border below the column titles")
+    partitions: list[Partition] = []
+    for lineno, line in lines:
+        row = _VNPU_ROW.fullmatch(line)
+        if row is None:
+            raise ParseError("info-vnpu: not a vNPU row", line, lineno)
+        partition = _partition(row, card, chip, line, lineno)
+        if any(p.id == partition.id for p in partitions):
+            raise ParseError("info-vnpu: vNPU listed twice", line, lineno)
+        partitions.append(partition)
+        _expect_exact(lines, _DASHES, "the border below a vNPU row")
+    if len(partitions) != int(total[1]):
+        raise ParseError(f"info-vnpu: Total says {total[1]}, {len(partitions)} rows listed")
+    return VnpuTable(aicore_free, aicore_total, tuple(partitions))
+
+
+# --- npu-smi info (host view) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NpuProcess:
+    """One row of npu-smi's process table: a process using memory on one chip."""
+
+    card: int
+    chip: int
+    pid: int
+    name: str
+    memory_mb: int
+
+
+_BORDER = re.compile(r"\+[-=]+(?:\+[-=]+)*\+")
+_BANNER = re.compile(r"\| npu-smi \S+ +Version: \S+ *\|")
+_DEVICE_HEAD = ("NPU Name", "Health", "Power(W) Temp(C) Hugepages-Usage(page)")
+# The second header line says which layout the device rows have (print_total_info*).
+_CHIP_HEADS = {
+    ("Chip", "Bus-Id", "AICore(%) Memory-Usage(MB) HBM-Usage(MB)"): "hbm",  # 910, 910B
+    ("Chip Phy-ID", "Bus-Id", "AICore(%) Memory-Usage(MB) HBM-Usage(MB)"): "hbm-phy",  # 910_93
+    ("Chip Device", "Bus-Id", "AICore(%) Memory-Usage(MB)"): "plain",  # 310, 310P
+}
+_PROCESS_HEAD = ("NPU Chip", "Process id", "Process name", "Process memory(MB)")
+_IN_CONTAINER_HEAD = _PROCESS_HEAD + ("Process id in container",)
+_WARNING = (
+    "[WARNING]The driver package may not be completely installed, "
+    "which may cause function abnormal. Please reinstall it."
+)
+_USED_TOTAL = r"(?:\d+|NA)\s*/\s*\d+"
+_FIRST_ROW = (
+    re.compile(r"(?P<card>\d+)\s+\S+"),  # NPU + name
+    re.compile(r"[A-Za-z]+"),  # health: OK, Warning, Alarm, Critical, ...
+    re.compile(rf"(?:\d+\.\d|NA|-)\s+(?:\d+|NA)\s+{_USED_TOTAL}"),  # power, temp, hugepages
+)
+_SECOND_ROW_CHIP = {
+    "hbm": re.compile(r"(?P<chip>\d+)"),
+    "hbm-phy": re.compile(r"(?P<chip>\d+)\s+\d+"),  # chip + Phy-ID
+    "plain": re.compile(r"(?P<chip>\d+)\s+\d+"),  # chip + device logic id
+}
+_BUS_ID = re.compile(r"[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]|NA")
+_SECOND_ROW_USAGE = {
+    "hbm": re.compile(rf"\d+\s+{_USED_TOTAL}\s+{_USED_TOTAL}"),
+    "hbm-phy": re.compile(rf"\d+\s+{_USED_TOTAL}\s+{_USED_TOTAL}"),
+    "plain": re.compile(rf"\d+\s+{_USED_TOTAL}"),
+}
+_PROCESS_PLACE = re.compile(r"(\d+)\s+(\d+)")
+_NO_PROCESS = re.compile(r"No running processes found in NPU (\d+)")
+
+
+def _cells(line: str) -> tuple[str, ...] | None:
+    """The stripped cells of a `| a | b |` line, or None when it is not one."""
+    if len(line) < 2 or line[0] != "|" or line[-1] != "|":
+        return None
+    return tuple(cell.strip() for cell in line[1:-1].split("|"))
+
+
+def _head(cells: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    return tuple(_squeezed(c) for c in cells) if cells is not None else None
+
+
+def _matches(cells: tuple[str, ...], patterns: tuple[re.Pattern[str], ...]) -> bool:
+    return len(cells) == len(patterns) and all(
+        p.fullmatch(c) for p, c in zip(patterns, cells, strict=True)
+    )
+
+
+@dataclass
+class _HostTable:
+    """What has been read so far, and where in the layout the next line must fit."""
+
+    step: str = "top"
+    layout: str = ""
+    card: int | None = None  # the NPU of a first device row waiting for its second row
+    chips: set[tuple[int, int]] | None = None
+    processes: list[NpuProcess] | None = None
+
+
+def _read_device_line(state: _HostTable, line: str, lineno: int) -> None:
+    cells = _cells(line)
+    assert state.chips is not None
+    if state.card is None:
+        if cells is None or not _matches(cells, _FIRST_ROW):
+            raise ParseError("npu-smi info: not a device row (NPU, name, health)", line, lineno)
+        state.card = int(cells[0].split()[0])
+        return
+    patterns = (_SECOND_ROW_CHIP[state.layout], _BUS_ID, _SECOND_ROW_USAGE[state.layout])
+    if cells is None or not _matches(cells, patterns):
+        raise ParseError("npu-smi info: not a device row (chip, bus id, usage)", line, lineno)
+    place = (state.card, int(cells[0].split()[0]))
+    if place in state.chips:
+        raise ParseError("npu-smi info: chip listed twice", line, lineno)
+    state.chips.add(place)
+    state.card = None
+
+
+def _read_process_line(state: _HostTable, line: str, lineno: int) -> None:
+    cells = _cells(line)
+    assert state.chips is not None and state.processes is not None
+    if cells is not None and len(cells) == 1 and (none := _NO_PROCESS.fullmatch(cells[0])):
+        if not any(card == int(none[1]) for card, _ in state.chips):
+            raise ParseError("npu-smi info: process line for an NPU not listed", line, lineno)
+        return
+    if cells is None or len(cells) != 4:
+        raise ParseError("npu-smi info: not a process row", line, lineno)
+    place = _PROCESS_PLACE.fullmatch(cells[0])
+    if place is None or not _INT.fullmatch(cells[1]) or not _INT.fullmatch(cells[3]):
+        raise ParseError("npu-smi info: not a process row", line, lineno)
+    card, chip = int(place[1]), int(place[2])
+    if (card, chip) not in state.chips:
+        raise ParseError("npu-smi info: process on a chip not listed", line, lineno)
+    # The name cell is /proc/<pid>/status Name, %-24s; npu-smi leaves it blank when unreadable.
+    state.processes.append(NpuProcess(card, chip, int(cells[1]), cells[2], int(cells[3])))
+
+
+def _read_host_line(state: _HostTable, line: str, lineno: int) -> None:
+    """Advance the layout by one line: top border, banner, headers, devices, processes."""
+    border = _BORDER.fullmatch(line) is not None
+    head = _head(_cells(line))
+    step = state.step
+    if step == "top" and border:
+        state.step = "banner"
+    elif step == "banner" and _BANNER.fullmatch(line):
+        state.step = "banner-border"
+    elif step == "banner-border" and border:
+        state.step = "head"
+    elif step == "head" and head == _DEVICE_HEAD:
+        state.step = "chip-head"
+    elif step == "chip-head" and head in _CHIP_HEADS:
+        state.layout, state.step, state.chips = _CHIP_HEADS[head], "head-border", set()
+    elif step == "head-border" and border:
+        state.step = "devices"
+    elif step == "devices" and border and state.card is None:
+        pass  # between chips (----) and after each card (====)
+    elif step == "devices" and head == _IN_CONTAINER_HEAD:
+        raise ParseError(
+            "npu-smi info: in-container view (extra 'Process id in container' column), "
+            "not the host view this reads",
+            line,
+            lineno,
+        )
+    elif step == "devices" and head == _PROCESS_HEAD and state.chips:
+        state.step, state.processes = "process-border", []
+    elif step == "devices":
+        _read_device_line(state, line, lineno)
+    elif step == "process-border" and border:
+        state.step = "processes"
+    elif step == "processes" and border:
+        pass  # after each card's rows
+    elif step in ("processes", "warning") and line == _WARNING:
+        state.step = "warning"
+    elif step == "processes":
+        _read_process_line(state, line, lineno)
+    else:
+        raise ParseError(f"npu-smi info: unexpected line (reading {step})", line, lineno)
+
+
+def parse_process_table(text: str) -> tuple[NpuProcess, ...]:
+    """
+    `npu-smi info` on the host: the banner and device table are validated, the process table is
+    returned. The 910 layouts always print a process table; the 310/310P layout prints it only on
+    some boards, so only there may it be missing (then there are no rows to return). npu-smi caps
+    the rows per chip (MAX_CHIP_PROCESS_NUM): a pid missing here is no proof it holds nothing.
+    """
+    state = _HostTable()
+    for lineno, line in _lines(text):
+        _read_host_line(state, line, lineno)
+    if state.step == "devices" and state.card is None and state.chips and state.layout == "plain":
+        return ()
+    if state.step not in ("processes", "warning"):
+        raise ParseError(f"npu-smi info: output ends while reading {state.step}")
+    assert state.processes is not None
+    return tuple(state.processes)

@@ -1,0 +1,404 @@
+"""
+The kubelet device-manager checkpoint, both directions: parse it (a claim source) and render it
+(the simulator writes one).
+
+Shape (kubernetes pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go), written by Go's
+`json.Marshal`, so compact, struct fields in declaration order, map keys sorted:
+
+    {"Data":{"PodDeviceEntries":[{"PodUID":..,"ContainerName":..,"ResourceName":..,
+      "DeviceIDs":{"-1":[..]},"AllocResp":"<base64>"}],"RegisteredDevices":{"<res>":[..]}},
+     "Checksum":123,"BootID":".."}
+
+`AllocResp` is the plugin's `ContainerAllocateResponse` (k8s.io/kubelet deviceplugin v1beta1),
+protobuf, decoded here by hand so that nothing unknown is read as "no claim".
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from facts.errors import ParseError
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class CheckpointEntry:
+    """
+    One PodDeviceEntries item: what kubelet gave one container of one pod for one resource.
+    `devices` are the host paths of the response's DeviceSpecs; `mounts` are
+    (container_path, host_path) and `cdi_devices` CDI names, kept because a device plugin may
+    name the partition only there (NVIDIA volume-mounts and CDI strategies).
+    """
+
+    pod_uid: str
+    container: str
+    resource: str
+    device_ids: tuple[str, ...]
+    envs: tuple[tuple[str, str], ...] = ()
+    devices: tuple[str, ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+    mounts: tuple[tuple[str, str], ...] = ()
+    cdi_devices: tuple[str, ...] = ()
+
+
+# --- protobuf wire format (only what ContainerAllocateResponse uses) ---------------------------
+
+_VARINT, _LEN = 0, 2
+_MAX_VARINT_BYTES = 10  # a 64-bit varint never needs more
+
+
+def _read_varint(buf: bytes, pos: int, what: str) -> tuple[int, int]:
+    value = 0
+    for i in range(_MAX_VARINT_BYTES):
+        if pos + i >= len(buf):
+            raise ParseError(f"AllocResp: truncated varint in {what}")
+        byte = buf[pos + i]
+        value |= (byte & 0x7F) << (7 * i)
+        if not byte & 0x80:
+            if value >> 64:
+                raise ParseError(f"AllocResp: varint over 64 bits in {what}")
+            return value, pos + i + 1
+    raise ParseError(f"AllocResp: varint longer than 10 bytes in {what}")
+
+
+def _wire_fields(buf: bytes, what: str) -> Iterator[tuple[int, int, int | bytes]]:
+    """(field number, wire type, value) for each field; only varint and length-delimited."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = _read_varint(buf, pos, what)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise ParseError(f"AllocResp: field number 0 in {what}")
+        if wire == _VARINT:
+            value, pos = _read_varint(buf, pos, what)
+            yield number, wire, value
+        elif wire == _LEN:
+            size, pos = _read_varint(buf, pos, what)
+            if pos + size > len(buf):
+                raise ParseError(f"AllocResp: truncated field {number} in {what}")
+            yield number, wire, buf[pos : pos + size]
+            pos += size
+        else:
+            raise ParseError(f"AllocResp: field {number} has wire type {wire} in {what}")
+
+
+def _decode(buf: bytes, schema: Mapping[int, int], what: str) -> dict[int, list[int | bytes]]:
+    """Fields by number, checked against `schema` (number -> wire type): unknown is an error."""
+    out: dict[int, list[int | bytes]] = {}
+    for number, wire, value in _wire_fields(buf, what):
+        if schema.get(number) != wire:
+            raise ParseError(f"AllocResp: unexpected field {number} (wire type {wire}) in {what}")
+        out.setdefault(number, []).append(value)
+    return out
+
+
+def _text(raw: int | bytes, what: str) -> str:
+    assert isinstance(raw, bytes)  # guaranteed by the schema's wire type
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ParseError(f"AllocResp: {what} is not UTF-8") from err
+
+
+def _single_text(fields: dict[int, list[int | bytes]], number: int, what: str) -> str:
+    """A proto3 string field: absent is "", repeated is not what any plugin encoder writes."""
+    values = fields.get(number, [])
+    if len(values) > 1:
+        raise ParseError(f"AllocResp: field {number} repeated in {what}")
+    return _text(values[0], what) if values else ""
+
+
+def _map_entries(raws: list[int | bytes], what: str) -> tuple[tuple[str, str], ...]:
+    pairs: dict[str, str] = {}
+    for raw in raws:
+        assert isinstance(raw, bytes)
+        fields = _decode(raw, {1: _LEN, 2: _LEN}, what)
+        key = _single_text(fields, 1, what)
+        if key in pairs:
+            raise ParseError(f"AllocResp: duplicate key {key!r} in {what}")
+        pairs[key] = _single_text(fields, 2, what)
+    return tuple(pairs.items())
+
+
+def _mount(raw: int | bytes) -> tuple[str, str]:
+    assert isinstance(raw, bytes)
+    fields = _decode(raw, {1: _LEN, 2: _LEN, 3: _VARINT}, "mounts")
+    if any(flag not in (0, 1) for flag in fields.get(3, [])):
+        raise ParseError("AllocResp: mounts.read_only is not a bool")
+    return _single_text(fields, 1, "mounts"), _single_text(fields, 2, "mounts")
+
+
+def _device_host_path(raw: int | bytes) -> str:
+    assert isinstance(raw, bytes)
+    fields = _decode(raw, {1: _LEN, 2: _LEN, 3: _LEN}, "devices")
+    _single_text(fields, 1, "devices")  # validated, not kept: the host path names the device
+    _single_text(fields, 3, "devices")
+    return _single_text(fields, 2, "devices")
+
+
+def _cdi_name(raw: int | bytes) -> str:
+    assert isinstance(raw, bytes)
+    return _single_text(_decode(raw, {1: _LEN}, "cdi_devices"), 1, "cdi_devices")
+
+
+@dataclass(frozen=True)
+class _AllocResp:
+    envs: tuple[tuple[str, str], ...] = ()
+    mounts: tuple[tuple[str, str], ...] = ()
+    devices: tuple[str, ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+    cdi_devices: tuple[str, ...] = ()
+
+
+def _decode_alloc_resp(blob: bytes) -> _AllocResp:
+    top = _decode(blob, {1: _LEN, 2: _LEN, 3: _LEN, 4: _LEN, 5: _LEN}, "ContainerAllocateResponse")
+    return _AllocResp(
+        envs=_map_entries(top.get(1, []), "envs"),
+        mounts=tuple(_mount(raw) for raw in top.get(2, [])),
+        devices=tuple(_device_host_path(raw) for raw in top.get(3, [])),
+        annotations=_map_entries(top.get(4, []), "annotations"),
+        cdi_devices=tuple(_cdi_name(raw) for raw in top.get(5, [])),
+    )
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint_bytes(number << 3 | _LEN) + _varint_bytes(len(payload)) + payload
+
+
+def _string_field(number: int, text: str) -> bytes:
+    """proto3 omits an empty string."""
+    return _field(number, text.encode("utf-8")) if text else b""
+
+
+def _map_field(number: int, pairs: Mapping[str, str]) -> bytes:
+    # gogo-generated marshalers write map entries sorted by key, key and value always present.
+    return b"".join(
+        _field(number, _field(1, k.encode("utf-8")) + _field(2, pairs[k].encode("utf-8")))
+        for k in sorted(pairs)
+    )
+
+
+def encode_alloc_resp(
+    envs: Mapping[str, str],
+    devices: Sequence[tuple[str, str, str]] = (),
+    annotations: Mapping[str, str] = _EMPTY,
+    *,
+    mounts: Sequence[tuple[str, str, bool]] = (),
+    cdi_devices: Sequence[str] = (),
+) -> str:
+    """
+    Base64 of a ContainerAllocateResponse, byte for byte as the Go plugins encode it.
+    `devices` are (container_path, host_path, permissions); `mounts` are
+    (container_path, host_path, read_only).
+    """
+    blob = _map_field(1, envs)
+    for container_path, host_path, read_only in mounts:
+        flag = _varint_bytes(3 << 3 | _VARINT) + b"\x01" if read_only else b""
+        blob += _field(2, _string_field(1, container_path) + _string_field(2, host_path) + flag)
+    for container_path, host_path, permissions in devices:
+        spec = (
+            _string_field(1, container_path)
+            + _string_field(2, host_path)
+            + _string_field(3, permissions)
+        )
+        blob += _field(3, spec)
+    blob += _map_field(4, annotations)
+    for name in cdi_devices:
+        blob += _field(5, _string_field(1, name))
+    return base64.b64encode(blob).decode("ascii")
+
+
+# --- the JSON file -----------------------------------------------------------------------------
+
+_TOP_KEYS = {"Data", "Checksum", "BootID"}
+_DATA_KEYS = {"PodDeviceEntries", "RegisteredDevices"}
+_ENTRY_KEYS = {"PodUID", "ContainerName", "ResourceName", "DeviceIDs", "AllocResp"}
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ParseError(f"checkpoint: duplicate JSON key in {sorted(keys)}")
+    return dict(pairs)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ParseError(f"checkpoint: {name} is not JSON a Go encoder writes")
+
+
+def _load(text: str) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+    except json.JSONDecodeError as err:
+        raise ParseError(f"checkpoint: not JSON ({err.msg})", lineno=err.lineno) from err
+
+
+def _object(value: Any, keys: set[str], required: set[str], what: str) -> dict[str, Any]:
+    """A JSON object with only the kubelet's keys; the format is frozen (checkpointmanager)."""
+    if not isinstance(value, dict):
+        raise ParseError(f"checkpoint: {what} is not an object")
+    if unknown := set(value) - keys:
+        raise ParseError(f"checkpoint: unknown keys {sorted(unknown)} in {what}")
+    if missing := required - set(value):
+        raise ParseError(f"checkpoint: missing keys {sorted(missing)} in {what}")
+    return value
+
+
+def _string(value: Any, what: str, allow_empty: bool = False) -> str:
+    if not isinstance(value, str) or (not value and not allow_empty):
+        raise ParseError(f"checkpoint: {what} is not a non-empty string")
+    return value
+
+
+def _strings(value: Any, what: str) -> tuple[str, ...]:
+    """A Go []string: a list of strings, or null for a nil slice."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ParseError(f"checkpoint: {what} is not a list")
+    return tuple(_string(item, f"an item of {what}") for item in value)
+
+
+def _numa_key(key: str) -> int:
+    """A Go int64 map key as encoding/json writes it (int() alone would take " 1" or "1_0")."""
+    if not re.fullmatch(r"-?[0-9]+", key):
+        raise ParseError(f"checkpoint: DeviceIDs key {key!r} is not a NUMA node")
+    return int(key)
+
+
+def _device_ids(value: Any) -> tuple[str, ...]:
+    """NUMA map (current kubelets) or flat list (before 1.20): the ids, NUMA order then list."""
+    if isinstance(value, dict):
+        by_node = sorted((_numa_key(k), k) for k in value)
+        return tuple(i for _, k in by_node for i in _strings(value[k], f"DeviceIDs[{k}]"))
+    return _strings(value, "DeviceIDs")
+
+
+def _alloc_resp(value: Any) -> _AllocResp:
+    """Go encodes []byte as standard base64; nil is null, empty is ""."""
+    if value is None:
+        return _AllocResp()
+    if not isinstance(value, str):
+        raise ParseError("checkpoint: AllocResp is not a base64 string")
+    try:
+        blob = base64.b64decode(value, validate=True)
+    except binascii.Error as err:
+        raise ParseError(f"checkpoint: AllocResp is not base64 ({err})") from err
+    return _decode_alloc_resp(blob)
+
+
+def _entry(value: Any, index: int) -> CheckpointEntry:
+    what = f"PodDeviceEntries[{index}]"
+    raw = _object(value, _ENTRY_KEYS, _ENTRY_KEYS - {"AllocResp"}, what)
+    resp = _alloc_resp(raw.get("AllocResp"))
+    return CheckpointEntry(
+        pod_uid=_string(raw["PodUID"], f"{what}.PodUID"),
+        container=_string(raw["ContainerName"], f"{what}.ContainerName"),
+        resource=_string(raw["ResourceName"], f"{what}.ResourceName"),
+        device_ids=_device_ids(raw["DeviceIDs"]),
+        envs=resp.envs,
+        devices=resp.devices,
+        annotations=resp.annotations,
+        mounts=resp.mounts,
+        cdi_devices=resp.cdi_devices,
+    )
+
+
+def _check_registered(value: Any) -> None:
+    """Not returned (the plugin's inventory is no claim), but a bad shape is a bad file."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ParseError("checkpoint: RegisteredDevices is not an object")
+    for resource, ids in value.items():
+        _strings(ids, f"RegisteredDevices[{resource}]")
+
+
+def parse_checkpoint(text: str) -> tuple[CheckpointEntry, ...]:
+    """
+    The entries of a kubelet_internal_checkpoint. The Checksum is read but not verified: kubelet
+    computes it as FNV-32a over a go-spew dump of the Go struct, not over this JSON, so it cannot
+    be recomputed faithfully here; a torn file is caught by the strict parse instead.
+    """
+    top = _object(_load(text), _TOP_KEYS, {"Data", "Checksum"}, "the checkpoint")
+    checksum = top["Checksum"]
+    if type(checksum) is not int or checksum < 0:
+        raise ParseError("checkpoint: Checksum is not an unsigned integer")
+    if "BootID" in top:
+        _string(top["BootID"], "BootID", allow_empty=True)
+    data = _object(top["Data"], _DATA_KEYS, _DATA_KEYS, "Data")
+    _check_registered(data["RegisteredDevices"])
+    entries = data["PodDeviceEntries"]
+    if entries is None:
+        return ()
+    if not isinstance(entries, list):
+        raise ParseError("checkpoint: PodDeviceEntries is not a list")
+    return tuple(_entry(value, i) for i, value in enumerate(entries))
+
+
+def _go_json(value: Any) -> str:
+    """json.Marshal's text: compact, UTF-8, and HTML-safe escapes for <, > and &."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    for char, escape in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(char, escape)
+    return text
+
+
+def render_checkpoint(
+    entries: Sequence[CheckpointEntry],
+    registered: Mapping[str, Sequence[str]],
+    *,
+    boot_id: str = "",
+) -> str:
+    """
+    A checkpoint as kubelet writes it, device ids under NUMA node "-1" (no affinity) and a
+    Checksum of 0 (no kubelet reads the simulator's file). A CheckpointEntry keeps only the host
+    path of a DeviceSpec, so each is written as host path = container path, permissions "rw".
+    """
+    rows = [
+        {
+            "PodUID": e.pod_uid,
+            "ContainerName": e.container,
+            "ResourceName": e.resource,
+            "DeviceIDs": {"-1": list(e.device_ids)},
+            "AllocResp": encode_alloc_resp(
+                dict(e.envs),
+                [(path, path, "rw") for path in e.devices],
+                dict(e.annotations),
+                mounts=[(c, h, False) for c, h in e.mounts],
+                cdi_devices=e.cdi_devices,
+            ),
+        }
+        for e in entries
+    ]
+    data = {
+        "PodDeviceEntries": rows or None,
+        "RegisteredDevices": {res: list(registered[res]) for res in sorted(registered)},
+    }
+    top: dict[str, Any] = {"Data": data, "Checksum": 0}
+    if boot_id:
+        top["BootID"] = boot_id
+    return _go_json(top)

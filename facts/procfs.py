@@ -1,0 +1,139 @@
+"""
+Strict parsers for the device-node stat and the /proc fd scan (docs/INTERNALS.md).
+
+Both read GNU `stat -c '%n|%d:%i:%t:%T|%F'` lines: the path, the file's device and inode
+(decimal), the device number a device node stands for (major:minor, hex as stat prints them)
+and the file type. The scan's stderr is part of the evidence: a process the scan could not
+inspect is a holder of everything, one that ended meanwhile is nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from facts.errors import ParseError
+
+_STAT_LINE = re.compile(
+    r"(?P<path>/.*)\|(?P<dev>\d+):(?P<ino>\d+):(?P<rdev>[0-9a-f]+:[0-9a-f]+)\|(?P<ftype>.+)"
+)
+_FTYPES = frozenset(
+    {
+        "regular file",
+        "regular empty file",
+        "character special file",
+        "block special file",
+        "directory",
+        "symbolic link",
+        "fifo",
+        "socket",
+    }
+)
+_DEVICE_TYPES = frozenset({"character special file", "block special file"})
+_FD_PATH = re.compile(r"(?P<procfs>/.*)?/(?P<pid>\d+)/fd/(?P<fd>\d+)")
+# GNU stat and find quote names with '...' (stat always, find in the C locale) or with
+# ‘...’ (find in a UTF-8 locale). "cannot stat" is the wording before coreutils 8.32's statx.
+_STDERR = re.compile(
+    r"(?:stat: cannot statx? |find: )"
+    r"(?:'(?P<a>[^']*)'|‘(?P<u>[^’]*)’): "
+    r"(?P<why>No such file or directory|Permission denied)"
+)
+_SCANNED = re.compile(r"(?:/.*)?/(?P<pid>\d+)/fd(?:/\d+)?")
+
+
+@dataclass(frozen=True)
+class DevNode:
+    """What stat said about one path."""
+
+    path: str
+    dev_ino: str  # "dev:ino", decimal: the file itself
+    rdev: str  # "major:minor", hex: the device a device node stands for ("0:0" otherwise)
+    ftype: str  # stat's %F
+
+
+@dataclass(frozen=True)
+class OpenFd:
+    """An fd of a process, by its /proc path, and the file it has open."""
+
+    pid: int
+    fd_path: str
+    node: DevNode
+
+
+@dataclass(frozen=True)
+class FdScan:
+    """The fds found pointing into a /dev, and the pids whose fds could not be read."""
+
+    fds: tuple[OpenFd, ...]
+    eperm_pids: tuple[int, ...]
+
+
+def _numbered_lines(text: str) -> list[tuple[int, str]]:
+    """Numbered lines, trailing blank ones dropped; a blank line inside is an error later."""
+    lines = text.splitlines()
+    while lines and not lines[-1]:
+        lines.pop()
+    return list(enumerate(lines, start=1))
+
+
+def _stat_line(line: str, lineno: int) -> DevNode:
+    match = _STAT_LINE.fullmatch(line)
+    if match is None:
+        raise ParseError("stat: not a '%n|%d:%i:%t:%T|%F' line", line, lineno)
+    if match["ftype"] not in _FTYPES:
+        raise ParseError("stat: unknown file type", line, lineno)
+    return DevNode(
+        path=match["path"],
+        dev_ino=f"{match['dev']}:{match['ino']}",
+        rdev=match["rdev"],
+        ftype=match["ftype"],
+    )
+
+
+def parse_devnodes(text: str) -> dict[str, DevNode]:
+    """stat over the device nodes: keyed by the path as given to stat."""
+    nodes: dict[str, DevNode] = {}
+    for lineno, line in _numbered_lines(text):
+        node = _stat_line(line, lineno)
+        if node.path in nodes:
+            raise ParseError("stat: path listed twice", line, lineno)
+        nodes[node.path] = node
+    return nodes
+
+
+def _open_fd(line: str, lineno: int) -> OpenFd:
+    node = _stat_line(line, lineno)
+    where = _FD_PATH.fullmatch(node.path)
+    if where is None:
+        raise ParseError("fd scan: not a <procfs>/<pid>/fd/<n> path", line, lineno)
+    return OpenFd(pid=int(where["pid"]), fd_path=node.path, node=node)
+
+
+def _eperm_pid(line: str, lineno: int) -> int | None:
+    """The pid an error line is about when it could not be read; None when it had vanished."""
+    match = _STDERR.fullmatch(line)
+    if match is None:
+        raise ParseError("fd scan: unexpected error line", line, lineno)
+    path = match["a"] if match["a"] is not None else match["u"]
+    scanned = _SCANNED.fullmatch(path)
+    if scanned is None:
+        raise ParseError("fd scan: error about a path that is not a /proc fd", line, lineno)
+    return int(scanned["pid"]) if match["why"] == "Permission denied" else None
+
+
+def parse_fd_scan(stdout: str, stderr: str) -> FdScan:
+    """`find <procfs>/[0-9]*/fd ... | xargs stat -L -c ...`: its stdout and its stderr."""
+    fds = tuple(_open_fd(line, lineno) for lineno, line in _numbered_lines(stdout))
+    eperm = {_eperm_pid(line, lineno) for lineno, line in _numbered_lines(stderr)}
+    return FdScan(fds=fds, eperm_pids=tuple(sorted(pid for pid in eperm if pid is not None)))
+
+
+def holds(fd: OpenFd, devnode: DevNode) -> bool:
+    """
+    Whether the fd has this device node open. A device node matches by the device number it
+    stands for: inside a container the same vNPU is another inode, often under another name. Any
+    other file (the simulator's device nodes are regular files) matches by device and inode.
+    """
+    if devnode.ftype in _DEVICE_TYPES:
+        return fd.node.ftype == devnode.ftype and fd.node.rdev == devnode.rdev
+    return fd.node.dev_ino == devnode.dev_ino

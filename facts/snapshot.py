@@ -1,0 +1,333 @@
+"""
+The node read: one fact runs operations/templates/snapshot.sh.j2 and returns its sections;
+`observe()` turns them into an `Observation`, each source with its own health.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from pyinfra.api import FactBase
+
+from enforcer.model import (
+    NO_CONTAINER,
+    NODE,
+    Chip,
+    Holder,
+    Observation,
+    OwnerRecord,
+    Partition,
+    Pod,
+    SourceHealth,
+)
+from enforcer.policy import NodePaths
+from enforcer.shell import render
+from facts import ascend, checkpoint, cri, procfs
+from facts.errors import ParseError
+
+NO_LEDGER = "(absent)"  # the ledger section's marker for a node without a ledger file
+SHOWN_LINES = 3  # lines of a failed command's output that go into its health reason
+
+
+@dataclass(frozen=True)
+class Section:
+    command: str
+    rc: str  # exit code, "absent" or "missing"
+    stdout: str
+    stderr: str
+
+    def failure(self) -> str:
+        """Why this section cannot be used: the command, its exit code and its first lines."""
+        if self.rc == "absent":
+            return f"{self.command}: no such file"
+        if self.rc == "missing":
+            return f"{self.command}: command not found"
+        shown = (self.stderr or self.stdout).strip().splitlines()[:SHOWN_LINES]
+        return f"{self.command} exited {self.rc}: " + " | ".join(shown)
+
+
+@dataclass(frozen=True)
+class Sections:
+    complete: bool
+    by_name: dict[str, Section] = field(default_factory=dict)
+    problem: str = ""
+
+
+class NodeSnapshot(FactBase):
+    """
+    The whole node in one read: partitions, holders, claim records, ledger, clock.
+
+    .. code:: python
+
+        Sections(complete=True, by_name={"npu-smi-m": Section(rc="0", stdout=...), ...})
+    """
+
+    def command(self, paths: NodePaths) -> str:
+        return render(
+            "snapshot.sh.j2",
+            paths=paths,
+            npu_smi=paths.tool("npu-smi"),
+            crictl=paths.tool("crictl"),
+        )
+
+    def process(self, output: list[str]) -> Sections:
+        return parse_sections(output)
+
+
+COMMANDS = {
+    "boot-id": "cat boot_id",
+    "clock": "date +%s",
+    "npu-smi-m": "npu-smi info -m",
+    "npu-smi-info": "npu-smi info",
+    "devnodes": "stat /dev/vdavinci*",
+    "fd-scan": "the /proc fd scan",
+    "checkpoint": "cat kubelet_internal_checkpoint",
+    "crictl-pods": "crictl pods -o json",
+    "crictl-ps": "crictl ps -a -o json",
+    "ledger": "cat ledger.json",
+    "claim-digest": "sha256sum kubelet_internal_checkpoint",
+}
+
+
+def parse_sections(lines: Sequence[str]) -> Sections:
+    """The section protocol; never raises: a broken read is a node that could not be read."""
+    if not lines or lines[0] != "PE1 begin 1":
+        return Sections(False, problem="node read did not start (no 'PE1 begin 1')")
+    by_name: dict[str, Section] = {}
+    for n, line in enumerate(lines[1:], start=2):
+        if line == "PE1 end":
+            if n != len(lines):
+                return Sections(False, by_name, f"output after the end marker at line {n}")
+            return Sections(True, by_name)
+        parts = line.split(" ")
+        if len(parts) != 5 or parts[0] != "PE1":
+            return Sections(False, by_name, f"unexpected line {n} of the node read: {line[:80]!r}")
+        _, name, rc, out, err = parts
+        try:
+            stdout, stderr = _unb64(out), _unb64(err)
+        except (binascii.Error, UnicodeDecodeError) as error:
+            return Sections(False, by_name, f"section {name} is not base64 text: {error}")
+        command = COMMANDS.get(name) or _vnpu_command(name)
+        by_name[name] = Section(command, rc, stdout, stderr)
+    return Sections(False, by_name, "node read was cut short (no 'PE1 end')")
+
+
+def _unb64(text: str) -> str:
+    return "" if text == "-" else base64.b64decode(text, validate=True).decode()
+
+
+def _vnpu_command(name: str) -> str:
+    _, card, chip = (name.split(":") + ["?", "?"])[:3]
+    return f"npu-smi info -t info-vnpu -i {card} -c {chip}"
+
+
+class _Reader:
+    """Collects source health while the sections are parsed; one broken source hides no other."""
+
+    def __init__(self, sections: Sections):
+        self.sections = sections
+        self.health: list[SourceHealth] = []
+
+    def fail(self, source: str, status: str, reason: str, scope: str = NODE) -> None:
+        self.health.append(SourceHealth(source, status, scope, reason))  # type: ignore[arg-type]
+
+    def read(
+        self,
+        name: str,
+        source: str,
+        parse: Callable,
+        scope: str = NODE,
+        absent=None,
+        ok_rcs: tuple[str, ...] = ("0",),
+    ):
+        """The parsed section, or None after recording why the source could not be read."""
+        s = self.sections.by_name.get(name)
+        if s is None:
+            self.fail(source, "unreadable", f"the node read has no section {name}", scope)
+            return None
+        if s.rc in ("absent", "missing") and absent is not None:
+            return absent
+        if s.rc in ("absent", "missing"):
+            self.fail(source, "unavailable", s.failure(), scope)
+            return None
+        if s.rc not in ok_rcs:
+            self.fail(source, "unreadable", s.failure(), scope)
+            return None
+        try:
+            return parse(s)
+        except ParseError as error:
+            self.fail(source, "unreadable", f"{s.command}: {error}", scope)
+            return None
+
+
+def observe(
+    sections: Sections | None, node: str, paths: NodePaths, claim_sources: Sequence[str]
+) -> Observation:
+    if sections is None or not sections.complete:
+        why = sections.problem if sections else "the node read failed"
+        return Observation(node, "", 0.0, health=(SourceHealth("node", "unreadable", NODE, why),))
+    r = _Reader(sections)
+    boot_id = r.read("boot-id", "node", lambda s: _one_line(s.stdout, r"boot id")) or ""
+    now = r.read("clock", "node", lambda s: float(_one_line(s.stdout, "clock"))) or 0.0
+    chips = r.read("npu-smi-m", "npu-smi", lambda s: ascend.parse_chip_map(s.stdout)) or ()
+    partitions = _vnpus(r, chips)
+    processes = r.read("npu-smi-info", "npu-smi", lambda s: ascend.parse_process_table(s.stdout))
+    devnodes = r.read("devnodes", "proc-fd", lambda s: procfs.parse_devnodes(s.stdout))
+    # find and xargs exit non-zero when a process vanishes or cannot be inspected mid-scan:
+    # the parser judges every stderr line instead.
+    scan = r.read(
+        "fd-scan",
+        "proc-fd",
+        lambda s: procfs.parse_fd_scan(s.stdout, s.stderr),
+        ok_rcs=("0", "1", "123"),
+    )
+    entries = r.read(
+        "checkpoint", "kubelet-checkpoint", lambda s: checkpoint.parse_checkpoint(s.stdout)
+    )
+    sandboxes = r.read("crictl-pods", "cri", lambda s: cri.parse_pods(s.stdout))
+    containers = r.read("crictl-ps", "cri", lambda s: cri.parse_containers(s.stdout))
+    ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=NO_LEDGER)
+    digest = r.read("claim-digest", "kubelet-checkpoint", lambda s: _one_line(s.stdout, "digest"))
+    if sandboxes is None or containers is None:
+        sandboxes, containers = None, None
+
+    holders = _holders(partitions, processes, devnodes, scan, paths, sandboxes, containers)
+    pods, records = _pods_and_records(entries, sandboxes, containers)
+    keep = set(claim_sources)
+    return Observation(
+        node=node,
+        boot_id=boot_id,
+        now=now,
+        chips=tuple(chips),
+        partitions=tuple(partitions),
+        holders=tuple(holders),
+        records=tuple(x for x in records if x.source in keep),
+        pods=tuple(p for p in pods if p.source in keep),
+        health=tuple(r.health),
+        claim_digest=digest or "",
+        ledger_text=None if ledger_text in (None, NO_LEDGER) else ledger_text,
+        devnodes={k: f"{v.dev_ino}:{v.rdev}" for k, v in (devnodes or {}).items()},
+    )
+
+
+def _one_line(text: str, what: str) -> str:
+    lines = text.strip().splitlines()
+    if len(lines) != 1 or not lines[0].strip():
+        raise ParseError(f"expected one line of {what}", text[:80])
+    return lines[0].strip()
+
+
+def _vnpus(r: _Reader, chips: Sequence[Chip]) -> list[Partition]:
+    """Every chip of the chip map has its vNPU table; one that cannot be read fails that chip."""
+    found: list[Partition] = []
+    expected = {f"npu-smi-vnpu:{c.card}:{c.chip}": c for c in chips}
+    extra = [n for n in r.sections.by_name if n.startswith("npu-smi-vnpu:") and n not in expected]
+    if extra:
+        r.fail("npu-smi", "unreadable", f"vNPU tables for chips not in the chip map: {extra}")
+    for name, c in expected.items():
+        table = r.read(
+            name,
+            "npu-smi",
+            lambda s, c=c: ascend.parse_vnpu_table(s.stdout, c.card, c.chip),
+            scope=c.accelerator,
+        )
+        if table is not None:
+            found += table.partitions
+    return found
+
+
+def _holders(partitions, processes, devnodes, scan, paths, sandboxes, containers) -> list[Holder]:
+    """Rule 2's three witnesses: the in-use columns, the vendor process list, the fd scan."""
+    owners = _container_owners(sandboxes, containers)
+    holders: list[Holder] = []
+    for p in partitions:
+        ctr, status = p.usage_value("container_id"), p.usage_value("status")
+        if status != "0" or ctr != NO_CONTAINER:
+            owner = owners.get(ctr)
+            holders.append(
+                Holder(p.key, "npu-smi-status", None, f"Container ID {ctr}, Status {status}", owner)
+            )
+    if devnodes is None or scan is None:
+        return holders  # proc-fd is unreadable: rule 1 keeps every partition
+    open_by: dict[str, set[int]] = {}
+    for p in partitions:
+        dev = devnodes.get(f"{paths.dev_dir}/vdavinci{p.id}")
+        if dev is None:
+            holders.append(
+                Holder(
+                    p.key, "proc-fd", None, f"no device node {paths.dev_dir}/vdavinci{p.id} to scan"
+                )
+            )
+            continue
+        for fd in scan.fds:
+            if procfs.holds(fd, dev):
+                open_by.setdefault(p.key, set()).add(fd.pid)
+                holders.append(
+                    Holder(p.key, "proc-fd", fd.pid, f"pid {fd.pid} has {dev.path} open")
+                )
+    holders += [
+        Holder(None, "proc-fd", pid, f"pid {pid} cannot be inspected (EPERM)")
+        for pid in scan.eperm_pids
+    ]
+    for proc in processes or ():
+        on_chip = [p for p in partitions if p.accelerator == f"npu:{proc.card}:{proc.chip}"]
+        seen = [p for p in on_chip if proc.pid in open_by.get(p.key, ())]
+        for p in seen or on_chip:
+            why = "" if seen else ", no vNPU device of it found open"
+            holders.append(
+                Holder(
+                    p.key,
+                    "npu-smi-processes",
+                    proc.pid,
+                    f"pid {proc.pid} ({proc.name}) on NPU {proc.card} chip {proc.chip}{why}",
+                )
+            )
+    return holders
+
+
+def _container_owners(sandboxes, containers) -> dict[str, str]:
+    """npu-smi's 12-hex Container ID -> pod UID, when it names exactly one CRI container."""
+    if sandboxes is None or containers is None:
+        return {}
+    uid_of = {s.id: s.uid for s in sandboxes}
+    by_prefix: dict[str, list[str]] = {}
+    for c in containers:
+        if c.sandbox_id in uid_of:
+            by_prefix.setdefault(c.id[:12], []).append(uid_of[c.sandbox_id])
+    return {k: v[0] for k, v in by_prefix.items() if len(v) == 1 and k != NO_CONTAINER}
+
+
+def _pods_and_records(entries, sandboxes, containers) -> tuple[list[Pod], list[OwnerRecord]]:
+    pods: list[Pod] = []
+    records = [
+        OwnerRecord(
+            e.pod_uid,
+            "kubelet-checkpoint",
+            f"checkpoint {e.pod_uid}/{e.container} {e.resource}",
+            e.resource,
+            e.device_ids,
+            e.envs,
+            e.annotations,
+        )
+        for e in entries or ()
+    ]
+    for s in sandboxes or ():
+        live = [
+            c for c in containers or () if c.sandbox_id == s.id and c.state != "CONTAINER_EXITED"
+        ]
+        if s.state == "SANDBOX_READY":
+            detail = "sandbox ready"
+        elif live:
+            detail = f"sandbox not ready, container {live[0].name} {live[0].state}"
+        else:
+            continue  # a dead sandbox proves nothing either way: kubelet may recreate it
+        pods.append(Pod(s.uid, "cri", "alive", s.name, s.namespace, detail))
+        records.append(
+            OwnerRecord(
+                s.uid, "cri", f"cri sandbox {s.namespace}/{s.name}", annotations=s.annotations
+            )
+        )
+    return pods, records

@@ -1,0 +1,77 @@
+"""
+One host's run, wired: host data -> node read -> decide -> operations. deploy.py calls `converge()`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from pyinfra.api.exceptions import DeployError
+
+from enforcer import ledger as ledgers
+from enforcer import report as reports
+from enforcer.contract import decide
+from enforcer.model import Observation
+from enforcer.policy import HOST_DATA_KEYS, Policy, PolicyError, policy_from_host_data
+from facts import kubeapi
+from facts.snapshot import NodeSnapshot, observe
+from operations import enforce
+
+
+def host_policy(host) -> Policy:
+    """The host's policy, validated before anything runs; bad data names the host and the key."""
+    data = {k: host.data.get(k) for k in HOST_DATA_KEYS if host.data.get(k) is not None}
+    data.setdefault("enforcer_node_name", host.name)
+    try:
+        return policy_from_host_data(host.name, data)
+    except PolicyError as error:
+        raise DeployError(str(error)) from error
+
+
+def read_node(host, policy: Policy) -> Observation:
+    sections = host.get_fact(NodeSnapshot, paths=policy.paths)
+    obs = observe(sections, policy.node_name, policy.paths, policy.claim_sources)
+    if "kubernetes-api" in policy.claim_sources:
+        pod_list = kubeapi.list_pods_once(policy.kubeconfig)  # one LIST per run for all hosts
+        pods, records, health = kubeapi.for_node(pod_list, policy.node_name)
+        obs = Observation(
+            **{
+                **obs.__dict__,
+                "pods": obs.pods + pods,
+                "records": obs.records + records,
+                "health": obs.health + (health,),
+            }
+        )
+    return obs
+
+
+def converge(host) -> None:
+    policy = host_policy(host)
+    obs = read_node(host, policy)
+    try:
+        ledger, note = ledgers.load(obs.ledger_text), "ok" if obs.ledger_text else "missing"
+    except ledgers.LedgerError as error:
+        ledger, note = ledgers.Ledger(), f"set aside: {error}"
+    verdicts, next_ledger = decide(obs, ledger, policy, obs.now)
+    mode = "dry" if "--dry" in sys.argv else policy.mode  # pyinfra does not tell a deploy
+    report = reports.build(host.name, obs, verdicts, mode, note)
+    print(reports.table(report), flush=True)
+    if not obs.boot_id:
+        return  # the node could not be read: nothing to record, nothing to destroy
+    enforce.write_state(
+        name="Record the ledger and the run report",
+        ledger=ledgers.dump(next_ledger),
+        report=json.dumps(report, indent=1) + "\n",
+        paths=policy.paths,
+        set_aside=note.startswith("set aside"),
+        stamp=int(obs.now),
+    )
+    if policy.mode == "converge":
+        enforce.destroy_orphans(
+            name="Destroy partitions proven orphaned",
+            verdicts=verdicts,
+            obs=obs,
+            paths=policy.paths,
+            _continue_on_error=True,
+        )

@@ -1,0 +1,72 @@
+"""
+Operations: verdicts -> commands. Each only yields shell rendered from operations/templates; the
+decision was made before, in `enforcer.contract.decide()`.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+
+from pyinfra import host
+from pyinfra.api import operation
+
+from enforcer.model import VNPU, Observation, Verdict
+from enforcer.policy import NodePaths
+from enforcer.shell import render
+
+
+@operation(is_idempotent=False)
+def write_state(ledger: str, report: str, paths: NodePaths, set_aside: bool, stamp: int):
+    """
+    Write the next ledger and the run report, atomically (temp file, fsync, rename; 0600 in a
+    0700 dir) under the node lock. ``set_aside`` keeps a ledger that could not be read, renamed.
+    """
+    yield render(
+        "write-state.sh.j2",
+        paths=paths,
+        ledger=_b64(ledger),
+        report=_b64(report),
+        set_aside=set_aside,
+        stamp=stamp,
+    )
+
+
+@operation(is_idempotent=False)
+def destroy_orphans(verdicts: Sequence[Verdict], obs: Observation, paths: NodePaths):
+    """
+    Destroy the partitions proven orphaned, each re-proven on the node under the lock.
+
+    .. code:: python
+
+        destroy_orphans(verdicts=verdicts, obs=obs, paths=policy.paths)
+    """
+    orphans = [v for v in verdicts if v.is_orphan]
+    if not orphans:
+        host.noop("no partition is proven orphaned")
+        return
+    for v in orphans:
+        yield destroy_command(v, obs, paths)
+
+
+def destroy_command(v: Verdict, obs: Observation, paths: NodePaths) -> str:
+    p = v.partition
+    if p.kind != VNPU:
+        raise ValueError(f"no destroy for partition kind {p.kind}")
+    fields = dict(p.identity_fields)
+    return render(
+        "destroy-vnpu.sh.j2",
+        paths=paths,
+        npu_smi=paths.tool("npu-smi"),
+        card=int(fields["card"]),
+        chip=int(fields["chip"]),
+        vnpu=int(fields["vnpu"]),
+        expected=[fields["vgroup"], "000000000000", "0", fields["template"]],
+        devnode=f"{paths.dev_dir}/vdavinci{fields['vnpu']}",
+        boot_id=obs.boot_id,
+        digest=obs.claim_digest,
+    )
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()

@@ -1,0 +1,390 @@
+"""The safety contract on decide(), one test (or a few) per rule, named after it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from enforcer.contract import decide
+from enforcer.ledger import Ledger, dump, load
+from enforcer.model import (
+    NO_CONTAINER,
+    NODE,
+    VNPU,
+    Holder,
+    Observation,
+    OwnerRecord,
+    Partition,
+    Pod,
+    SourceHealth,
+)
+from enforcer.policy import policy_from_host_data
+
+BOOT = "6f1c1a52-0c57-4b7a-9a4e-3d1f0b8e2a11"
+T0 = 1_764_450_000.0
+OK = tuple(
+    SourceHealth(s, "ok") for s in ("node", "npu-smi", "proc-fd", "kubelet-checkpoint", "cri")
+)
+
+
+def vnpu(
+    vid: int,
+    template: str = "vir02",
+    chip: int = 0,
+    container: str = NO_CONTAINER,
+    status: str = "0",
+    vgroup: str = "0",
+) -> Partition:
+    return Partition(
+        VNPU,
+        f"npu:0:{chip}",
+        str(vid),
+        template,
+        (
+            ("card", "0"),
+            ("chip", str(chip)),
+            ("vnpu", str(vid)),
+            ("vgroup", vgroup),
+            ("template", template),
+        ),
+        (("container_id", container), ("status", status)),
+    )
+
+
+def node(*partitions: Partition, now: float = T0, boot: str = BOOT, **more) -> Observation:
+    return Observation("n1", boot, now, partitions=partitions, health=OK, **more)
+
+
+def policy(**data):
+    base = {"enforcer_grace_runs": 3, "enforcer_grace_seconds": 600}
+    return policy_from_host_data("n1", base | {f"enforcer_{k}": v for k, v in data.items()})
+
+
+def hami(uid: str, template: str = "vir02") -> OwnerRecord:
+    """A HAMi checkpoint entry: placeholder device ids, the template in the allocate response."""
+    return OwnerRecord(
+        uid,
+        "kubelet-checkpoint",
+        f"checkpoint {uid}/main huawei.com/Ascend310P",
+        "huawei.com/Ascend310P",
+        ("E281A66C-0140C979-2CFBED72-00000000-00000001-0",),
+        (("ASCEND_VISIBLE_DEVICES", "0"), ("ASCEND_VNPU_SPECS", template)),
+    )
+
+
+def runs(obs_at, n: int, step: float = 300.0, pol=None, ledger: Ledger | None = None):
+    """n runs, `step` seconds apart; obs_at(i) gives run i's observation (its clock is set)."""
+    pol = pol or policy()
+    ledger = ledger or Ledger()
+    verdicts = []
+    start = ledger.last_run + step if ledger.last_run else T0  # a later call goes on in time
+    for i in range(n):
+        obs = replace(obs_at(i), now=start + i * step)
+        verdicts, ledger = decide(obs, load(dump(ledger)), pol, obs.now)
+    return {v.partition.id: v for v in verdicts}, ledger
+
+
+def status(verdicts, vid) -> str:
+    return verdicts[str(vid)].status
+
+
+# Rule 1: everything was read.
+
+
+def test_everything_was_read_unreadable_required_source_makes_every_partition_inconclusive():
+    broken = OK[:3] + (SourceHealth("kubelet-checkpoint", "unreadable", NODE, "not JSON"),)
+    v, _ = runs(lambda i: replace(node(vnpu(102)), health=broken), 5)
+    assert status(v, 102) == "inconclusive"
+    assert "not JSON" in v["102"].reason
+
+
+def test_everything_was_read_absent_checkpoint_is_not_nothing_claimed():
+    absent = OK[:3] + (
+        SourceHealth("kubelet-checkpoint", "unavailable", NODE, "no such file"),
+        SourceHealth("cri", "ok"),
+    )
+    v, _ = runs(lambda i: replace(node(vnpu(102)), health=absent), 5)
+    assert status(v, 102) == "inconclusive"
+
+
+def test_everything_was_read_failure_on_one_chip_spares_the_others():
+    health = OK + (SourceHealth("npu-smi", "unreadable", "npu:0:1", "garbage"),)
+    v, _ = runs(lambda i: replace(node(vnpu(102), vnpu(118, chip=1)), health=health), 4)
+    assert status(v, 118) == "inconclusive"
+    assert status(v, 102) == "orphan"
+
+
+def test_everything_was_read_a_source_not_required_does_not_block():
+    health = OK[:4] + (SourceHealth("cri", "unavailable", NODE, "crictl not found"),)
+    pol = policy(required_sources=["kubelet-checkpoint"])
+    v, _ = runs(lambda i: replace(node(vnpu(102)), health=health), 4, pol=pol)
+    assert status(v, 102) == "orphan"
+
+
+# Rule 2: not held.
+
+
+def test_not_held_in_use_column_keeps_the_vnpu():
+    p = vnpu(100, container="3f2a9c1d7e6b", status="1")
+    holder = Holder(p.key, "npu-smi-status", None, "Container ID 3f2a9c1d7e6b, Status 1")
+    v, _ = runs(lambda i: node(p, holders=(holder,)), 6)
+    assert status(v, 100) == "held"
+
+
+def test_not_held_a_process_with_the_device_open_keeps_it():
+    p = vnpu(101)
+    holder = Holder(p.key, "proc-fd", 4242, "pid 4242 has /dev/vdavinci101 open")
+    v, _ = runs(lambda i: node(p, holders=(holder,)), 6)
+    assert status(v, 101) == "held" and "4242" in v["101"].reason
+
+
+def test_not_held_a_process_that_cannot_be_inspected_holds_everything():
+    eperm = Holder(None, "proc-fd", 77, "pid 77 cannot be inspected (EPERM)")
+    v, _ = runs(lambda i: node(vnpu(102), vnpu(103), holders=(eperm,)), 6)
+    assert {status(v, 102), status(v, 103)} == {"held"}
+
+
+def test_not_held_restarts_the_streak_when_seen_held():
+    p = vnpu(102)
+    holder = Holder(p.key, "proc-fd", 9, "pid 9 has it open")
+    v, _ = runs(lambda i: node(p, holders=(holder,) if i == 2 else ()), 5)
+    assert status(v, 102) == "pending" and v["102"].streak_runs == 2
+
+
+# Rule 3: not claimed.
+
+
+def test_not_claimed_exact_claim_of_huaweis_plugin_keeps_its_vnpu():
+    real = OwnerRecord(
+        "pod-a",
+        "cri",
+        "cri sandbox default/a",
+        annotations=(("huawei.com/AscendReal", "Ascend310P-2c-102-0_1"),),
+    )
+    alive = Pod("pod-a", "cri", "alive", "a", "default", "sandbox ready")
+    v, _ = runs(lambda i: node(vnpu(102), vnpu(103), records=(real,), pods=(alive,)), 6)
+    assert status(v, 102) == "claimed" and status(v, 103) == "orphan"
+
+
+def test_not_claimed_starting_pod_keeps_its_newest_vnpu_and_loses_older_zombies():
+    # Zombies 102 and 103 from earlier failed creates, seen from the first run; the pod's own
+    # vNPU 104 appears in run 1: count-aware, the claim for one vir02 protects the newest.
+    def at(i):
+        parts = (vnpu(102), vnpu(103)) + ((vnpu(104),) if i >= 1 else ())
+        return node(*parts, records=(hami("pod-b"),))
+
+    v, _ = runs(at, 5)
+    assert status(v, 104) == "claimed"
+    assert status(v, 102) == status(v, 103) == "orphan"
+
+
+def test_not_claimed_when_which_is_newest_cannot_be_told_all_tied_are_kept():
+    # A new ledger sees all three in one run: the pod's one could be any of them.
+    v, _ = runs(lambda i: node(vnpu(102), vnpu(103), vnpu(104), records=(hami("pod-b"),)), 6)
+    assert {status(v, 102), status(v, 103), status(v, 104)} == {"claimed"}
+
+
+def test_not_claimed_an_owner_that_holds_its_vnpu_protects_no_other():
+    running = vnpu(100, container="3f2a9c1d7e6b", status="1")
+    holder = Holder(running.key, "npu-smi-status", None, "Status 1", owner_uid="pod-a")
+    v, _ = runs(lambda i: node(running, vnpu(102), records=(hami("pod-a"),), holders=(holder,)), 4)
+    assert status(v, 100) == "held" and status(v, 102) == "orphan"
+
+
+def test_not_claimed_a_held_vnpu_nobody_can_be_tied_to_does_not_satisfy_a_claim():
+    running = vnpu(100, container="ffffffffffff", status="1")
+    holder = Holder(running.key, "npu-smi-status", None, "Status 1")  # owner unknown
+    v, _ = runs(lambda i: node(running, vnpu(102), records=(hami("pod-a"),), holders=(holder,)), 4)
+    assert status(v, 102) == "claimed"
+
+
+def test_not_claimed_other_template_is_not_protected():
+    v, _ = runs(lambda i: node(vnpu(102, "vir04"), records=(hami("pod-b", "vir02"),)), 4)
+    assert status(v, 102) == "orphan"
+
+
+def test_not_claimed_owner_known_to_no_source_may_still_be_coming():
+    # A checkpoint entry with no sandbox yet: kubelet allocates at admission, before the sandbox.
+    v, _ = runs(lambda i: node(vnpu(102), records=(hami("pod-p"),)), 6)
+    assert status(v, 102) == "claimed"
+
+
+def test_not_claimed_owner_the_api_lists_no_more_is_gone():
+    health = OK + (SourceHealth("kubernetes-api", "ok"),)
+    pol = policy(claim_sources=["kubelet-checkpoint", "cri", "kubernetes-api"])
+    v, _ = runs(
+        lambda i: replace(node(vnpu(102), records=(hami("pod-gone"),)), health=health), 4, pol=pol
+    )
+    assert status(v, 102) == "orphan"
+
+
+def test_not_claimed_any_one_source_saying_alive_keeps_it():
+    health = OK + (SourceHealth("kubernetes-api", "ok"),)
+    pol = policy(claim_sources=["kubelet-checkpoint", "cri", "kubernetes-api"])
+    pods = (
+        Pod("pod-b", "kubernetes-api", "ended", detail="Succeeded"),
+        Pod("pod-b", "cri", "alive", detail="sandbox ready"),
+    )
+    obs = replace(node(vnpu(102), records=(hami("pod-b"),), pods=pods), health=health)
+    v, _ = runs(lambda i: obs, 4, pol=pol)
+    assert status(v, 102) == "claimed"
+
+
+def test_not_claimed_unreadable_annotation_claims_every_vnpu():
+    broken = OwnerRecord(
+        "pod-a",
+        "cri",
+        "cri sandbox default/a",
+        annotations=(("huawei.com/Ascend310P", "[{not json"),),
+    )
+    alive = Pod("pod-a", "cri", "alive")
+    v, _ = runs(lambda i: node(vnpu(102), vnpu(103, "vir04"), records=(broken,), pods=(alive,)), 4)
+    assert {status(v, 102), status(v, 103)} == {"claimed"}
+
+
+def test_not_claimed_the_same_allocation_seen_by_two_sources_is_counted_once():
+    note = OwnerRecord(
+        "pod-b",
+        "cri",
+        "cri sandbox default/b",
+        annotations=(
+            (
+                "huawei.com/Ascend310P",
+                '[{"UUID":"E281A66C-0140C979-2CFBED72-00000000-00000001",'
+                '"temp":"vir02","memory":6144}]',
+            ),
+        ),
+    )
+    alive = Pod("pod-b", "cri", "alive")
+
+    def at(i):
+        parts = (vnpu(102),) + ((vnpu(103),) if i >= 1 else ())
+        return node(*parts, records=(hami("pod-b"), note), pods=(alive,))
+
+    v, _ = runs(at, 5)
+    assert status(v, 103) == "claimed" and status(v, 102) == "orphan"
+
+
+# Rule 4: not pinned.
+
+
+def test_not_pinned_host_data_pin_is_never_touched():
+    pol = policy(pinned=[{"kind": "ascend-vnpu", "id": "102"}])
+    v, _ = runs(lambda i: node(vnpu(102), vnpu(103)), 6, pol=pol)
+    assert status(v, 102) == "pinned" and status(v, 103) == "orphan"
+
+
+# Rule 5: proven over time.
+
+
+def test_proven_over_time_needs_both_runs_and_seconds():
+    v, _ = runs(lambda i: node(vnpu(102)), 2, step=1000)
+    assert status(v, 102) == "pending" and "2/3 runs" in v["102"].reason
+    v, _ = runs(lambda i: node(vnpu(102)), 5, step=60)  # 5 runs but 240 s of 600
+    assert status(v, 102) == "pending" and "240/600 s" in v["102"].reason
+    v, _ = runs(lambda i: node(vnpu(102)), 3, step=300)
+    assert status(v, 102) == "orphan"
+
+
+def test_proven_over_time_missing_ledger_is_a_first_observation():
+    _, ledger = runs(lambda i: node(vnpu(102)), 3)
+    v, _ = runs(lambda i: node(vnpu(102)), 1, ledger=Ledger())
+    assert status(v, 102) == "pending" and v["102"].streak_runs == 1
+    assert ledger.entries  # the ledger had a long streak; losing it restarts
+
+
+def test_proven_over_time_restarts_when_the_boot_id_changes():
+    v, _ = runs(lambda i: node(vnpu(102), boot=BOOT if i < 3 else "other-boot"), 4)
+    assert status(v, 102) == "pending" and v["102"].streak_runs == 1
+
+
+def test_proven_over_time_restarts_when_the_clock_goes_backwards():
+    _, ledger = runs(lambda i: node(vnpu(102)), 2)
+    obs = node(vnpu(102), now=T0 - 50)
+    verdicts, _ = decide(obs, ledger, policy(), obs.now)
+    assert verdicts[0].status == "pending" and verdicts[0].streak_runs == 1
+
+
+def test_proven_over_time_restarts_after_a_gap_nobody_watched():
+    v, _ = runs(lambda i: node(vnpu(102)), 3, step=4000)  # gap > 3600 s
+    assert status(v, 102) == "pending" and v["102"].streak_runs == 1
+
+
+def test_proven_over_time_a_successor_at_the_same_place_starts_anew():
+    v, _ = runs(
+        lambda i: node(vnpu(102, vgroup="0" if i < 3 else "1")), 4, pol=policy(grace_runs=5)
+    )
+    assert status(v, 102) == "pending" and v["102"].streak_runs == 1
+
+
+def test_proven_over_time_restarts_when_a_run_cannot_decide():
+    broken = OK[:3] + (
+        SourceHealth("kubelet-checkpoint", "unreadable", NODE, "truncated"),
+        SourceHealth("cri", "ok"),
+    )
+    v, _ = runs(lambda i: replace(node(vnpu(102)), health=broken if i == 2 else OK), 4)
+    assert status(v, 102) == "pending" and v["102"].streak_runs == 1
+
+
+# Rule 6: not implausible (the circuit breaker).
+
+
+def test_not_implausible_a_claim_source_that_went_silent_trips_the_breaker():
+    alive = Pod("pod-a", "cri", "alive")
+    v, ledger = runs(lambda i: node(vnpu(102), pods=(alive,) if i < 3 else ()), 4)
+    assert status(v, 102) == "breaker" and "cri" in v["102"].reason
+    assert ledger.live_owners["cri"] == 1  # kept while tripped: it trips again next run
+    v, _ = runs(lambda i: node(vnpu(102)), 1, ledger=ledger)
+    assert status(v, 102) == "breaker"
+
+
+def test_not_implausible_too_many_destroys_trip_the_breaker():
+    many = tuple(vnpu(100 + i) for i in range(6))
+    v, _ = runs(lambda i: node(*many), 4)
+    assert {x.status for x in v.values()} == {"breaker"}
+    v, _ = runs(lambda i: node(*many), 4, pol=policy(breaker="off"))
+    assert {x.status for x in v.values()} == {"orphan"}
+
+
+def test_not_implausible_a_few_destroys_pass():
+    v, _ = runs(
+        lambda i: node(
+            vnpu(102),
+            vnpu(103),
+            *(vnpu(104 + i, status="1") for i in range(3)),
+            holders=tuple(Holder(vnpu(104 + i).key, "npu-smi-status") for i in range(3)),
+        ),
+        4,
+    )
+    assert status(v, 102) == "orphan" and status(v, 103) == "orphan"
+
+
+# Rule 8: verified after (the destroy itself, rule 7, runs on the node: see the e2e tests).
+
+
+def test_verified_after_destroy_counts_once_the_listing_no_longer_shows_it():
+    v, ledger = runs(lambda i: node(vnpu(102)), 3)
+    assert status(v, 102) == "orphan"
+    assert ledger.entries[vnpu(102).identity(BOOT)].destroy_attempts == 1
+    v, ledger = runs(lambda i: node(), 1, ledger=ledger)
+    assert status(v, 102) == "destroyed" and not ledger.entries
+
+
+def test_verified_after_a_failed_destroy_is_retried_and_counted():
+    _, ledger = runs(lambda i: node(vnpu(102)), 3)
+    v, ledger = runs(lambda i: node(vnpu(102)), 1, ledger=ledger)
+    assert status(v, 102) == "orphan" and "retry after 1 failed" in v["102"].reason
+    assert ledger.entries[vnpu(102).identity(BOOT)].destroy_attempts == 2
+
+
+def test_verified_after_an_unreadable_listing_proves_nothing_and_forgets_nothing():
+    _, ledger = runs(lambda i: node(vnpu(102)), 3)
+    broken = (SourceHealth("npu-smi", "unreadable", NODE, "timeout"),) + OK[1:]
+    v, ledger = runs(lambda i: replace(node(), health=broken), 1, ledger=ledger)
+    assert "102" not in v
+    assert ledger.entries[vnpu(102).identity(BOOT)].destroy_attempts == 1
+
+
+def test_plan_mode_decides_but_records_no_destroy():
+    v, ledger = runs(lambda i: node(vnpu(102)), 3, pol=policy(mode="plan"))
+    assert status(v, 102) == "orphan"
+    assert ledger.entries[vnpu(102).identity(BOOT)].destroy_attempts == 0

@@ -1,0 +1,323 @@
+"""
+The kubernetes-api source against a real HTTP server on 127.0.0.1 that answers GET /api/v1/pods
+as the API server does (PodList JSON, limit/continue paging, Status bodies on errors), reached
+by the official client through a kubeconfig file. Everything stays on loopback, every wait is
+bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from enforcer.model import OwnerRecord, Pod, SourceHealth
+from facts import kubeapi
+from facts.kubeapi import ApiPod, PodList, for_node, list_pods, list_pods_once
+
+TOKEN = "t0ken-for-tests"
+
+
+def pod(
+    name: str,
+    node: str | None,
+    phase: str | None,
+    *,
+    namespace: str = "ai",
+    deleting: bool = False,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One item as the API server lists it (only the fields the source reads, plus noise)."""
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": f"uid-{name}",
+        "resourceVersion": "4711",
+        "labels": {"app": name},
+    }
+    if annotations is not None:
+        meta["annotations"] = annotations
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-16T10:00:00Z"
+        meta["deletionGracePeriodSeconds"] = 30
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
+    if node is not None:
+        spec["nodeName"] = node
+    status = {} if phase is None else {"phase": phase, "qosClass": "BestEffort"}
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+@dataclass
+class FakeApiServer:
+    """What the server answers, and what it was asked."""
+
+    items: list[dict[str, Any]] = field(default_factory=list)
+    page_size: int | None = None  # the server's own page size (servers may return fewer)
+    status: int = 200
+    stall: float = 0.0  # seconds to wait before answering
+    expire_after_pages: int | None = None  # answer 410 Gone to later continue tokens
+    requests: list[dict[str, list[str]]] = field(default_factory=list)
+    authorization: list[str] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+    url: str = ""
+
+    def answer(self, path: str) -> tuple[int, dict[str, Any]]:
+        url = urlsplit(path)
+        query = parse_qs(url.query)
+        self.requests.append(query)
+        if url.path != "/api/v1/pods":
+            return 404, status_body(404, "NotFound", f"the server could not find {url.path}")
+        if self.status != 200:
+            return self.status, status_body(self.status, "InternalError", "etcdserver: timeout")
+        token = query.get("continue", ["0"])[0]
+        start = int(token.removeprefix("page-"))
+        if self.expire_after_pages is not None and start >= self.expire_after_pages:
+            return 410, status_body(410, "Expired", "The provided continue parameter is too old")
+        return 200, self.page(start, int(query.get("limit", ["0"])[0]))
+
+    def page(self, start: int, limit: int) -> dict[str, Any]:
+        everything = len(self.items)
+        size = min(limit or everything, self.page_size or everything)
+        meta: dict[str, Any] = {"resourceVersion": "4711"}
+        if start + size < everything:
+            meta["continue"] = f"page-{start + size}"
+            meta["remainingItemCount"] = everything - start - size
+        items = self.items[start : start + size]
+        return {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}
+
+
+def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def handler_for(fake: FakeApiServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            fake.authorization.append(self.headers.get("Authorization", ""))
+            if fake.stall:
+                fake.release.wait(fake.stall)
+            code, body = fake.answer(self.path)
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass  # keep test output clean
+
+    return Handler
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loopback only: no proxy from the environment, no in-cluster config, no user kubeconfig."""
+    for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("ALL_PROXY", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeApiServer]:
+    server_state = FakeApiServer()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(server_state))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    server_state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield server_state
+    finally:
+        server_state.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def kubeconfig(tmp_path: Path, server: str) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\n"
+        "kind: Config\n"
+        "clusters:\n"
+        f"- name: test\n  cluster:\n    server: {server}\n"
+        "users:\n"
+        f"- name: enforcer\n  user:\n    token: {TOKEN}\n"
+        "contexts:\n"
+        "- name: test\n  context:\n    cluster: test\n    user: enforcer\n"
+        "current-context: test\n"
+    )
+    return str(path)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_pods_are_grouped_per_node_with_their_states(fake: FakeApiServer, tmp_path: Path):
+    fake.items = [
+        pod("running", "n1", "Running", annotations={"huawei.com/npu-core": "0-vir02"}),
+        pod("pending", "n1", "Pending"),
+        pod("done", "n1", "Succeeded"),
+        pod("crashed", "n1", "Failed"),
+        pod("terminating", "n1", "Running", deleting=True),
+        pod("failed-deleting", "n1", "Failed", deleting=True),
+        pod("lost", "n1", "Unknown"),
+        pod("elsewhere", "n2", "Running", namespace="kube-system"),
+        pod("unscheduled", None, "Pending"),
+    ]
+    listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=5)
+    assert listed.ok, listed.reason
+    assert len(listed.pods) == 9
+    assert fake.authorization[0] == f"Bearer {TOKEN}"
+
+    pods, records, health = for_node(listed, "n1")
+    assert health == SourceHealth("kubernetes-api", "ok", reason="7 of 9 pods on node")
+    states = {p.name: p.state for p in pods}
+    assert states == {
+        "running": "alive",
+        "pending": "alive",
+        "done": "ended",
+        "crashed": "ended",
+        "terminating": "alive",
+        "failed-deleting": "alive",
+        "lost": "alive",  # Unknown: the node lost contact, the pod may still run
+    }
+    assert pods[0] == Pod(
+        "uid-running", "kubernetes-api", "alive", "running", "ai", "phase Running"
+    )
+    assert records[0] == OwnerRecord(
+        "uid-running",
+        "kubernetes-api",
+        "pod ai/running",
+        annotations=(("huawei.com/npu-core", "0-vir02"),),
+    )
+    assert [r.where for r in records][-1] == "pod ai/lost"
+
+    other_pods, other_records, _ = for_node(listed, "n2")
+    assert [(p.uid, p.namespace) for p in other_pods] == [("uid-elsewhere", "kube-system")]
+    assert [r.where for r in other_records] == ["pod kube-system/elsewhere"]
+    assert for_node(listed, "n9")[:2] == ((), ())
+
+
+def test_paged_answer_is_read_whole(fake: FakeApiServer, tmp_path: Path):
+    fake.items = [pod(f"p{i}", f"n{i % 2}", "Running") for i in range(5)]
+    fake.page_size = 2
+    listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=5)
+    assert listed.ok, listed.reason
+    assert [p.name for p in listed.pods] == ["p0", "p1", "p2", "p3", "p4"]
+    assert [r.get("continue") for r in fake.requests] == [None, ["page-2"], ["page-4"]]
+    assert all(r["limit"] == [str(kubeapi.PAGE_SIZE)] for r in fake.requests)
+
+
+def test_expired_continue_token_leaves_the_list_unavailable(fake: FakeApiServer, tmp_path: Path):
+    fake.items = [pod(f"p{i}", "n1", "Running") for i in range(5)]
+    fake.page_size, fake.expire_after_pages = 2, 2
+    listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=5)
+    assert not listed.ok and listed.pods == ()
+    assert "page 2" in listed.reason and "HTTP 410" in listed.reason
+    assert "continue parameter is too old" in listed.reason
+    assert for_node(listed, "n1")[:2] == ((), ())  # not a partial list
+
+
+def test_server_down_is_unavailable_with_reason(tmp_path: Path):
+    port = closed_port()
+    listed = list_pods(kubeconfig(tmp_path, f"http://127.0.0.1:{port}"), timeout=5)
+    assert not listed.ok
+    assert f"127.0.0.1:{port}" in listed.reason and "refused" in listed.reason
+    pods, records, health = for_node(listed, "n1")
+    assert (pods, records) == ((), ())
+    assert health.status == "unavailable" and health.reason == listed.reason
+
+
+def test_http_500_is_unavailable(fake: FakeApiServer, tmp_path: Path):
+    fake.status = 500
+    listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=5)
+    assert not listed.ok
+    assert "HTTP 500" in listed.reason and "etcdserver: timeout" in listed.reason
+    assert for_node(listed, "n1")[2].status == "unavailable"
+
+
+def test_slow_server_times_out_within_budget(fake: FakeApiServer, tmp_path: Path):
+    fake.stall = 5
+    listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=0.5)
+    assert not listed.ok and "Timeout" in listed.reason
+
+
+def test_missing_kubeconfig_is_unavailable(tmp_path: Path):
+    missing = str(tmp_path / "nope")
+    listed = list_pods(missing, timeout=5)
+    assert not listed.ok and f"cannot load {missing}" in listed.reason
+
+
+def test_default_kubeconfig_follows_the_environment(tmp_path: Path):
+    listed = list_pods(None, timeout=5)  # KUBECONFIG points nowhere (fixture)
+    assert not listed.ok and "cannot load /nonexistent/kubeconfig" in listed.reason
+
+
+def test_in_cluster_config_is_used_when_the_service_host_is_set(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(closed_port()))
+    listed = list_pods(None, timeout=5)  # no service account token here
+    assert not listed.ok and "in-cluster config" in listed.reason
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"<html>login</html>", "not JSON"),
+        (b'{"kind": "Status"}', "not a PodList"),
+        (b'{"kind": "PodList", "metadata": {}}', "without metadata or items"),
+        (b'{"kind": "PodList", "metadata": {}, "items": [{"metadata": {}}]}', "malformed pod"),
+        (
+            b'{"kind": "PodList", "metadata": {}, "items": [{"metadata": {"uid": "u",'
+            b' "name": "a", "namespace": "b", "annotations": {"k": 1}}}]}',
+            "malformed pod",
+        ),
+    ],
+)
+def test_a_malformed_answer_is_unavailable(body: bytes, why: str):
+    with pytest.raises(kubeapi._Failure, match=why):
+        kubeapi._parse_page(kubeapi._decode(body, "GET /api/v1/pods"), 1)
+
+
+def test_one_list_per_run_is_shared_by_every_host(
+    fake: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(kubeapi, "_RUN_LISTS", {})
+    fake.items = [pod("a", "n1", "Running"), pod("b", "n2", "Running")]
+    config = kubeconfig(tmp_path, fake.url)
+    first, second = list_pods_once(config, timeout=5), list_pods_once(config, timeout=5)
+    assert first is second and first.ok
+    assert len(fake.requests) == 1
+
+
+def test_a_failed_list_is_never_read_as_no_pods():
+    failed = PodList(False, "GET https://api:6443/api/v1/pods (page 1): HTTP 403 Forbidden", (), 0)
+    assert for_node(failed, "n1") == (
+        (),
+        (),
+        SourceHealth("kubernetes-api", "unavailable", reason=failed.reason),
+    )
+    listed = PodList(True, "1 pods listed", (ApiPod("u", "a", "b", "n1", "Running", False),), 0)
+    assert for_node(listed, "n1")[2].status == "ok"

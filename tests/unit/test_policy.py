@@ -1,0 +1,296 @@
+"""Host data -> Policy: defaults, node paths, errors that name host and key, --data values."""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from enforcer.model import Partition
+from enforcer.policy import (
+    HOST_DATA_KEYS,
+    SCHEMA,
+    NodePaths,
+    PinSelector,
+    PolicyError,
+    policy_from_host_data,
+)
+
+VNPU = Partition(
+    kind="ascend-vnpu",
+    accelerator="npu:0:0",
+    id="100",
+    profile="vir02",
+    identity_fields=(("vnpu_id", "100"), ("template", "vir02")),
+)
+
+
+def test_schema_is_valid_draft_2020_12_and_names_every_key_of_the_table():
+    Draft202012Validator.check_schema(SCHEMA)
+    table = {
+        "enforcer_mode", "enforcer_kinds", "enforcer_grace_seconds", "enforcer_grace_runs",
+        "enforcer_max_observation_gap_seconds", "enforcer_breaker",
+        "enforcer_breaker_max_fraction", "enforcer_breaker_min_count", "enforcer_claim_sources",
+        "enforcer_required_sources", "enforcer_node_name", "enforcer_kubeconfig",
+        "enforcer_marker_roots", "enforcer_vm_metadata_roots", "enforcer_pinned",
+        "enforcer_rootfs", "enforcer_procfs", "enforcer_sysfs", "enforcer_tools",
+        "enforcer_state_dir", "enforcer_lock_path", "enforcer_command_timeout_seconds",
+    }  # fmt: skip
+    assert set(HOST_DATA_KEYS) == table
+    assert not SCHEMA.get("required")
+
+
+def test_defaults_match_the_design_table():
+    policy = policy_from_host_data("node3", {})
+    assert policy.mode == "converge"
+    assert policy.kinds is None  # detected
+    assert (policy.grace_seconds, policy.grace_runs) == (900, 3)
+    assert policy.max_observation_gap_seconds == 3600
+    assert policy.breaker is True
+    assert (policy.breaker_max_fraction, policy.breaker_min_count) == (0.5, 4)
+    assert policy.claim_sources == ("kubelet-checkpoint", "cri")
+    assert policy.required_sources == policy.claim_sources
+    assert policy.node_name == "node3"
+    assert policy.kubeconfig is None
+    assert policy.marker_roots == policy.vm_metadata_roots == policy.pinned == ()
+    assert policy.paths == NodePaths(
+        rootfs="/",
+        procfs="/proc",
+        sysfs="/sys",
+        state_dir="/var/lib/partition-enforcer",
+        lock_path="/run/lock/partition-enforcer.lock",
+        checkpoint="/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint",
+        dev_dir="/dev",
+        tools=(),
+        command_timeout=30,
+    )
+
+
+def test_required_sources_default_to_the_claim_sources_given():
+    policy = policy_from_host_data("n1", {"enforcer_claim_sources": ["cri", "kubernetes-api"]})
+    assert policy.required_sources == ("cri", "kubernetes-api")
+
+
+def test_rootfs_prefixes_node_paths_but_not_procfs_sysfs_or_tools():
+    policy = policy_from_host_data(
+        "n1",
+        {
+            "enforcer_rootfs": "/srv/n1",
+            "enforcer_state_dir": "/var/lib/pe",
+            "enforcer_tools": {"npu-smi": "/srv/n1/bin/npu-smi"},
+            "enforcer_marker_roots": ["/var/lib/gpustack/operator/pods"],
+        },
+    )
+    paths = policy.paths
+    assert paths.state_dir == "/srv/n1/var/lib/pe"
+    assert paths.lock_path == "/srv/n1/run/lock/partition-enforcer.lock"
+    assert paths.checkpoint == "/srv/n1/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+    assert paths.dev_dir == "/srv/n1/dev"
+    assert (paths.procfs, paths.sysfs) == ("/proc", "/sys")
+    assert paths.tool("npu-smi") == "/srv/n1/bin/npu-smi"
+    assert paths.tool("crictl") == "crictl"  # not configured: found on the node's PATH
+    assert policy.marker_roots == ("/var/lib/gpustack/operator/pods",)  # kept as given
+    assert paths.under("/var/lib/gpustack") == "/srv/n1/var/lib/gpustack"
+
+
+def test_default_state_dir_is_under_rootfs():
+    assert NodePaths.from_rootfs("/srv/n1/").state_dir == "/srv/n1/var/lib/partition-enforcer"
+
+
+def test_keys_that_are_not_ours_are_ignored():
+    policy = policy_from_host_data("n1", {"ssh_user": "root", "enforcer_grace_runs": 5})
+    assert policy.grace_runs == 5
+
+
+BAD = [
+    ("enforcer_mode", "destroy", "one of 'converge', 'plan'"),
+    ("enforcer_kinds", ["ascend-vnpu", "amd-xcp"], "one of 'ascend-vnpu'"),
+    ("enforcer_kinds", "ascend-vnpu", "a list"),
+    ("enforcer_grace_seconds", -1, "a number >= 0"),
+    ("enforcer_grace_seconds", float("nan"), "a finite number"),
+    ("enforcer_grace_runs", 0, "an integer >= 1"),
+    ("enforcer_grace_runs", 2.5, "an integer >= 1"),
+    ("enforcer_grace_runs", True, "an integer >= 1"),
+    ("enforcer_max_observation_gap_seconds", 0, "a number > 0"),
+    ("enforcer_breaker", "maybe", "one of 'on', 'off' or a boolean"),
+    ("enforcer_breaker_max_fraction", 1.5, "a number between 0 and 1"),
+    ("enforcer_breaker_min_count", -1, "an integer >= 0"),
+    ("enforcer_claim_sources", [], "at least 1 item"),
+    ("enforcer_claim_sources", ["cri", "cri"], "no repeated items"),
+    ("enforcer_claim_sources", ["etcd"], "one of 'kubelet-checkpoint'"),
+    ("enforcer_required_sources", ["kubernetes-api"], "not a claim source"),
+    ("enforcer_required_sources", [], "at least 1 item"),
+    ("enforcer_node_name", "Node_3", "a Kubernetes node name"),
+    ("enforcer_kubeconfig", "", "a non-empty string"),
+    ("enforcer_marker_roots", ["relative/dir"], "an absolute path or {path, layout"),
+    ("enforcer_vm_metadata_roots", [{"path": "/var/lib/hypeman", "layout": "x"}], "'hypeman'"),
+    ("enforcer_pinned", [{"kind": "ascend-vnpu"}], "at least one of 'id', 'accelerator'"),
+    ("enforcer_pinned", [{"kind": "ascend-vnpu", "chip": 0}], "unknown field 'chip'"),
+    ("enforcer_pinned", [{"id": "100"}], "missing field 'kind'"),
+    ("enforcer_rootfs", "srv/n1", "an absolute path"),
+    ("enforcer_procfs", "proc", "an absolute path"),
+    ("enforcer_sysfs", 1, "an absolute path"),
+    ("enforcer_tools", {"hy-smi": "/usr/bin/hy-smi"}, "unknown field 'hy-smi'"),
+    ("enforcer_tools", {"npu-smi": "npu-smi"}, "an absolute path"),
+    ("enforcer_state_dir", "/var/lib/pe\nrm -rf /", "an absolute path"),
+    ("enforcer_lock_path", "", "an absolute path"),
+    ("enforcer_command_timeout_seconds", 0, "an integer between 1 and 3600"),
+    ("enforcer_grace_run", 3, "not a known key (did you mean enforcer_grace_runs?)"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), BAD, ids=[f"{k}={v!r}" for k, v, _ in BAD])
+def test_bad_host_data_names_host_and_key(key, value, expected):
+    with pytest.raises(PolicyError) as caught:
+        policy_from_host_data("node3", {key: value})
+    error = caught.value
+    assert (error.host, error.key) == ("node3", key)
+    assert str(error).startswith(f"host node3: host data {key}")
+    assert expected in str(error)
+
+
+def test_error_reads_like_the_example():
+    with pytest.raises(PolicyError) as caught:
+        policy_from_host_data("node3", {"enforcer_grace_runs": "abc"})
+    assert str(caught.value) == (
+        "host node3: host data enforcer_grace_runs: expected an integer >= 1, got 'abc'"
+    )
+
+
+def test_error_inside_a_list_says_where():
+    with pytest.raises(PolicyError) as caught:
+        policy_from_host_data("n1", {"enforcer_pinned": [{"kind": "gpu", "id": "1"}]})
+    assert str(caught.value).startswith("host n1: host data enforcer_pinned[0].kind: expected")
+
+
+# Every --data value the tests below use, as typed on the command line.
+RAW = [
+    "2", "off", "on", "true", "False", "1e3", "0.25", "123", '"123"', "NaN",
+    '["cri","kubernetes-api"]', '[{"kind":"ascend-vnpu","id":100}]',
+]  # fmt: skip
+
+
+@functools.cache
+def parsed_by_pyinfra() -> dict[str, Any]:
+    """
+    RAW through pyinfra's own --data parser, in a child process: importing pyinfra_cli
+    monkey-patches the whole interpreter with gevent, which must not leak into other tests.
+    """
+    code = (
+        "import json, sys\n"
+        "from pyinfra_cli.util import parse_cli_arg\n"
+        "print(json.dumps({raw: parse_cli_arg(raw) for raw in json.load(sys.stdin)}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(RAW),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def cli(**values: str) -> dict[str, Any]:
+    """Host data as `pyinfra --data enforcer_<key>=<value>` delivers it."""
+    return {f"enforcer_{key}": parsed_by_pyinfra()[raw] for key, raw in values.items()}
+
+
+def test_pyinfra_parses_data_values_before_host_data_sees_them():
+    parsed = parsed_by_pyinfra()
+    assert (parsed["2"], parsed["off"], parsed["true"], parsed["0.25"]) == (2, "off", True, 0.25)
+    assert parsed["123"] == 123 and parsed['"123"'] == "123"
+
+
+def test_data_flag_values_arrive_parsed_and_are_accepted():
+    policy = policy_from_host_data(
+        "n1",
+        cli(
+            grace_runs="2",
+            breaker="off",
+            grace_seconds="1e3",
+            breaker_max_fraction="0.25",
+            claim_sources='["cri","kubernetes-api"]',
+            pinned='[{"kind":"ascend-vnpu","id":100}]',
+        ),
+    )
+    assert policy.grace_runs == 2 and isinstance(policy.grace_runs, int)
+    assert policy.breaker is False
+    assert (policy.grace_seconds, policy.breaker_max_fraction) == (1000.0, 0.25)
+    assert policy.claim_sources == ("cri", "kubernetes-api")
+    assert policy.is_pinned(VNPU)
+
+
+@pytest.mark.parametrize(
+    ("text", "on"), [("on", True), ("off", False), ("true", True), ("False", False)]
+)
+def test_breaker_takes_on_off_and_booleans(text, on):
+    assert policy_from_host_data("n1", cli(breaker=text)).breaker is on
+
+
+def test_data_flag_number_for_a_string_key_says_how_to_quote_it():
+    with pytest.raises(PolicyError) as caught:
+        policy_from_host_data("n1", cli(node_name="123"))
+    assert "pass a JSON string: enforcer_node_name='\"123\"'" in str(caught.value)
+    assert policy_from_host_data("n1", cli(node_name='"123"')).node_name == "123"
+
+
+def test_data_flag_nan_is_refused():
+    with pytest.raises(PolicyError, match="expected a finite number, got nan"):
+        policy_from_host_data("n1", cli(max_observation_gap_seconds="NaN"))
+
+
+def test_numeric_strings_are_not_coerced():
+    # The CLI never delivers "2" as a string (it int()s it); a quoted number is a mistake.
+    with pytest.raises(PolicyError, match="expected an integer >= 1, got '2'"):
+        policy_from_host_data("n1", {"enforcer_grace_runs": "2"})
+
+
+def test_real_pyinfra_cli_delivers_data_flags_that_the_policy_accepts(tmp_path: Path):
+    out = tmp_path / "policy.json"
+    deploy = tmp_path / "deploy.py"
+    deploy.write_text(
+        "import json\n"
+        "from pyinfra import host\n"
+        "from enforcer.policy import policy_from_host_data\n"
+        "p = policy_from_host_data(host.name, host.data.dict())\n"
+        f"open({str(out)!r}, 'w').write(json.dumps([p.grace_runs, p.breaker]))\n"
+    )
+    pyinfra = Path(sys.executable).with_name("pyinfra")
+    args = [str(pyinfra), "-y", "@local", str(deploy)]
+    args += ["--data", "enforcer_grace_runs=2", "--data", "enforcer_breaker=off"]
+    subprocess.run(args, cwd=tmp_path, capture_output=True, timeout=60, check=True)
+    assert json.loads(out.read_text()) == [2, False]
+
+
+def test_pinned_selectors_match_by_kind_and_every_field_given():
+    data = {
+        "enforcer_pinned": [
+            {"kind": "ascend-vnpu", "id": 100},
+            {"kind": "ascend-vnpu", "accelerator": "npu:0:0", "profile": "vir02"},
+        ]
+    }
+    by_id, by_place = policy_from_host_data("n1", data).pinned
+    assert by_id == PinSelector("ascend-vnpu", id="100")
+    assert by_id.matches(VNPU) and by_place.matches(VNPU)
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        PinSelector("nvidia-mig", id="100"),
+        PinSelector("ascend-vnpu", id="101"),
+        PinSelector("ascend-vnpu", accelerator="npu:0:1"),
+        PinSelector("ascend-vnpu", accelerator="npu:0:0", profile="vir04"),
+    ],
+)
+def test_pinned_selector_does_not_match_another_partition(selector):
+    assert not selector.matches(VNPU)
+    assert not policy_from_host_data("n1", {}).is_pinned(VNPU)
