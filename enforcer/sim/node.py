@@ -1,0 +1,785 @@
+"""
+One simulated Ascend node in a folder (docs/INTERNALS.md, "The simulated node").
+
+`<node>/state.json` is the whole truth: chips, vNPUs, processes, pods (the CRI view), kubelet
+checkpoint entries and injected faults. The tools in `<node>/bin/` and this class read and change
+it under an fcntl lock on `<node>/state.lock`, so the enforcer's destroy and a test's mutation can
+run at the same time without losing either. Every change re-renders the kubelet checkpoint, and
+each vNPU has a regular file `<node>/rootfs/dev/vdavinci<id>` that holder processes keep open.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from enforcer.model import NO_CONTAINER
+from facts.checkpoint import CheckpointEntry, render_checkpoint
+
+State = dict[str, Any]
+
+STATE_FILE = "state.json"
+LOCK_FILE = "state.lock"
+CHECKPOINT = "rootfs/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+LAYOUT_DIRS = ("bin", "rootfs/dev", "rootfs/var/lib/partition-enforcer", "rootfs/run/lock")
+TOOLS = {"npu-smi": "enforcer.sim.npu_smi", "crictl": "enforcer.sim.crictl"}
+PROCFS = Path("/proc")
+
+# npu-smi exits with its NPU error code (negative, base -9000); the shell sees code & 0xFF.
+EXIT_INVALID_PARAMETER = -9001 & 0xFF  # 215
+EXIT_INNER_ERR = -9005 & 0xFF  # 211
+EXIT_RESOURCE_OCCUPIED = -9020 & 0xFF  # 196
+EXIT_NOT_SUPPORT = -9255 & 0xFF  # 217
+
+# Faultable answers: (tool, subcommand). The subcommand names are the keys of state["faults"].
+FAULT_POINTS = {
+    "npu-smi": ("info", "info-m", "info-vnpu", "create-vnpu", "destroy-vnpu"),
+    "crictl": ("pods", "ps"),
+}
+_OVERRIDE_KEYS = {"exit": int, "stdout": str, "stderr": str, "hang_seconds": (int, float)}
+
+# Pod phase -> (sandbox state, container state), as kubelet drives the CRI; None: not created yet.
+PHASES: dict[str, tuple[str | None, str | None]] = {
+    "Pending": (None, None),  # admitted (devices allocated), no sandbox yet
+    "ContainerCreating": ("SANDBOX_READY", "CONTAINER_CREATED"),
+    "Running": ("SANDBOX_READY", "CONTAINER_RUNNING"),
+    "Terminating": ("SANDBOX_READY", "CONTAINER_RUNNING"),  # inside the grace period
+    "Succeeded": ("SANDBOX_NOTREADY", "CONTAINER_EXITED"),
+    "Failed": ("SANDBOX_NOTREADY", "CONTAINER_EXITED"),
+}
+DEFAULT_IMAGE = "docker.io/library/ubuntu:22.04"
+
+
+class ToolError(Exception):
+    """A refusal exactly as npu-smi reports it: its stdout line and its exit code."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+# --- chips and vNPU placement ------------------------------------------------------------------
+
+
+def is_310p(chip: Mapping[str, Any]) -> bool:
+    """310P chips print the plain `npu-smi info` layout and have inference vNPU id ranges."""
+    return str(chip["name"]).startswith("310P")
+
+
+def chip_state(spec: Mapping[str, Any], index: int) -> State:
+    """A chip as stored, from a scenario or `create()` spec: defaults for what was not given."""
+    plain = is_310p(spec)
+    logic_id = int(spec.get("logic_id", index))
+    return {
+        "card": int(spec["card"]),
+        "chip": int(spec["chip"]),
+        "logic_id": logic_id,
+        "phy_id": int(spec.get("phy_id", logic_id)),
+        "name": str(spec["name"]),
+        "aicore_total": int(spec["aicore_total"]),
+        "templates": {str(k): int(v) for k, v in spec["templates"].items()},
+        "memory_gb": spec.get("memory_gb"),
+        "health": spec.get("health", "OK"),
+        "power": spec.get("power", None if plain else 95.0),
+        "temp": int(spec.get("temp", 41)),
+        "hugepages": list(spec.get("hugepages", [0, 0])),
+        "bus_id": spec.get("bus_id", f"0000:{index + 1:02X}:00.0"),
+        "aicore_usage": int(spec.get("aicore_usage", 0)),
+        "memory_mb": list(spec.get("memory_mb", [1904, 21527] if plain else [0, 0])),
+        "hbm_mb": list(spec.get("hbm_mb", [0, 0] if plain else [3445, 65536])),
+    }
+
+
+def vnpu_id_range(chip: Mapping[str, Any]) -> range:
+    """The driver's ids: phy_id*16+100 .. +107 on inference chips, .. +115 on training chips."""
+    base = int(chip["phy_id"]) * 16 + 100
+    return range(base, base + (8 if is_310p(chip) else 16))
+
+
+def _cores_of(vnpu: Mapping[str, Any], chip: Mapping[str, Any]) -> set[int]:
+    start = vnpu.get("core")
+    if start is None:
+        return set()
+    return set(range(start, start + chip["templates"].get(vnpu["template"], 0)))
+
+
+def _place_310p(chip: Mapping[str, Any], taken: set[int], size: int) -> int:
+    """
+    First free run of `size` AI cores aligned to `size` (vir01 at 0, vir02 at 2, vir04 at 4
+    gives vgroups 0, 1, 2 as in the HAMi 310P sample), else any free run, else the first free core.
+    """
+    total = chip["aicore_total"]
+    runs = [s for s in range(0, total - size + 1) if not taken & set(range(s, s + size))]
+    aligned = [s for s in runs if s % size == 0]
+    free = [c for c in range(total) if c not in taken]
+    return (aligned or runs or free or [0])[0]
+
+
+def _placement(
+    chip: Mapping[str, Any], others: list[State], template: str
+) -> tuple[int | None, int]:
+    """(first core, vgroup) for a new vNPU: 310P vgroups are pairs of cores (-g 0..3)."""
+    if is_310p(chip):
+        taken = set().union(*(_cores_of(v, chip) for v in others))
+        core = _place_310p(chip, taken, chip["templates"][template])
+        return core, core // 2
+    used = {v["vgroup"] for v in others}
+    return None, next(g for g in range(len(others) + 1) if g not in used)
+
+
+# --- holders: real processes with a device file open -------------------------------------------
+
+
+def pids_holding(path: Path) -> list[int]:
+    """Live processes with `path` open (an fd link in /proc); a zombie has no fds."""
+    target = str(path.resolve())
+    pids = []
+    for entry in PROCFS.iterdir():
+        if entry.name.isdigit() and target in _fd_targets(entry):
+            pids.append(int(entry.name))
+    return pids
+
+
+def _fd_targets(proc: Path) -> set[str]:
+    try:
+        return {os.readlink(fd) for fd in (proc / "fd").iterdir()}
+    except OSError:  # gone, or not ours to inspect: the driver would not count it either
+        return set()
+
+
+def _wait_gone(pid: int, timeout: float = 5.0) -> None:
+    """Reap `pid` if it is our child; otherwise wait until /proc no longer shows it alive."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            if not _alive(pid):
+                return
+        time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = (PROCFS / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return status.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+# --- pods ----------------------------------------------------------------------------------------
+
+
+def _hex_id(*parts: object) -> str:
+    """A stable 64-hex CRI id, so a scenario builds the same ids every time."""
+    return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()
+
+
+def _apply_phase(pod: State, sandbox_state: str | None, container_state: str | None) -> None:
+    now = time.time_ns()
+    if sandbox_state is None:
+        pod["sandbox"] = None
+    elif pod["sandbox"] is None:
+        pod["sandbox"] = {
+            "id": _hex_id("sandbox", pod["uid"], 0),
+            "state": sandbox_state,
+            "attempt": 0,
+            "created_at": max(now, pod["created_at"]),
+        }
+    else:
+        pod["sandbox"]["state"] = sandbox_state
+    for ctr in pod["containers"]:
+        if container_state is None:
+            ctr.update(id=None, state=None)
+        elif ctr["id"] is None:
+            ctr.update(
+                id=_hex_id("container", pod["uid"], ctr["name"], ctr["attempt"]),
+                state=container_state,
+                created_at=pod["sandbox"]["created_at"] + 1,
+            )
+        else:
+            ctr["state"] = container_state
+
+
+# --- the node ----------------------------------------------------------------------------------
+
+
+class SimNode:
+    """A simulated node backed by `<path>/state.json`; every method persists its change."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path).resolve()
+        if not (self.path / STATE_FILE).is_file():
+            raise FileNotFoundError(f"no simulated node at {self.path} (missing {STATE_FILE})")
+
+    # --- layout and persistence -----------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        path: Path | str,
+        chips: Sequence[Mapping[str, Any]],
+        *,
+        boot_id: str | None = None,
+        npu_smi_version: str = "25.5.2",
+        mcu: bool = True,
+    ) -> SimNode:
+        """Lay out a new node folder (it must not hold a node yet) with `chips` and no vNPUs."""
+        root = Path(path).resolve()
+        if (root / STATE_FILE).exists():
+            raise FileExistsError(f"{root} already holds a simulated node")
+        for sub in (*LAYOUT_DIRS, Path(CHECKPOINT).parent):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        state = _new_state(
+            [chip_state(c, i) for i, c in enumerate(chips)], boot_id, npu_smi_version, mcu
+        )
+        _write_atomic(root / STATE_FILE, json.dumps(state, indent=1))
+        for tool, module in TOOLS.items():
+            _write_tool(root, tool, module)
+        node = cls(root)
+        with node._mutate():
+            pass  # renders the (empty) checkpoint
+        return node
+
+    @property
+    def rootfs(self) -> Path:
+        return self.path / "rootfs"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path / CHECKPOINT
+
+    def tool(self, name: str) -> Path:
+        return self.path / "bin" / name
+
+    def devfile(self, vnpu_id: int) -> Path:
+        return self.rootfs / "dev" / f"vdavinci{vnpu_id}"
+
+    @contextmanager
+    def _locked(self, mode: int) -> Iterator[None]:
+        with open(self.path / LOCK_FILE, "a") as lock:
+            fcntl.flock(lock, mode)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _load(self) -> State:
+        return json.loads((self.path / STATE_FILE).read_text())
+
+    def state(self) -> State:
+        """A consistent copy of the whole state (read under the shared lock)."""
+        with self._locked(fcntl.LOCK_SH):
+            return self._load()
+
+    @contextmanager
+    def _mutate(self) -> Iterator[State]:
+        """Read-modify-write under the exclusive lock; nothing is written if the body raises."""
+        with self._locked(fcntl.LOCK_EX):
+            state = self._load()
+            yield state
+            _write_atomic(self.path / STATE_FILE, json.dumps(state, indent=1))
+            _write_atomic(self.checkpoint_path, _checkpoint_text(state))
+
+    # --- chips and vNPUs ----------------------------------------------------------------------
+
+    def create_vnpu(
+        self,
+        card: int,
+        chip: int,
+        template: str,
+        vnpu_id: int | None = None,
+        *,
+        vgroup: int | None = None,
+    ) -> int:
+        """Create a vNPU as the driver does (lowest free id), or raise npu-smi's refusal."""
+        with self._mutate() as state:
+            spec = _chip(state, card, chip)
+            others = [v for v in state["vnpus"] if (v["card"], v["chip"]) == (card, chip)]
+            _check_template(spec, template)
+            _check_cores(spec, others, template)
+            new_id = _new_vnpu_id(spec, state["vnpus"], vnpu_id)
+            core, group = _placement(spec, others, template)
+            state["vnpus"].append(
+                {
+                    "card": card,
+                    "chip": chip,
+                    "id": new_id,
+                    "template": template,
+                    "vgroup": group if vgroup is None else vgroup,
+                    "core": core,
+                    "container_id": NO_CONTAINER,
+                    "status": 0,
+                }
+            )
+            self.devfile(new_id).write_bytes(b"")
+        return new_id
+
+    def destroy_vnpu(
+        self, card: int, chip: int, vnpu_id: int, *, honor_faults: bool = False
+    ) -> None:
+        """
+        Destroy a vNPU, or raise npu-smi's refusal: unknown id, or in use (a container on it, or
+        a live process with its device file open). `honor_faults` applies the injected
+        destroy_fail / destroy_lies faults (the npu-smi tool passes it; tests mutate directly).
+        """
+        with self._mutate() as state:
+            _chip(state, card, chip)
+            vnpu = _vnpu_at(state, card, chip, vnpu_id)
+            faults = state["faults"] if honor_faults else {}
+            if vnpu_id in faults.get("destroy_fail", []) or self._in_use(vnpu):
+                raise ToolError(f"destroy vnpu {vnpu_id} failed.", EXIT_RESOURCE_OCCUPIED)
+            if vnpu_id in faults.get("destroy_lies", []):
+                return
+            state["vnpus"].remove(vnpu)
+            self.devfile(vnpu_id).unlink(missing_ok=True)
+
+    def _in_use(self, vnpu: Mapping[str, Any]) -> bool:
+        return vnpu["status"] == 1 or bool(pids_holding(self.devfile(vnpu["id"])))
+
+    def aicore_used(self, card: int, chip: int) -> int:
+        state = self.state()
+        spec = _chip(state, card, chip)
+        return _aicore_used(spec, state["vnpus"])
+
+    def attach(self, vnpu_id: int, container_id: str) -> None:
+        """A container opened the vNPU: Container ID = the first 12 hex of the CRI id, Status 1."""
+        short = container_id[:12].lower()
+        if len(short) != 12 or any(c not in "0123456789abcdef" for c in short):
+            raise ValueError(f"not a container id: {container_id!r}")
+        with self._mutate() as state:
+            _vnpu(state, vnpu_id).update(container_id=short, status=1)
+
+    def detach(self, vnpu_id: int) -> None:
+        with self._mutate() as state:
+            _vnpu(state, vnpu_id).update(container_id=NO_CONTAINER, status=0)
+
+    # --- processes ----------------------------------------------------------------------------
+
+    def hold(
+        self, vnpu_id: int, *, lifetime: float = 600, detach: bool = False, memory_mb: int = 512
+    ) -> subprocess.Popen[bytes]:
+        """
+        Start a real process (`sleep`, bounded by `lifetime` seconds) with the vNPU's device file
+        open as its stdin, listed in npu-smi's process table, until `unhold()`. `detach` puts it
+        in its own session so it outlives the caller (the scenario CLI); `unhold_all()` ends it.
+        """
+        with self._mutate() as state:
+            vnpu = _vnpu(state, vnpu_id)
+            with open(self.devfile(vnpu_id), "rb") as dev:
+                proc = subprocess.Popen(
+                    ["sleep", str(max(1, int(lifetime)))],
+                    stdin=dev,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=detach,
+                )
+            state["processes"].append(
+                {
+                    "card": vnpu["card"],
+                    "chip": vnpu["chip"],
+                    "pid": proc.pid,
+                    "name": "sleep",
+                    "memory_mb": memory_mb,
+                    "vnpu": vnpu_id,
+                }
+            )
+        return proc
+
+    def unhold(self, proc: subprocess.Popen[bytes]) -> None:
+        """End a holder started by `hold()` and drop it from the process table."""
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        with self._mutate() as state:
+            state["processes"] = [p for p in state["processes"] if p["pid"] != proc.pid]
+
+    def unhold_all(self) -> list[int]:
+        """End every holder this node started (also detached ones); returns their pids."""
+        with self._mutate() as state:
+            return self._kill_holders(state)
+
+    def _kill_holders(self, state: State) -> list[int]:
+        killed = []
+        for proc in [p for p in state["processes"] if p.get("vnpu") is not None]:
+            if self._is_holder(proc):
+                os.kill(proc["pid"], signal.SIGKILL)
+                _wait_gone(proc["pid"])
+                killed.append(proc["pid"])
+            state["processes"].remove(proc)
+        return killed
+
+    def _is_holder(self, proc: Mapping[str, Any]) -> bool:
+        """Still our holder: alive with its device file open (a reused pid is not ours)."""
+        target = str(self.devfile(proc["vnpu"]))
+        return _alive(proc["pid"]) and target in _fd_targets(PROCFS / str(proc["pid"]))
+
+    def add_process(self, card: int, chip: int, pid: int, name: str, memory_mb: int) -> None:
+        """A process row npu-smi lists though the simulator did not start it (any pid)."""
+        with self._mutate() as state:
+            _chip(state, card, chip)
+            state["processes"].append(
+                {
+                    "card": card,
+                    "chip": chip,
+                    "pid": pid,
+                    "name": name,
+                    "memory_mb": memory_mb,
+                    "vnpu": None,
+                }
+            )
+
+    def remove_process(self, pid: int) -> None:
+        with self._mutate() as state:
+            state["processes"] = [p for p in state["processes"] if p["pid"] != pid]
+
+    def listed_processes(self, state: State) -> list[State]:
+        """The process table npu-smi prints: holders only while they still hold their device."""
+        return [p for p in state["processes"] if p.get("vnpu") is None or self._is_holder(p)]
+
+    # --- pods (the CRI view) ----------------------------------------------------------------------
+
+    def add_pod(
+        self,
+        uid: str,
+        name: str,
+        namespace: str = "default",
+        phase: str = "Running",
+        *,
+        containers: Sequence[str] = ("main",),
+        annotations: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        image: str = DEFAULT_IMAGE,
+        created_at: int | None = None,
+    ) -> None:
+        """A pod on this node, its sandbox and containers in the states kubelet gives `phase`."""
+        with self._mutate() as state:
+            if any(p["uid"] == uid for p in state["pods"]):
+                raise ValueError(f"pod {uid} exists")
+            pod = {
+                "uid": uid,
+                "name": name,
+                "namespace": namespace,
+                "phase": phase,
+                "annotations": dict(annotations or {}),
+                "labels": dict(labels or {}),
+                "image": image,
+                "created_at": created_at or time.time_ns(),
+                "sandbox": None,
+                "containers": [
+                    {"name": c, "id": None, "state": None, "attempt": 0, "created_at": None}
+                    for c in containers
+                ],
+            }
+            _apply_phase(pod, *_phase_states(phase))
+            state["pods"].append(pod)
+
+    def set_pod_state(
+        self,
+        uid: str,
+        phase: str,
+        *,
+        sandbox_state: str | None = None,
+        container_state: str | None = None,
+    ) -> None:
+        """Move a pod to `phase`; the keyword arguments override the sandbox/container state."""
+        sandbox, container = _phase_states(phase)
+        with self._mutate() as state:
+            pod = _pod(state, uid)
+            pod["phase"] = phase
+            _apply_phase(pod, sandbox_state or sandbox, container_state or container)
+
+    def remove_pod(self, uid: str) -> None:
+        """The pod leaves the CRI (its checkpoint entries stay: see `release()`)."""
+        with self._mutate() as state:
+            state["pods"].remove(_pod(state, uid))
+
+    def sandbox_id(self, uid: str) -> str | None:
+        sandbox = _pod(self.state(), uid)["sandbox"]
+        return sandbox["id"] if sandbox else None
+
+    def container_id(self, uid: str, name: str | None = None) -> str | None:
+        """The 64-hex CRI id of a pod's container (default: its first); None: not created."""
+        for ctr in _pod(self.state(), uid)["containers"]:
+            if name is None or ctr["name"] == name:
+                return ctr["id"]
+        raise KeyError(f"pod {uid} has no container {name}")
+
+    # --- kubelet checkpoint -------------------------------------------------------------------
+
+    def allocate(
+        self,
+        pod_uid: str,
+        container: str,
+        resource: str,
+        device_ids: Sequence[str],
+        envs: Mapping[str, str],
+        *,
+        devices: Sequence[str] = (),
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """A checkpoint entry, as kubelet records an Allocate(); replaces the same key's entry."""
+        entry = {
+            "pod_uid": pod_uid,
+            "container": container,
+            "resource": resource,
+            "device_ids": list(device_ids),
+            "envs": dict(envs),
+            "devices": list(devices),
+            "annotations": dict(annotations or {}),
+        }
+        key = (pod_uid, container, resource)
+        with self._mutate() as state:
+            state["checkpoint"] = [e for e in state["checkpoint"] if _entry_key(e) != key]
+            state["checkpoint"].append(entry)
+
+    def release(self, pod_uid: str) -> None:
+        """Drop every checkpoint entry of a pod (kubelet does when the pod is deleted)."""
+        with self._mutate() as state:
+            state["checkpoint"] = [e for e in state["checkpoint"] if e["pod_uid"] != pod_uid]
+
+    def register(self, resource: str, device_ids: Sequence[str]) -> None:
+        """The device plugin's registered ids (the checkpoint's RegisteredDevices)."""
+        with self._mutate() as state:
+            state["registered"][resource] = list(device_ids)
+
+    # --- node events and faults -----------------------------------------------------------------
+
+    def reboot(self) -> str:
+        """
+        A reboot: new boot id, holders killed, every vNPU lost (no vnpu-cfg-recover), sandboxes
+        NOTREADY and containers EXITED. The checkpoint file survives. Returns the new boot id.
+        """
+        with self._mutate() as state:
+            self._kill_holders(state)
+            for vnpu in state["vnpus"]:
+                self.devfile(vnpu["id"]).unlink(missing_ok=True)
+            state.update(vnpus=[], processes=[], boot_id=str(uuid.uuid4()))
+            for pod in state["pods"]:
+                _reboot_pod(pod)
+            return state["boot_id"]
+
+    def set_fault(self, tool: str, subcommand: str, **spec: Any) -> None:
+        """
+        Make `tool subcommand` answer wrongly. Keys: exit, stdout, stderr (replace the answer
+        when any is given), hang_seconds (sleep first). For npu-smi destroy-vnpu also
+        fail_ids=[ids] (refused as in use though free) and lie_ids=[ids] (success printed,
+        vNPU kept).
+        """
+        if subcommand not in FAULT_POINTS.get(tool, ()):
+            raise ValueError(f"no fault point {tool} {subcommand}; have {FAULT_POINTS}")
+        fail, lie = spec.pop("fail_ids", None), spec.pop("lie_ids", None)
+        if (fail or lie) and (tool, subcommand) != ("npu-smi", "destroy-vnpu"):
+            raise ValueError("fail_ids/lie_ids are faults of npu-smi destroy-vnpu only")
+        _check_override(spec)
+        with self._mutate() as state:
+            faults = state["faults"]
+            if spec:
+                faults["tools"].setdefault(tool, {})[subcommand] = spec
+            faults["destroy_fail"] = sorted(set(faults["destroy_fail"]) | set(fail or ()))
+            faults["destroy_lies"] = sorted(set(faults["destroy_lies"]) | set(lie or ()))
+
+    def clear_faults(self) -> None:
+        with self._mutate() as state:
+            state["faults"] = _no_faults()
+
+    def tool_fault(self, tool: str, subcommand: str) -> dict[str, Any] | None:
+        return self.state()["faults"]["tools"].get(tool, {}).get(subcommand)
+
+    def summary(self) -> str:
+        """A short human summary: chips and AI cores, vNPUs, pods, checkpoint, faults."""
+        from enforcer.sim.show import render_summary  # here: show imports this module
+
+        return render_summary(self, self.state())
+
+
+# --- state helpers -------------------------------------------------------------------------------
+
+
+def _new_state(chips: list[State], boot_id: str | None, version: str, mcu: bool) -> State:
+    places = [(c["card"], c["chip"]) for c in chips]
+    if len(set(places)) != len(places):
+        raise ValueError(f"a chip is listed twice: {places}")
+    return {
+        "format": 1,
+        "boot_id": boot_id or str(uuid.uuid4()),
+        "npu_smi_version": version,
+        "mcu": mcu,
+        "chips": chips,
+        "vnpus": [],
+        "processes": [],
+        "pods": [],
+        "checkpoint": [],
+        "registered": {},
+        "faults": _no_faults(),
+    }
+
+
+def _no_faults() -> State:
+    return {"tools": {}, "destroy_fail": [], "destroy_lies": []}
+
+
+def _check_override(spec: Mapping[str, Any]) -> None:
+    for key, value in spec.items():
+        kind = _OVERRIDE_KEYS.get(key)
+        if kind is None or not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"bad fault key {key}={value!r}; keys: {sorted(_OVERRIDE_KEYS)}")
+
+
+def _phase_states(phase: str) -> tuple[str | None, str | None]:
+    if phase not in PHASES:
+        raise ValueError(f"unknown pod phase {phase!r}; one of {list(PHASES)}")
+    return PHASES[phase]
+
+
+def _reboot_pod(pod: State) -> None:
+    if pod["sandbox"] is not None:
+        pod["sandbox"]["state"] = "SANDBOX_NOTREADY"
+    for ctr in pod["containers"]:
+        if ctr["id"] is not None:
+            ctr["state"] = "CONTAINER_EXITED"
+
+
+def _chip(state: State, card: int, chip: int) -> State:
+    for spec in state["chips"]:
+        if (spec["card"], spec["chip"]) == (card, chip):
+            return spec
+    raise ToolError(
+        "Invalid chip id." if _has_card(state, card) else "Invalid card id.", EXIT_INVALID_PARAMETER
+    )
+
+
+def _has_card(state: State, card: int) -> bool:
+    return any(c["card"] == card for c in state["chips"])
+
+
+def _vnpu(state: State, vnpu_id: int) -> State:
+    for vnpu in state["vnpus"]:
+        if vnpu["id"] == vnpu_id:
+            return vnpu
+    raise KeyError(f"no vNPU {vnpu_id}")
+
+
+def _vnpu_at(state: State, card: int, chip: int, vnpu_id: int) -> State:
+    for vnpu in state["vnpus"]:
+        if (vnpu["card"], vnpu["chip"], vnpu["id"]) == (card, chip, vnpu_id):
+            return vnpu
+    raise ToolError("Error parameter of -v.", EXIT_INVALID_PARAMETER)
+
+
+def _pod(state: State, uid: str) -> State:
+    for pod in state["pods"]:
+        if pod["uid"] == uid:
+            return pod
+    raise KeyError(f"no pod {uid}")
+
+
+def _aicore_used(chip: Mapping[str, Any], vnpus: list[State]) -> int:
+    place = (chip["card"], chip["chip"])
+    return sum(
+        chip["templates"].get(v["template"], 0) for v in vnpus if (v["card"], v["chip"]) == place
+    )
+
+
+def _check_template(chip: Mapping[str, Any], template: str) -> None:
+    if template not in chip["templates"]:
+        raise ToolError("Error parameter of -f", EXIT_INVALID_PARAMETER)
+
+
+def _check_cores(chip: Mapping[str, Any], others: list[State], template: str) -> None:
+    free = chip["aicore_total"] - _aicore_used(chip, others)
+    if chip["templates"][template] > free:
+        raise ToolError(
+            f"Insufficient number of cores available, unallocated cores number:{float(free):f}.",
+            EXIT_NOT_SUPPORT,
+        )
+
+
+def _new_vnpu_id(chip: Mapping[str, Any], vnpus: list[State], wanted: int | None) -> int:
+    """The lowest free id of the chip's range; a taken or foreign `-v` id fails in the driver."""
+    taken = {v["id"] for v in vnpus}
+    ids = vnpu_id_range(chip)
+    if wanted is not None:
+        if wanted in taken or wanted not in ids:
+            raise ToolError("create vnpu failed.", EXIT_INVALID_PARAMETER)
+        return wanted
+    free = [i for i in ids if i not in taken]
+    if not free:
+        raise ToolError("create vnpu failed.", EXIT_INVALID_PARAMETER)
+    return free[0]
+
+
+def _entry_key(entry: Mapping[str, Any]) -> tuple[str, str, str]:
+    return entry["pod_uid"], entry["container"], entry["resource"]
+
+
+def _checkpoint_text(state: State) -> str:
+    entries = [
+        CheckpointEntry(
+            pod_uid=e["pod_uid"],
+            container=e["container"],
+            resource=e["resource"],
+            device_ids=tuple(e["device_ids"]),
+            envs=tuple(e["envs"].items()),
+            devices=tuple(e["devices"]),
+            annotations=tuple(e["annotations"].items()),
+        )
+        for e in state["checkpoint"]
+    ]
+    return render_checkpoint(entries, state["registered"], boot_id=state["boot_id"])
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Readers never see a torn file (kubelet writes its checkpoint the same way)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _write_tool(root: Path, tool: str, module: str) -> None:
+    """`<node>/bin/<tool>`: this interpreter running the simulator module for this node."""
+    script = (
+        "#!/bin/sh\n"
+        f'exec {shlex.quote(sys.executable)} -m {module} --node {shlex.quote(str(root))} "$@"\n'
+    )
+    path = root / "bin" / tool
+    path.write_text(script)
+    path.chmod(0o755)
+
+
+# --- the tools' common runner --------------------------------------------------------------------
+
+Answer = tuple[str, str, int]  # stdout, stderr, exit code
+
+
+def answer(node: SimNode, tool: str, subcommand: str, produce: Callable[[], Answer]) -> int:
+    """Print a tool's answer, or the injected fault's (after its hang); returns the exit code."""
+    fault = node.tool_fault(tool, subcommand) if subcommand else None
+    if fault and fault.get("hang_seconds"):
+        time.sleep(float(fault["hang_seconds"]))
+    if fault and fault.keys() & {"exit", "stdout", "stderr"}:
+        out, err, code = fault.get("stdout", ""), fault.get("stderr", ""), fault.get("exit", 0)
+    else:
+        out, err, code = produce()
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    sys.stdout.flush()
+    return code

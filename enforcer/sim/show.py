@@ -1,0 +1,78 @@
+"""`python -m enforcer.sim show NODE_DIR`: a short human summary of a simulated node."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from enforcer.sim.node import State
+
+if TYPE_CHECKING:
+    from enforcer.sim.node import SimNode
+
+
+def _chip_lines(node: SimNode, state: State) -> list[str]:
+    lines = []
+    holders = {
+        p["vnpu"]: p["pid"] for p in node.listed_processes(state) if p.get("vnpu") is not None
+    }
+    for chip in state["chips"]:
+        place = (chip["card"], chip["chip"])
+        vnpus = sorted(
+            (v for v in state["vnpus"] if (v["card"], v["chip"]) == place), key=lambda v: v["id"]
+        )
+        used = sum(chip["templates"].get(v["template"], 0) for v in vnpus)
+        lines.append(
+            f"chip {place[0]}:{place[1]} {chip['name']} (logic {chip['logic_id']}, "
+            f"phy {chip['phy_id']}): aicore {used}/{chip['aicore_total']} used, "
+            f"{len(vnpus)} vNPU(s)"
+        )
+        for v in vnpus:
+            held = f", held by pid {holders[v['id']]}" if v["id"] in holders else ""
+            lines.append(
+                f"  vnpu {v['id']} {v['template']} vgroup {v['vgroup']} container "
+                f"{v['container_id']} status {v['status']}{held}"
+            )
+    return lines
+
+
+def _pod_lines(state: State) -> list[str]:
+    lines = [f"pods: {len(state['pods'])}"]
+    for pod in state["pods"]:
+        box = pod["sandbox"]["state"] if pod["sandbox"] else "no sandbox"
+        ctrs = ", ".join(f"{c['name']}={c['state'] or 'not created'}" for c in pod["containers"])
+        lines.append(
+            f"  {pod['namespace']}/{pod['name']} {pod['uid']} {pod['phase']}: {box}; {ctrs}"
+        )
+    return lines
+
+
+def _checkpoint_lines(state: State) -> list[str]:
+    lines = [f"checkpoint entries: {len(state['checkpoint'])}"]
+    for e in state["checkpoint"]:
+        envs = ",".join(f"{k}={v}" for k, v in e["envs"].items())
+        lines.append(
+            f"  {e['pod_uid']}/{e['container']} {e['resource']} {','.join(e['device_ids'])} {envs}"
+        )
+    return lines
+
+
+def _fault_lines(state: State) -> list[str]:
+    faults = state["faults"]
+    points = [f"{tool} {sub}" for tool, subs in faults["tools"].items() for sub in subs]
+    if not (points or faults["destroy_fail"] or faults["destroy_lies"]):
+        return ["faults: none"]
+    return [
+        f"faults: answers {points or '-'}, destroy fails {faults['destroy_fail'] or '-'}, "
+        f"destroy lies {faults['destroy_lies'] or '-'}"
+    ]
+
+
+def render_summary(node: SimNode, state: State) -> str:
+    head = f"node {node.path} boot {state['boot_id']} npu-smi {state['npu_smi_version']}"
+    body = [
+        *_chip_lines(node, state),
+        *_pod_lines(state),
+        *_checkpoint_lines(state),
+        *_fault_lines(state),
+    ]
+    return "\n".join([head, *body]) + "\n"

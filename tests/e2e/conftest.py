@@ -1,0 +1,116 @@
+"""
+End to end: the real `pyinfra` CLI (@local connector) converging a simulated node, run inside the
+node's own PID namespace (enforcer.sim.namespace). Needs unshare; in CI a missing prerequisite
+fails instead of skipping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from enforcer.sim.namespace import NodeNamespace, unshare_argv
+from enforcer.sim.node import SimNode
+
+REPO = Path(__file__).resolve().parents[2]
+PYINFRA = str(Path(sys.executable).with_name("pyinfra"))
+SCENARIOS = REPO / "enforcer" / "sim" / "scenarios"
+
+
+def _namespaces_work() -> str | None:
+    try:
+        argv = [*unshare_argv(), "true"]
+    except FileNotFoundError as error:
+        return str(error)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return None if done.returncode == 0 else f"unshare fails here: {done.stderr.strip()}"
+
+
+@pytest.fixture(scope="session")
+def namespaces() -> None:
+    problem = _namespaces_work()
+    if problem and os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run the end-to-end tests: {problem}")
+    if problem:
+        pytest.skip(f"needs PID namespaces for the simulated node: {problem}")
+
+
+@dataclass
+class Enforced:
+    rc: int
+    output: str
+    report: dict | None
+
+    def verdict(self, vnpu: int) -> str:
+        assert self.report, self.output
+        found = [v for v in self.report["verdicts"] if v["partition"]["id"] == str(vnpu)]
+        assert found, f"no verdict for vNPU {vnpu}:\n{self.output}"
+        return found[-1]["status"]
+
+    def reason(self, vnpu: int) -> str:
+        assert self.report
+        return next(
+            v["reason"] for v in self.report["verdicts"] if v["partition"]["id"] == str(vnpu)
+        )
+
+
+class Node:
+    """A simulated node in its namespace, and the enforcer run against it with the pyinfra CLI."""
+
+    def __init__(self, ns: NodeNamespace, path: Path, inventory: Path):
+        self.ns, self.path, self.inventory = ns, path, inventory
+        self.sim = SimNode(path)
+
+    def enforce(self, *args: str) -> Enforced:
+        done = self.ns.run([PYINFRA, "-y", str(self.inventory), "deploy.py", *args], cwd=str(REPO))
+        report_file = self.state_dir / "report.json"
+        report = json.loads(report_file.read_text()) if report_file.exists() else None
+        return Enforced(done.returncode, done.stdout + done.stderr, report)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.path / "rootfs" / "var" / "lib" / "partition-enforcer"
+
+    def vnpus(self) -> set[int]:
+        return {v["id"] for v in self.sim.state()["vnpus"]}
+
+
+def write_inventory(path: Path, node: Path, **data: object) -> Path:
+    host_data = {
+        "enforcer_node_name": "k3s-310p",
+        "enforcer_rootfs": str(node / "rootfs"),
+        "enforcer_tools": {
+            "npu-smi": str(node / "bin/npu-smi"),
+            "crictl": str(node / "bin/crictl"),
+        },
+        "enforcer_grace_seconds": 0,
+        "enforcer_grace_runs": 3,
+        **data,
+    }
+    path.write_text(f"hosts = [('@local', {host_data!r})]\n")
+    return path
+
+
+@pytest.fixture
+def seed_node(tmp_path, namespaces):
+    """The seed story's node (enforcer/sim/scenarios/seed-310p.yaml), in its own namespace."""
+    path = tmp_path / "node"
+    with NodeNamespace(path) as ns:
+        built = ns.run(
+            [
+                sys.executable,
+                "-m",
+                "enforcer.sim",
+                "build",
+                str(SCENARIOS / "seed-310p.yaml"),
+                str(path),
+            ]
+        )
+        assert built.returncode == 0, built.stderr
+        yield Node(ns, path, write_inventory(tmp_path / "inventory.py", path))

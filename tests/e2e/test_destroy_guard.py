@@ -1,0 +1,97 @@
+"""
+Rules 7 and 8 on the node: the guarded destroy re-proves the vNPU under the lock, in the same
+shell, and verifies the listing after. Any doubt keeps the vNPU (exit 0, the next run decides).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from pathlib import Path
+
+from enforcer.model import VNPU, Observation, Partition, Verdict
+from enforcer.policy import NodePaths
+from operations.enforce import destroy_command
+
+
+def zombie(vid: int, vgroup: str) -> Verdict:
+    p = Partition(
+        VNPU,
+        "npu:0:0",
+        str(vid),
+        "vir02",
+        (
+            ("card", "0"),
+            ("chip", "0"),
+            ("vnpu", str(vid)),
+            ("vgroup", vgroup),
+            ("template", "vir02"),
+        ),
+        (("container_id", "000000000000"), ("status", "0")),
+    )
+    return Verdict(p, "orphan", "proven orphaned")
+
+
+def guarded(node, vid: int, **obs_changes) -> tuple[int, str]:
+    paths = NodePaths.from_rootfs(
+        str(node.path / "rootfs"), tools={"npu-smi": str(node.path / "bin/npu-smi")}
+    )
+    digest = hashlib.sha256(Path(paths.checkpoint).read_bytes()).hexdigest()
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    obs = replace(Observation("n1", boot, 0.0, claim_digest=digest), **obs_changes)
+    vgroup = {v["id"]: str(v["vgroup"]) for v in node.sim.state()["vnpus"]}[vid]
+    done = node.ns.run(["sh", "-c", destroy_command(zombie(vid, vgroup), obs, paths)])
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_re_proven_at_the_moment_of_destruction_destroys_and_verifies(seed_node):
+    rc, out = guarded(seed_node, 101)
+    assert rc == 0 and "destroyed" in out
+    assert 101 not in seed_node.vnpus()
+
+
+def test_re_proven_at_the_moment_of_destruction_claim_records_changed(seed_node):
+    rc, out = guarded(seed_node, 101, claim_digest="0" * 64)
+    assert rc == 0 and "claim records changed" in out
+    assert 101 in seed_node.vnpus()
+
+
+def test_re_proven_at_the_moment_of_destruction_node_rebooted(seed_node):
+    rc, out = guarded(seed_node, 101, boot_id="another-boot")
+    assert rc == 0 and "rebooted" in out
+    assert 101 in seed_node.vnpus()
+
+
+def test_re_proven_at_the_moment_of_destruction_a_holder_appeared(seed_node):
+    pid = seed_node.ns.hold(101)
+    rc, out = guarded(seed_node, 101)
+    assert rc == 0 and f"held by pid(s) {pid}" in out
+    assert 101 in seed_node.vnpus()
+
+
+def test_re_proven_at_the_moment_of_destruction_a_container_attached(seed_node):
+    seed_node.sim.attach(101, "ab" * 32)
+    rc, out = guarded(seed_node, 101)
+    assert rc == 0 and "no longer the vNPU the run decided on" in out
+    assert 101 in seed_node.vnpus()
+
+
+def test_re_proven_at_the_moment_of_destruction_a_successor_took_its_place(seed_node):
+    seed_node.sim.destroy_vnpu(0, 0, 101)
+    successor = seed_node.sim.create_vnpu(0, 0, "vir01", 101)
+    assert successor == 101
+    rc, out = guarded(seed_node, 101)
+    assert rc == 0 and "no longer the vNPU" in out
+    assert 101 in seed_node.vnpus()
+
+
+def test_verified_after_a_destroy_the_tool_reports_but_does_not_do_fails(seed_node):
+    seed_node.sim.set_fault("npu-smi", "destroy-vnpu", lie_ids=[101])
+    rc, out = guarded(seed_node, 101)
+    assert rc == 1 and "still lists it" in out
+
+
+def test_verified_after_a_refused_destroy_fails_with_the_tools_words(seed_node):
+    seed_node.sim.set_fault("npu-smi", "destroy-vnpu", fail_ids=[101])
+    rc, out = guarded(seed_node, 101)
+    assert rc == 1 and "exited 196" in out and "destroy vnpu 101 failed." in out
