@@ -4,7 +4,6 @@ VENV := .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 NODE ?= demo-node
-RUNS ?= 5
 
 .PHONY: demo test lint clean
 
@@ -18,15 +17,7 @@ $(READY): pyproject.toml
 # running and the starting pod's vNPUs kept, with the reason; the pending pod then fits.
 demo: $(READY)
 	rm -rf $(NODE)
-	$(BIN)/python -m enforcer.sim build enforcer/sim/scenarios/seed-310p.yaml $(NODE)
-	$(BIN)/python -m enforcer.sim show $(NODE)
-	@for run in $$(seq 1 $(RUNS)); do \
-	  echo; echo "=== partition-enforcer run $$run of $(RUNS) (grace: 3 runs, 2 s)"; \
-	  DEMO_NODE=$(NODE) $(BIN)/pyinfra -y --quiet inventories/demo.py deploy.py || exit 1; \
-	  sleep 1; \
-	done
-	@echo; echo "=== the node after $(RUNS) runs"
-	$(BIN)/python -m enforcer.sim show $(NODE)
+	$(BIN)/python -m enforcer.sim.namespace -- $(BIN)/python -m enforcer.sim.demo $(NODE)
 
 lint: $(READY)
 	$(BIN)/ruff check .

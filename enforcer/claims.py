@@ -37,7 +37,7 @@ def claims_from_records(records: Iterable[OwnerRecord]) -> tuple[Claim, ...]:
 
 def _ascend_claims(record: OwnerRecord) -> list[Claim]:
     envs, notes = dict(record.envs), dict(record.annotations)
-    ascend_notes = {k: v for k, v in notes.items() if k.startswith(("huawei.com/", "hami.io/"))}
+    ascend_notes = [k for k in notes if k.startswith(("huawei.com/", "hami.io/Ascend"))]
     if not ASCEND_RESOURCE.match(record.resource) and not ascend_notes:
         return []
     if "huawei.com/AscendReal" in notes:

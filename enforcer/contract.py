@@ -37,13 +37,16 @@ def not_held(p: Partition, holders: list[Holder]) -> str | None:
     return "; ".join(f"{h.source}: {h.detail}" for h in mine)
 
 
-def not_claimed(p: Partition, protected: dict[str, list[Claim]]) -> str | None:
+def not_claimed(
+    p: Partition, protected: dict[str, list[Claim]], names: dict[str, str]
+) -> str | None:
     """Rule 3: no live owner's claim (exact, placement or device-wide, count-aware) covers P."""
     claims = protected.get(p.key)
     if not claims:
         return None
     return "; ".join(
-        f"{c.scope} claim by pod {c.owner_uid} ({c.source}: {c.record})" for c in claims
+        f"{c.scope} claim by pod {names.get(c.owner_uid, c.owner_uid)} ({c.source}: {c.record})"
+        for c in claims
     )
 
 
@@ -88,6 +91,7 @@ def decide(
     claims = [c for c in claims_from_records(obs.records) if owner_liveness(c.owner_uid, pods)[0]]
     newness = {p.key: getattr(_entry(previous, p, obs), "first_seen", now) for p in obs.partitions}
     protected = protect(obs.partitions, claims, obs.holders, newness)
+    names = {pod.uid: f"{pod.namespace}/{pod.name}" for pod in pods if pod.name}
 
     verdicts: list[Verdict] = []
     entries: dict[str, Entry] = {}
@@ -97,7 +101,7 @@ def decide(
         entry = before or Entry(key=p.key, first_seen=now, last_observed=now)
         if before and now - before.last_observed > policy.max_observation_gap_seconds:
             entry = entry.restarted()
-        verdict, entry = _judge(p, obs, policy, protected, entry, now)
+        verdict, entry = _judge(p, obs, policy, protected, names, entry, now)
         entries[identity] = replace(entry, last_observed=now)
         verdicts.append(verdict)
 
@@ -130,6 +134,7 @@ def _judge(
     obs: Observation,
     policy: Policy,
     protected: dict[str, list[Claim]],
+    names: dict[str, str],
     entry: Entry,
     now: float,
 ) -> tuple[Verdict, Entry]:
@@ -137,7 +142,7 @@ def _judge(
         ("inconclusive", everything_was_read(p, obs, policy)),
         ("pinned", not_pinned(p, policy)),
         ("held", not_held(p, list(obs.holders))),
-        ("claimed", not_claimed(p, protected)),
+        ("claimed", not_claimed(p, protected, names)),
     ]
     for status, evidence in keep:
         if evidence:

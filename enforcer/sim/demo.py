@@ -1,0 +1,77 @@
+"""
+`make demo`: the seed story on a simulated 310P node, converged by the real pyinfra CLI.
+
+Runs inside the node's own PID namespace (python -m enforcer.sim.namespace -- ...), so the fd
+scan sees the node's processes only. The story: infer-a runs on vNPU 100; two zombies (101, 102)
+were left by failed container creates of a deleted pod; infer-b is starting; train-c waits for
+four AI cores. After the first run the runtime makes infer-b's vNPU, which no process opens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from enforcer.report import table
+from enforcer.sim import scenario
+from enforcer.sim.node import SimNode
+from enforcer.sim.show import render_summary
+
+REPO = Path(__file__).resolve().parents[2]
+SEED = REPO / "enforcer" / "sim" / "scenarios" / "seed-310p.yaml"
+TRAIN_C = "e1b94c6d-2a7f-4e35-8d0c-7f6a5b3e2d91"
+
+
+def say(text: str) -> None:
+    print(f"\n=== {text}", flush=True)
+
+
+def enforce(node: Path, run: int) -> None:
+    """One `pyinfra -y inventories/demo.py deploy.py`; its full output goes to a log file."""
+    pyinfra = str(Path(sys.executable).with_name("pyinfra"))
+    argv = [pyinfra, "-y", str(REPO / "inventories" / "demo.py"), "deploy.py"]
+    log = node / f"pyinfra-run-{run}.log"
+    with log.open("w") as out:
+        done = subprocess.run(
+            argv,
+            cwd=REPO,
+            env={**os.environ, "DEMO_NODE": str(node)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise SystemExit(f"pyinfra exited {done.returncode}: see {log}")
+    report = json.loads((node / "rootfs/var/lib/partition-enforcer/report.json").read_text())
+    print(table(report))
+    print(f"(pyinfra's own output: {log.relative_to(node.parent)})")
+
+
+def main(node_dir: str, runs: int = 5) -> int:
+    node_path = Path(node_dir).resolve()
+    node = scenario.build(scenario.load(SEED), node_path)
+    say("the node, as the seed story leaves it (train-c needs vir04: 4 AI cores)")
+    print(render_summary(node, node.state()))
+    for run in range(1, runs + 1):
+        say(f"partition-enforcer run {run} of {runs} (grace: 3 runs and 2 s)")
+        enforce(node_path, run)
+        print("vNPUs now:", sorted(v["id"] for v in node.state()["vnpus"]))
+        if run == 1:
+            made = node.create_vnpu(0, 0, "vir02")
+            say(f"ascend-docker-runtime makes infer-b's vNPU {made}; no process opens it yet")
+        time.sleep(1)
+    say("train-c is scheduled now that four AI cores are free")
+    made = node.create_vnpu(0, 0, "vir04")
+    node.set_pod_state(TRAIN_C, "ContainerCreating")
+    print(f"vNPU {made} (vir04) created for train-c")
+    print(render_summary(node, node.state()))
+    SimNode(node_path).unhold_all()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:2]))

@@ -1,0 +1,75 @@
+"""The Ascend adapters: owner records as real device plugins write them -> claims."""
+
+from __future__ import annotations
+
+from enforcer.claims import claims_from_records
+from enforcer.model import OwnerRecord
+
+UUID = "3F5A1C2B-0140C979-2CFBED72-6A8D4E10-00000000"
+
+
+def claims(**record):
+    base = {"owner_uid": "pod-1", "source": "cri", "where": "cri sandbox default/p"}
+    return [
+        (c.scope, c.partition_id, c.profile, c.count)
+        for c in claims_from_records([OwnerRecord(**(base | record))])
+    ]
+
+
+def test_huawei_ascend_real_annotation_names_the_vnpu_exactly():
+    notes = (("huawei.com/AscendReal", "Ascend310P-2c-100-0_1,Ascend310P-4c-103-0_2"),)
+    assert claims(annotations=notes) == [("exact", "100", None, 1), ("exact", "103", None, 1)]
+
+
+def test_huawei_static_device_ids_name_the_vnpu_exactly():
+    assert claims(resource="huawei.com/Ascend310P-2c", device_ids=("Ascend310P-2c-101-0",)) == [
+        ("exact", "101", None, 1)
+    ]
+
+
+def test_huawei_virtual_allocate_response_names_the_vnpu_exactly():
+    envs = (("ASCEND_RUNTIME_OPTIONS", "VIRTUAL"), ("ASCEND_VISIBLE_DEVICES", "102"))
+    assert claims(resource="huawei.com/npu-core", envs=envs, device_ids=("npu-core-3",)) == [
+        ("exact", "102", None, 1)
+    ]
+
+
+def test_hami_allocate_response_claims_one_vnpu_of_its_template_device_wide():
+    envs = (("ASCEND_VISIBLE_DEVICES", "0"), ("ASCEND_VNPU_SPECS", "vir02"))
+    ids = (f"{UUID}-0",)  # a placeholder: never read as a partition id
+    assert claims(resource="huawei.com/Ascend310P", envs=envs, device_ids=ids) == [
+        ("device-wide", None, "vir02", 1)
+    ]
+
+
+def test_hami_runtime_info_annotation_claims_per_device():
+    value = f'[{{"UUID":"{UUID}","temp":"vir04","memory":12288}}]'
+    assert claims(annotations=(("huawei.com/Ascend310P", value),)) == [
+        ("device-wide", None, "vir04", 1)
+    ]
+
+
+def test_volcano_npu_core_annotation_claims_the_template():
+    assert claims(annotations=(("huawei.com/npu-core", "0-vir02"),)) == [
+        ("device-wide", None, "vir02", 1)
+    ]
+
+
+def test_unreadable_annotation_claims_every_vnpu():
+    assert claims(annotations=(("huawei.com/Ascend310P", "[{broken"),)) == [
+        ("device-wide", None, None, None)
+    ]
+
+
+def test_unmapped_ascend_record_claims_as_many_as_it_names_of_any_template():
+    ids = (f"{UUID}-0", f"{UUID}-1")
+    assert claims(resource="huawei.com/Ascend310P", device_ids=ids) == [
+        ("device-wide", None, None, 2)
+    ]
+
+
+def test_records_of_other_resources_claim_no_vnpu():
+    assert claims(resource="nvidia.com/gpu", device_ids=("GPU-7d8429d5",)) == []
+    assert claims(annotations=(("kubernetes.io/config.source", "api"),)) == []
+    hami_gpu = (("hami.io/bind-phase", "success"), ("hami.io/vgpu-devices-allocated", "GPU-1,"))
+    assert claims(annotations=hami_gpu) == []
