@@ -71,9 +71,9 @@ def not_implausible(
     """Rule 6: the circuit breaker, over the whole node."""
     if not policy.breaker:
         return None
-    for source, before in sorted(ledger.live_owners.items()):
-        if before > 0 and live.get(source, 0) == 0 and source in policy.claim_sources:
-            return f"claim source {source} reported {before} live owners last run and none now"
+    for source in _went_silent(live, ledger, policy):
+        before = ledger.live_owners[source]
+        return f"claim source {source} reported {before} live owners last run and none now"
     if orphans > policy.breaker_max_fraction * total and orphans > policy.breaker_min_count:
         return (
             f"{orphans} of {total} partitions would be destroyed (more than "
@@ -112,7 +112,6 @@ def decide(
         verdicts = [
             replace(v, status="breaker", reason=trip) if v.is_orphan else v for v in verdicts
         ]
-        live = {s: max(n, ledger.live_owners.get(s, 0)) for s, n in live.items()}
     elif policy.mode == "converge":
         for v in orphans:
             identity = v.partition.identity(obs.boot_id)
@@ -125,7 +124,7 @@ def decide(
     for identity, e in unlisted.items():
         if e.destroy_attempts and everything_was_read(_stub(e), obs, policy):
             entries[identity] = e.restarted()  # not seen, not confirmed gone: never forgotten
-    next_ledger = Ledger(obs.node, obs.boot_id, now, live, entries)
+    next_ledger = Ledger(obs.node, obs.boot_id, now, _next_live(live, ledger, policy), entries)
     return verdicts, next_ledger
 
 
@@ -209,6 +208,27 @@ def _live_owners(obs: Observation, pods: tuple[Pod, ...], policy: Policy) -> dic
 def _unlisted(previous: dict[str, Entry], obs: Observation) -> dict[str, Entry]:
     listed = {p.identity(obs.boot_id) for p in obs.partitions}
     return {i: e for i, e in previous.items() if i not in listed}
+
+
+def _went_silent(live: dict[str, int], ledger: Ledger, policy: Policy) -> list[str]:
+    """Healthy claim sources that saw live owners last run and see none now."""
+    return [
+        s
+        for s, before in sorted(ledger.live_owners.items())
+        if before > 0 and live.get(s) == 0 and s in policy.claim_sources
+    ]
+
+
+def _next_live(live: dict[str, int], ledger: Ledger, policy: Policy) -> dict[str, int]:
+    """
+    What the next run compares against. A source that could not be read keeps its last count; one
+    that went silent keeps it too while the breaker is on, so the trip holds, run after run, until
+    an operator lifts it (`enforcer_breaker=off`) — whether or not anything was to be destroyed.
+    """
+    kept = {s: n for s, n in ledger.live_owners.items() if s not in live}
+    if policy.breaker:
+        kept |= {s: ledger.live_owners[s] for s in _went_silent(live, ledger, policy)}
+    return {**live, **kept}
 
 
 def _destroyed(unlisted: dict[str, Entry], obs: Observation, policy: Policy) -> list[Verdict]:

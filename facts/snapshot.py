@@ -170,8 +170,8 @@ def observe(
         why = sections.problem if sections else "the node read failed"
         return Observation(node, "", 0.0, health=(SourceHealth("node", "unreadable", NODE, why),))
     r = _Reader(sections)
-    boot_id = r.read("boot-id", "node", lambda s: _one_line(s.stdout, r"boot id")) or ""
-    now = r.read("clock", "node", lambda s: float(_one_line(s.stdout, "clock"))) or 0.0
+    boot_id = r.read("boot-id", "node", lambda s: _one_line(s.stdout, "boot id")) or ""
+    now = r.read("clock", "node", lambda s: _seconds(_one_line(s.stdout, "clock"))) or 0.0
     chips = r.read("npu-smi-m", "npu-smi", lambda s: ascend.parse_chip_map(s.stdout)) or ()
     partitions = _vnpus(r, chips)
     processes = r.read("npu-smi-info", "npu-smi", lambda s: ascend.parse_process_table(s.stdout))
@@ -218,6 +218,12 @@ def _one_line(text: str, what: str) -> str:
     if len(lines) != 1 or not lines[0].strip():
         raise ParseError(f"expected one line of {what}", text[:80])
     return lines[0].strip()
+
+
+def _seconds(text: str) -> float:
+    if not text.isdigit():
+        raise ParseError("the node clock is not seconds since the epoch", text)
+    return float(text)
 
 
 def _vnpus(r: _Reader, chips: Sequence[Chip]) -> list[Partition]:

@@ -358,6 +358,23 @@ def test_not_implausible_a_few_destroys_pass():
     assert status(v, 102) == "orphan" and status(v, 103) == "orphan"
 
 
+def test_not_implausible_a_source_that_went_silent_while_nothing_was_due_still_trips():
+    alive = Pod("pod-a", "cri", "alive")
+    # cri goes silent in run 1, while 102 is only pending; the trip must hold when it is due.
+    v, ledger = runs(lambda i: node(vnpu(102), pods=(alive,) if i == 0 else ()), 4)
+    assert status(v, 102) == "breaker"
+    v, ledger = runs(lambda i: node(vnpu(102)), 1, ledger=ledger, pol=policy(breaker="off"))
+    assert status(v, 102) == "orphan" and ledger.live_owners["cri"] == 0
+
+
+def test_not_implausible_an_unreadable_source_keeps_its_last_count():
+    alive = Pod("pod-a", "cri", "alive")
+    broken = OK[:4] + (SourceHealth("cri", "unreadable", NODE, "crictl exited 1"),)
+    _, ledger = runs(lambda i: node(vnpu(102), pods=(alive,)), 1)
+    _, ledger = runs(lambda i: replace(node(vnpu(102)), health=broken), 1, ledger=ledger)
+    assert ledger.live_owners["cri"] == 1
+
+
 # Rule 8: verified after (the destroy itself, rule 7, runs on the node: see the e2e tests).
 
 
