@@ -73,6 +73,10 @@ class Node:
         report = json.loads(report_file.read_text()) if report_file.exists() else None
         return Enforced(done.returncode, done.stdout + done.stderr, report)
 
+    def configure(self, **data: object) -> None:
+        """Host data for the next runs, on top of the simulated node's paths."""
+        write_inventory(self.inventory, self.path, **data)
+
     @property
     def state_dir(self) -> Path:
         return self.path / "rootfs" / "var" / "lib" / "partition-enforcer"
