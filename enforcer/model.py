@@ -150,7 +150,7 @@ class Observation:
     health: tuple[SourceHealth, ...] = ()
     claim_digest: str = ""
     ledger_text: str | None = None  # None: no ledger file on the node
-    devnodes: dict[str, str] = field(default_factory=dict)  # partition key -> "dev:ino:rdev"
+    devnodes: dict[str, str] = field(default_factory=dict)  # device node path -> "dev:ino:rdev"
 
 
 Status = Literal[

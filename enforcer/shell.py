@@ -30,7 +30,7 @@ class UnsafeValue(ValueError):
 
 def _checked(value: object, pattern: re.Pattern[str], what: str) -> Quoted:
     text = str(value)
-    if isinstance(value, bool) or not pattern.match(text):
+    if isinstance(value, bool) or not pattern.fullmatch(text):  # `$` passes a final \n
         raise UnsafeValue(f"refusing {what} {text!r} in a shell command")
     return Quoted(shlex.quote(text))
 

@@ -110,6 +110,8 @@ def parse_sections(lines: Sequence[str]) -> Sections:
             stdout, stderr = _unb64(out), _unb64(err)
         except (binascii.Error, UnicodeDecodeError) as error:
             return Sections(False, by_name, f"section {name} is not base64 text: {error}")
+        if name in by_name:
+            return Sections(False, by_name, f"section {name} appears twice in the node read")
         command = COMMANDS.get(name) or _vnpu_command(name)
         by_name[name] = Section(command, rc, stdout, stderr)
     return Sections(False, by_name, "node read was cut short (no 'PE1 end')")
@@ -221,7 +223,7 @@ def _one_line(text: str, what: str) -> str:
 
 
 def _seconds(text: str) -> float:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # str.isdigit also takes '²' and '١'
         raise ParseError("the node clock is not seconds since the epoch", text)
     return float(text)
 

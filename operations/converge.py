@@ -46,19 +46,29 @@ def read_node(host, policy: Policy) -> Observation:
     return obs
 
 
+def _ledger(obs: Observation) -> tuple[ledgers.Ledger, str]:
+    """The previous ledger, or an empty one; one that cannot be read is set aside, never lost."""
+    unreadable = [h.reason for h in obs.health if h.source == "ledger"]
+    if unreadable:
+        return ledgers.Ledger(), f"set aside: {unreadable[0]}"
+    if obs.ledger_text is None:
+        return ledgers.Ledger(), "missing"
+    try:
+        return ledgers.load(obs.ledger_text), "ok"
+    except ledgers.LedgerError as error:
+        return ledgers.Ledger(), f"set aside: {error}"
+
+
 def converge(host) -> None:
     policy = host_policy(host)
     obs = read_node(host, policy)
-    try:
-        ledger, note = ledgers.load(obs.ledger_text), "ok" if obs.ledger_text else "missing"
-    except ledgers.LedgerError as error:
-        ledger, note = ledgers.Ledger(), f"set aside: {error}"
+    ledger, note = _ledger(obs)
     verdicts, next_ledger = decide(obs, ledger, policy, obs.now)
     mode = "dry" if "--dry" in sys.argv else policy.mode  # pyinfra does not tell a deploy
     report = reports.build(host.name, obs, verdicts, mode, note)
     print(reports.table(report), flush=True)
-    if not obs.boot_id:
-        return  # the node could not be read: nothing to record, nothing to destroy
+    if any(h.source == "node" and h.status != "ok" for h in obs.health):
+        return  # no boot id or clock: nothing can be recorded, nothing is destroyed
     enforce.write_state(
         name="Record the ledger and the run report",
         ledger=ledgers.dump(next_ledger),

@@ -129,3 +129,17 @@ def test_bad_host_data_fails_naming_host_and_key_before_anything_runs(seed_node)
     assert run.rc != 0
     assert "host @local: host data enforcer_grace_runs" in run.output
     assert not (seed_node.state_dir / "ledger.json").exists()
+
+
+def test_a_ledger_that_cannot_be_read_is_set_aside_not_overwritten(seed_node):
+    seed_node.enforce()
+    ledger = seed_node.state_dir / "ledger.json"
+    ledger.unlink()
+    ledger.mkdir()  # cat fails on it: unreadable, not missing
+    (ledger / "kept").write_text("evidence")
+    run = seed_node.enforce()
+    assert run.rc == 0, run.output
+    assert run.report["ledger"].startswith("set aside: cat ledger.json exited 1")
+    kept = list(seed_node.state_dir.glob("ledger.json.corrupt-*/kept"))
+    assert [k.read_text() for k in kept] == ["evidence"]
+    assert ledger.is_file()

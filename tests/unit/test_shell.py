@@ -1,0 +1,274 @@
+"""
+Shell rendering (enforcer/shell.py): every value a template prints has passed a validating filter,
+hostile values are refused with UnsafeValue, and what is rendered is valid sh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from enforcer.policy import NodePaths
+from enforcer.shell import ENV, UnsafeValue, render
+from facts.snapshot import parse_sections
+
+NPU_SMI = "/usr/local/Ascend/driver/tools/npu-smi"
+CRICTL = "/usr/local/bin/crictl"
+PATHS = NodePaths.from_rootfs("/srv/n1", tools={"npu-smi": NPU_SMI, "crictl": CRICTL})
+BOOT_ID = "6f2b7a4e-2f1d-4c55-9b4e-0d3c5a7e8f10"
+DIGEST = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+HOSTILE_PATHS = {
+    "semicolon": "/srv/n1;reboot",
+    "command-substitution": "/srv/$(reboot)",
+    "backquote": "/srv/`reboot`",
+    "space": "/srv/node 1",
+    "newline-inside": "/srv/n1\nreboot",
+    "trailing-newline": "/srv/n1\n",
+    "single-quote": "/srv/n1'",
+    "double-quote": '/srv/"n1"',
+    "glob": "/srv/n*",
+    "relative": "srv/n1",
+}
+
+
+def snapshot(paths: NodePaths = PATHS) -> str:
+    return render(
+        "snapshot.sh.j2", paths=paths, npu_smi=paths.tool("npu-smi"), crictl=paths.tool("crictl")
+    )
+
+
+def destroy(**changes: object) -> str:
+    values: dict[str, object] = {
+        "paths": PATHS,
+        "npu_smi": NPU_SMI,
+        "card": 0,
+        "chip": 0,
+        "vnpu": 101,
+        "expected": ["1", "000000000000", "0", "vir04_3c_ndvpp"],
+        "devnode": "/srv/n1/dev/vdavinci101",
+        "boot_id": BOOT_ID,
+        "digest": DIGEST,
+    }
+    return render("destroy-vnpu.sh.j2", **{**values, **changes})
+
+
+def sh_syntax_errors(script: str) -> tuple[int, str]:
+    done = subprocess.run(["sh", "-n"], input=script, capture_output=True, text=True)
+    return done.returncode, done.stderr
+
+
+# --- refused ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_PATHS.values(), ids=HOSTILE_PATHS.keys())
+def test_a_hostile_rootfs_is_refused_in_the_node_read(hostile):
+    with pytest.raises(UnsafeValue, match=r"^refusing path "):
+        snapshot(NodePaths.from_rootfs(hostile))
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_PATHS.values(), ids=HOSTILE_PATHS.keys())
+def test_a_hostile_rootfs_is_refused_in_the_guarded_destroy(hostile):
+    with pytest.raises(UnsafeValue, match=r"^refusing path "):
+        destroy(paths=NodePaths.from_rootfs(hostile, tools={"npu-smi": NPU_SMI}))
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_PATHS.values(), ids=HOSTILE_PATHS.keys())
+def test_a_hostile_procfs_is_refused(hostile):
+    paths = dataclasses.replace(PATHS, procfs=hostile)
+    with pytest.raises(UnsafeValue):
+        snapshot(paths)
+    with pytest.raises(UnsafeValue):
+        destroy(paths=paths)
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [v for v in HOSTILE_PATHS.values() if v.startswith("/")],
+    ids=[k for k, v in HOSTILE_PATHS.items() if v.startswith("/")],
+)
+def test_a_hostile_tool_path_is_refused(hostile):
+    with pytest.raises(UnsafeValue, match=r"^refusing path "):
+        snapshot(NodePaths.from_rootfs("/srv/n1", tools={"npu-smi": hostile}))
+    with pytest.raises(UnsafeValue, match=r"^refusing path "):
+        snapshot(NodePaths.from_rootfs("/srv/n1", tools={"crictl": hostile}))
+    with pytest.raises(UnsafeValue, match=r"^refusing path "):
+        destroy(npu_smi=hostile)
+
+
+@pytest.mark.parametrize("hostile", ["npu-smi;reboot", "npu smi", "$(reboot)", "npu-smi\n", ""])
+def test_a_hostile_bare_tool_name_is_refused(hostile):
+    with pytest.raises(UnsafeValue, match=r"^refusing tool name "):
+        destroy(npu_smi=hostile)
+
+
+@pytest.mark.parametrize(
+    "boot_id", [BOOT_ID + "'", "' ]; reboot; [ '", BOOT_ID + "\n", "a b", "$(reboot)", ""]
+)
+def test_a_hostile_boot_id_is_refused(boot_id):
+    with pytest.raises(UnsafeValue, match=r"^refusing word "):
+        destroy(boot_id=boot_id)
+
+
+@pytest.mark.parametrize("digest", ["absent; reboot", DIGEST + " -", True])
+def test_a_hostile_claim_digest_is_refused(digest):
+    with pytest.raises(UnsafeValue, match=r"^refusing word "):
+        destroy(digest=digest)
+
+
+@pytest.mark.parametrize("template", ["vir02 x", "vir02;reboot", "vir02'", "vir02\n"])
+def test_a_hostile_template_name_in_the_expected_row_is_refused(template):
+    with pytest.raises(UnsafeValue, match=r"^refusing word "):
+        destroy(expected=["1", "000000000000", "0", template])
+
+
+def test_an_expected_row_that_is_one_string_not_a_list_is_refused():
+    with pytest.raises(UnsafeValue, match=r"expected a list of words"):
+        destroy(expected="1 000000000000 0 vir02")
+
+
+@pytest.mark.parametrize("field", ["vnpu", "card", "chip"])
+@pytest.mark.parametrize("value", ["101; rm -rf /", "101", True, False, 101.0, None])
+def test_a_non_int_vnpu_card_or_chip_is_refused(field, value):
+    with pytest.raises(UnsafeValue, match=r"^refusing non-integer "):
+        destroy(**{field: value})
+
+
+def test_a_non_int_command_timeout_is_refused():
+    with pytest.raises(UnsafeValue, match=r"^refusing non-integer '30; reboot'"):
+        snapshot(dataclasses.replace(PATHS, command_timeout="30; reboot"))
+
+
+@pytest.mark.parametrize("hostile", ["/srv/n1/dev/vdavinci101 /etc", "/srv/n1/dev/$(id)"])
+def test_a_hostile_device_node_is_refused(hostile):
+    with pytest.raises(UnsafeValue, match=r"^refusing path "):
+        destroy(devnode=hostile)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "echo {{ x }}",
+        "echo {{ x ~ '' }}",
+        "echo {{ x | path ~ '; reboot' }}",
+        "echo {{ x | path | upper }}",
+        "echo {{ 'literal' }}",
+    ],
+)
+def test_a_template_that_prints_a_value_without_a_filter_is_refused(source):
+    with pytest.raises(UnsafeValue, match=r"^unquoted value .* in a shell template: use a filter"):
+        ENV.from_string(source).render(x="/srv/n1")
+
+
+def test_a_template_that_prints_a_filtered_value_renders_it_quoted():
+    assert ENV.from_string("echo {{ x | word_list }}").render(x=["a", "b"]) == "echo 'a b'"
+    assert ENV.from_string("echo {{ x | path }}").render(x="/srv/n1") == "echo /srv/n1"
+
+
+def test_an_undefined_value_is_an_error_not_an_empty_string():
+    with pytest.raises(jinja2.UndefinedError, match="'x' is undefined"):
+        ENV.from_string("echo {{ x | path }}").render()
+
+
+# --- rendered ----------------------------------------------------------------------------------
+
+
+def test_the_node_read_renders_every_value_shlex_quoted():
+    script = snapshot()
+    assert f"tool npu-smi-m {shlex.quote(NPU_SMI)} info -m\n" in script
+    assert f"tool crictl-pods {shlex.quote(CRICTL)} pods -o json\n" in script
+    assert "set -- /srv/n1/dev/vdavinci*\n" in script
+    assert (
+        "file checkpoint /srv/n1/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint\n"
+        in (script)
+    )
+    assert "file ledger /srv/n1/var/lib/partition-enforcer/ledger.json\n" in script
+    assert "file boot-id /proc/sys/kernel/random/boot_id\n" in script
+    assert f'  timeout {PATHS.command_timeout} "$@"' in script
+    assert "{{" not in script and "{%" not in script
+
+
+def test_the_guarded_destroy_renders_every_value_shlex_quoted():
+    script = destroy()
+    assert f"npu_smi={NPU_SMI}\n" in script
+    assert "card=0 chip=0 vnpu=101\n" in script
+    assert "[ \"$listed\" = '1 000000000000 0 vir04_3c_ndvpp' ]" in script
+    assert f"= {BOOT_ID} ]" in script
+    assert f'[ "$(claim_digest)" = {DIGEST} ]' in script
+    assert "lock=/srv/n1/run/lock/partition-enforcer.lock\n" in script
+    assert "stat -L -c '%n|%d:%i:%t:%T|%F' /srv/n1/dev/vdavinci101 >" in script
+
+
+def test_a_bare_tool_name_renders_as_a_word():
+    assert "npu_smi=npu-smi\n" in destroy(npu_smi="npu-smi")
+
+
+needs_sh = pytest.mark.skipif(shutil.which("sh") is None, reason="needs sh")
+
+
+@needs_sh
+def test_sh_syntax_check_rejects_a_broken_script():
+    rc, _ = sh_syntax_errors("if true; then\n  echo unclosed\n")
+    assert rc != 0
+
+
+@needs_sh
+@pytest.mark.parametrize("rootfs", ["/", "/srv/n1", "/srv/node-1.example:a+b@c=d"])
+def test_sh_accepts_the_rendered_node_read(rootfs):
+    assert sh_syntax_errors(snapshot(NodePaths.from_rootfs(rootfs))) == (0, "")
+
+
+@needs_sh
+def test_sh_accepts_the_rendered_guarded_destroy():
+    assert sh_syntax_errors(destroy()) == (0, "")
+    assert sh_syntax_errors(destroy(paths=NodePaths.from_rootfs("/"), npu_smi="npu-smi")) == (
+        0,
+        "",
+    )
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shutil.which("sh") and shutil.which("base64")),
+    reason="needs Linux, sh and GNU coreutils",
+)
+def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: Path):
+    paths = NodePaths.from_rootfs(
+        str(tmp_path),
+        tools={"npu-smi": str(tmp_path / "no-npu-smi"), "crictl": str(tmp_path / "no-crictl")},
+    )
+    done = subprocess.run(
+        ["sh", "-c", snapshot(paths)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0
+    sections = parse_sections(done.stdout.splitlines())
+    assert sections.complete is True
+    assert list(sections.by_name) == [
+        "boot-id",
+        "clock",
+        "npu-smi-m",
+        "npu-smi-info",
+        "devnodes",
+        "fd-scan",
+        "checkpoint",
+        "crictl-pods",
+        "crictl-ps",
+        "ledger",
+        "claim-digest",
+    ]
+    rcs = {name: s.rc for name, s in sections.by_name.items()}
+    assert (rcs["npu-smi-m"], rcs["crictl-pods"], rcs["checkpoint"], rcs["ledger"]) == (
+        "missing",
+        "missing",
+        "absent",
+        "absent",
+    )
+    assert sections.by_name["devnodes"].stdout == ""
+    assert sections.by_name["claim-digest"].stdout == "absent\n"
+    assert sections.by_name["clock"].stdout.strip().isdigit()

@@ -1,0 +1,589 @@
+"""
+The node read (docs/INTERNALS.md): the PE1 section protocol and `observe()`, which turns the
+sections into an Observation whose every source carries its own health. The sections are built
+here from real tool output (tests/fixtures) and base64-encoded as snapshot.sh.j2 prints them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from pathlib import Path
+
+from enforcer.model import Holder, Observation, OwnerRecord, Pod, SourceHealth
+from enforcer.policy import NodePaths
+from facts.snapshot import Section, Sections, observe, parse_sections
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+PATHS = NodePaths.from_rootfs("/srv/n1")
+SOURCES = ("kubelet-checkpoint", "cri")
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+BOOT_ID = "6f2b7a4e-2f1d-4c55-9b4e-0d3c5a7e8f10"
+CHIP_MAP = fixture("npu-smi/info-m_A3-phy-id-column.txt")  # chips 0:0, 0:1, 1:0, 1:1
+ZOMBIE_TABLE = fixture("npu-smi/info-vnpu_310P3_zombie-live-na.txt")  # vNPUs 100, 101, 102
+EMPTY_TABLE = fixture("npu-smi/info-vnpu_NA-aicore_0-vnpus.txt")
+HOST_TABLE = fixture("npu-smi/info_A3-host-phy-id-2-procs-warning.txt")  # pid 412873 on 0:0
+CHECKPOINT = fixture("kubelet/checkpoint_hami-ascend310p-vir02.json")
+DIGEST = hashlib.sha256(CHECKPOINT.encode()).hexdigest()
+PODS = fixture("crictl/pods-o-json_ascend-node.json")
+CONTAINERS = fixture("crictl/ps-a-o-json_ascend-node.json")
+READY_UID = "8ad2a1b0-3c1e-4d1f-9f0e-2b7c1c0d9a11"  # infer-310p-0, container c41d2e8f0a6b...
+NOT_READY_UID = "0b9e4c2d-6f1a-4e8b-b3d7-5a2c9e1f0d44"  # infer-310p-1
+NOT_READY_SANDBOX = "3c5e7a9b1d2f4e6a8c0b2d4f6e8a0c1e3b5d7f9a1c3e5b7d9f0a2c4e6b8d0f1a"
+
+# stat -c '%n|%d:%i:%t:%T|%F' over /srv/n1/dev/vdavinci*: Ascend vNPU nodes are char devices.
+DEVNODES = (
+    "/srv/n1/dev/vdavinci100|5:1123:ec:64|character special file\n"
+    "/srv/n1/dev/vdavinci101|5:1127:ec:65|character special file\n"
+    "/srv/n1/dev/vdavinci102|5:1131:ec:66|character special file\n"
+)
+# The fd scan as the host sees a container's fds: its /dev is another tmpfs (another dev:ino),
+# the device number (major:minor) is the vNPU's.
+FD_OPEN_0 = "/proc/412873/fd/0|1048:4:1:3|character special file\n"
+FD_OPEN_101 = "/proc/412873/fd/7|1048:5:ec:65|character special file\n"
+
+KEY = "ascend-vnpu/npu:0:0/{}"
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode() if text else "-"
+
+
+def pe1(name: str, rc: str = "0", stdout: str = "", stderr: str = "") -> str:
+    return f"PE1 {name} {rc} {b64(stdout)} {b64(stderr)}"
+
+
+def healthy_node() -> dict[str, tuple[str, str, str]]:
+    """Every section of a node read that went well: name -> (rc, stdout, stderr)."""
+    return {
+        "boot-id": ("0", BOOT_ID + "\n", ""),
+        "clock": ("0", "1764451800\n", ""),
+        "npu-smi-m": ("0", CHIP_MAP, ""),
+        "npu-smi-vnpu:0:0": ("0", ZOMBIE_TABLE, ""),
+        "npu-smi-vnpu:0:1": ("0", EMPTY_TABLE, ""),
+        "npu-smi-vnpu:1:0": ("0", EMPTY_TABLE, ""),
+        "npu-smi-vnpu:1:1": ("0", EMPTY_TABLE, ""),
+        "npu-smi-info": ("0", HOST_TABLE, ""),
+        "devnodes": ("0", DEVNODES, ""),
+        "fd-scan": ("0", FD_OPEN_0 + FD_OPEN_101, ""),
+        "checkpoint": ("0", CHECKPOINT, ""),
+        "crictl-pods": ("0", PODS, ""),
+        "crictl-ps": ("0", CONTAINERS, ""),
+        "ledger": ("absent", "", ""),
+        "claim-digest": ("0", DIGEST + "\n", ""),
+    }
+
+
+def node_read(changes: dict | None = None, end: bool = True) -> list[str]:
+    """The lines of a node read: the healthy node with `changes` (None removes a section)."""
+    sections = healthy_node()
+    for name, section in (changes or {}).items():
+        if section is None:
+            sections.pop(name)
+        else:
+            sections[name] = section
+    lines = ["PE1 begin 1", *(pe1(name, *s) for name, s in sections.items())]
+    return lines + ["PE1 end"] if end else lines
+
+
+def read(changes: dict | None = None, claim_sources=SOURCES, end: bool = True) -> Observation:
+    return observe(parse_sections(node_read(changes, end)), "n1", PATHS, claim_sources)
+
+
+def containers_json(edit) -> str:
+    """The crictl ps fixture after `edit(list_of_containers)`."""
+    data = json.loads(CONTAINERS)
+    edit(data["containers"])
+    return json.dumps(data, indent=2)
+
+
+def by_source(obs: Observation, source: str) -> list[Holder]:
+    return [h for h in obs.holders if h.source == source]
+
+
+# --- the section protocol -----------------------------------------------------------------------
+
+
+def test_a_complete_read_gives_every_section_decoded_with_its_command():
+    sections = parse_sections(node_read({"crictl-ps": ("missing", "", "")}))
+    assert sections.complete is True
+    assert sections.problem == ""
+    assert list(sections.by_name) == list(healthy_node())
+    assert sections.by_name["npu-smi-vnpu:0:1"] == Section(
+        "npu-smi info -t info-vnpu -i 0 -c 1", "0", EMPTY_TABLE, ""
+    )
+    assert sections.by_name["boot-id"] == Section("cat boot_id", "0", BOOT_ID + "\n", "")
+    assert sections.by_name["crictl-ps"] == Section("crictl ps -a -o json", "missing", "", "")
+
+
+def test_a_read_that_did_not_start_with_the_begin_marker_is_incomplete():
+    assert parse_sections(node_read()[1:]) == Sections(
+        False, problem="node read did not start (no 'PE1 begin 1')"
+    )
+    assert parse_sections([]) == Sections(
+        False, problem="node read did not start (no 'PE1 begin 1')"
+    )
+
+
+def test_a_read_cut_short_before_the_end_marker_is_incomplete():
+    sections = parse_sections(node_read(end=False))
+    assert sections.complete is False
+    assert sections.problem == "node read was cut short (no 'PE1 end')"
+    assert len(sections.by_name) == len(healthy_node())
+
+
+def test_output_after_the_end_marker_makes_the_read_incomplete():
+    lines = node_read() + ["PE1 clock 0 MTc2NDQ1MTgwMAo= -"]
+    sections = parse_sections(lines)
+    assert sections.complete is False
+    assert sections.problem == f"output after the end marker at line {len(lines) - 1}"
+
+
+def test_a_section_that_is_not_base64_makes_the_read_incomplete():
+    lines = node_read()
+    lines[2] = "PE1 clock 0 1764451800 -"  # the clock printed raw, not base64
+    sections = parse_sections(lines)
+    assert sections.complete is False
+    assert sections.problem.startswith("section clock is not base64 text: ")
+    assert list(sections.by_name) == ["boot-id"]
+
+
+# --- observe: the whole node ------------------------------------------------------------------
+
+
+def test_a_healthy_node_read_has_every_source_ok_and_every_partition():
+    obs = read()
+    assert obs.health == ()
+    assert obs.node == "n1"
+    assert obs.boot_id == BOOT_ID
+    assert obs.now == 1764451800.0
+    assert [c.accelerator for c in obs.chips] == ["npu:0:0", "npu:0:1", "npu:1:0", "npu:1:1"]
+    assert [p.key for p in obs.partitions] == [KEY.format(i) for i in (100, 101, 102)]
+    assert obs.claim_digest == DIGEST
+    assert obs.devnodes == {
+        "/srv/n1/dev/vdavinci100": "5:1123:ec:64",
+        "/srv/n1/dev/vdavinci101": "5:1127:ec:65",
+        "/srv/n1/dev/vdavinci102": "5:1131:ec:66",
+    }
+
+
+def test_a_read_cut_short_makes_the_whole_node_unreadable_and_lists_no_partitions():
+    obs = read(end=False)
+    assert obs.health == (
+        SourceHealth("node", "unreadable", "node", "node read was cut short (no 'PE1 end')"),
+    )
+    assert obs.partitions == ()
+    assert obs.holders == ()
+    assert obs.boot_id == ""
+
+
+def test_a_garbage_line_in_the_middle_makes_the_whole_node_unreadable():
+    lines = node_read()
+    lines.insert(5, "sh: 1: npu-smi: Input/output error")
+    obs = observe(parse_sections(lines), "n1", PATHS, SOURCES)
+    assert obs.health == (
+        SourceHealth(
+            "node",
+            "unreadable",
+            "node",
+            "unexpected line 6 of the node read: 'sh: 1: npu-smi: Input/output error'",
+        ),
+    )
+    assert obs.partitions == ()
+
+
+def test_no_sections_at_all_make_the_whole_node_unreadable():
+    obs = observe(None, "n1", PATHS, SOURCES)
+    assert obs.health == (SourceHealth("node", "unreadable", "node", "the node read failed"),)
+
+
+# --- observe: npu-smi --------------------------------------------------------------------------
+
+
+def test_a_chip_whose_vnpu_section_is_missing_is_unreadable_for_that_chip_only():
+    obs = read(
+        {
+            "npu-smi-vnpu:0:0": ("0", EMPTY_TABLE, ""),
+            "npu-smi-vnpu:1:1": None,
+            "npu-smi-vnpu:0:1": ("0", ZOMBIE_TABLE, ""),
+        }
+    )
+    assert obs.health == (
+        SourceHealth(
+            "npu-smi", "unreadable", "npu:1:1", "the node read has no section npu-smi-vnpu:1:1"
+        ),
+    )
+    assert [p.key for p in obs.partitions] == [f"ascend-vnpu/npu:0:1/{i}" for i in (100, 101, 102)]
+
+
+def test_a_vnpu_table_that_does_not_parse_makes_its_chip_unreadable_with_command_and_error():
+    cut = "".join(ZOMBIE_TABLE.splitlines(keepends=True)[:-1])  # the last border is missing
+    obs = read({"npu-smi-vnpu:1:0": ("0", cut, "")})
+    assert obs.health == (
+        SourceHealth(
+            "npu-smi",
+            "unreadable",
+            "npu:1:0",
+            "npu-smi info -t info-vnpu -i 1 -c 0: "
+            "info-vnpu: output ends before the border below a vNPU row",
+        ),
+    )
+    assert [p.key for p in obs.partitions] == [KEY.format(i) for i in (100, 101, 102)]
+
+
+def test_a_vnpu_table_for_a_chip_not_in_the_chip_map_makes_npu_smi_unreadable_node_wide():
+    obs = read({"npu-smi-vnpu:2:0": ("0", EMPTY_TABLE, "")})
+    assert obs.health == (
+        SourceHealth(
+            "npu-smi",
+            "unreadable",
+            "node",
+            "vNPU tables for chips not in the chip map: ['npu-smi-vnpu:2:0']",
+        ),
+    )
+
+
+def test_a_tool_that_exited_non_zero_is_named_with_its_exit_code_and_first_lines():
+    output = (
+        "dcmi model initialized failed, because the device is used. ret is -8020\n"
+        "\n"
+        "second line\n"
+        "third line\n"
+        "a fourth line that is not shown\n"
+    )
+    vnpu_sections = {f"npu-smi-vnpu:{c}:{h}": None for c in (0, 1) for h in (0, 1)}
+    obs = read({"npu-smi-m": ("3", output, ""), **vnpu_sections})
+    assert obs.health == (
+        SourceHealth(
+            "npu-smi",
+            "unreadable",
+            "node",
+            "npu-smi info -m exited 3: "
+            "dcmi model initialized failed, because the device is used. ret is -8020 |  | "
+            "second line",
+        ),
+    )
+    assert obs.chips == ()
+    assert obs.partitions == ()
+
+
+def test_a_tool_that_timed_out_shows_its_stderr_before_its_stdout():
+    obs = read({"npu-smi-info": ("124", "partial\n", "Terminated\n")})
+    assert obs.health == (
+        SourceHealth("npu-smi", "unreadable", "node", "npu-smi info exited 124: Terminated"),
+    )
+    assert by_source(obs, "npu-smi-processes") == []
+
+
+# --- observe: claim sources ------------------------------------------------------------------
+
+
+def test_crictl_missing_makes_cri_unavailable_and_gives_no_cri_pods_or_records():
+    obs = read({"crictl-pods": ("missing", "", ""), "crictl-ps": ("missing", "", "")})
+    assert obs.health == (
+        SourceHealth("cri", "unavailable", "node", "crictl pods -o json: command not found"),
+        SourceHealth("cri", "unavailable", "node", "crictl ps -a -o json: command not found"),
+    )
+    assert obs.pods == ()
+    assert [r.source for r in obs.records] == ["kubelet-checkpoint"]
+
+
+def test_one_unreadable_crictl_listing_drops_both_and_names_the_broken_one():
+    broken = '{"containers": [{"id": "c41d2e8f0a6b", "metadata": {"name": "infer"}}]}'
+    obs = read({"crictl-ps": ("0", broken, "")})
+    assert obs.health == (
+        SourceHealth(
+            "cri",
+            "unreadable",
+            "node",
+            "crictl ps -a -o json: crictl: containers[0] has no 'podSandboxId'",
+        ),
+    )
+    assert obs.pods == ()
+    assert [r.source for r in obs.records] == ["kubelet-checkpoint"]
+
+
+def test_an_absent_checkpoint_is_unavailable_never_no_claims():
+    obs = read({"checkpoint": ("absent", "", ""), "claim-digest": ("0", "absent\n", "")})
+    assert obs.health == (
+        SourceHealth(
+            "kubelet-checkpoint",
+            "unavailable",
+            "node",
+            "cat kubelet_internal_checkpoint: no such file",
+        ),
+    )
+    assert [(r.owner_uid, r.source) for r in obs.records] == [
+        (READY_UID, "cri"),
+        (NOT_READY_UID, "cri"),
+    ]
+    assert obs.claim_digest == "absent"
+
+
+def test_a_checkpoint_entry_is_an_owner_record_with_its_allocate_response():
+    obs = read()
+    assert [r for r in obs.records if r.source == "kubelet-checkpoint"] == [
+        OwnerRecord(
+            READY_UID,
+            "kubelet-checkpoint",
+            f"checkpoint {READY_UID}/infer huawei.com/Ascend310P",
+            "huawei.com/Ascend310P",
+            ("3F5A1C2B-0140C979-2CFBED72-6A8D4E10-00000000-0",),
+            (("ASCEND_VISIBLE_DEVICES", "0"), ("ASCEND_VNPU_SPECS", "vir02")),
+            (),
+        )
+    ]
+
+
+def test_a_ready_sandbox_is_an_alive_pod_and_a_record_with_its_annotations():
+    obs = read()
+    annotations = tuple(sorted(json.loads(PODS)["items"][0]["annotations"].items()))
+    assert Pod(READY_UID, "cri", "alive", "infer-310p-0", "ai", "sandbox ready") in obs.pods
+    assert (
+        OwnerRecord(READY_UID, "cri", "cri sandbox ai/infer-310p-0", annotations=annotations)
+        in obs.records
+    )
+    assert annotations[0] == (
+        "hami.io/Ascend310P-devices-allocated",
+        "3F5A1C2B-0140C979-2CFBED72-6A8D4E10-00000000,Ascend310P,6144,0:;",
+    )
+
+
+def test_a_not_ready_sandbox_with_a_created_container_is_alive():
+    obs = read()
+    assert (
+        Pod(
+            NOT_READY_UID,
+            "cri",
+            "alive",
+            "infer-310p-1",
+            "ai",
+            "sandbox not ready, container infer CONTAINER_CREATED",
+        )
+        in obs.pods
+    )
+
+
+def test_a_not_ready_sandbox_whose_containers_all_exited_is_neither_pod_nor_record():
+    def drop_created(containers: list) -> None:
+        containers[:] = [c for c in containers if c["state"] != "CONTAINER_CREATED"]
+
+    obs = read({"crictl-ps": ("0", containers_json(drop_created), "")})
+    assert obs.health == ()
+    assert obs.pods == (Pod(READY_UID, "cri", "alive", "infer-310p-0", "ai", "sandbox ready"),)
+    assert [(r.owner_uid, r.source) for r in obs.records] == [
+        (READY_UID, "kubelet-checkpoint"),
+        (READY_UID, "cri"),
+    ]
+
+
+def test_sources_not_in_claim_sources_are_dropped_from_records_and_pods():
+    only_cri = read(claim_sources=("cri",))
+    assert {r.source for r in only_cri.records} == {"cri"}
+    assert len(only_cri.records) == 2
+    assert {p.source for p in only_cri.pods} == {"cri"}
+    only_checkpoint = read(claim_sources=("kubelet-checkpoint",))
+    assert [r.source for r in only_checkpoint.records] == ["kubelet-checkpoint"]
+    assert only_checkpoint.pods == ()
+    nothing = read(claim_sources=())
+    assert (nothing.records, nothing.pods) == ((), ())
+
+
+# --- observe: holders ---------------------------------------------------------------------------
+
+
+def test_an_in_use_vnpu_whose_container_id_prefixes_one_cri_container_is_held_by_its_pod():
+    table = ZOMBIE_TABLE.replace("3f9c0a12b4de", "c41d2e8f0a6b")
+    obs = read({"npu-smi-vnpu:0:0": ("0", table, "")})
+    assert by_source(obs, "npu-smi-status") == [
+        Holder(
+            KEY.format(101),
+            "npu-smi-status",
+            None,
+            "Container ID c41d2e8f0a6b, Status 1",
+            READY_UID,
+        ),
+        Holder(KEY.format(102), "npu-smi-status", None, "Container ID NA, Status 0", None),
+    ]
+
+
+def test_an_in_use_vnpu_with_an_unknown_container_id_is_held_by_no_known_owner():
+    table = ZOMBIE_TABLE.replace("3f9c0a12b4de", "ffffffffffff")
+    obs = read({"npu-smi-vnpu:0:0": ("0", table, "")})
+    assert by_source(obs, "npu-smi-status")[0] == Holder(
+        KEY.format(101), "npu-smi-status", None, "Container ID ffffffffffff, Status 1", None
+    )
+
+
+def test_a_container_id_prefix_shared_by_two_cri_containers_names_no_owner():
+    def add_twin(containers: list) -> None:
+        twin = json.loads(json.dumps(containers[0]))
+        twin["id"] = "c41d2e8f0a6b" + "0" * 52
+        twin["podSandboxId"] = NOT_READY_SANDBOX
+        containers.append(twin)
+
+    table = ZOMBIE_TABLE.replace("3f9c0a12b4de", "c41d2e8f0a6b")
+    obs = read(
+        {"npu-smi-vnpu:0:0": ("0", table, ""), "crictl-ps": ("0", containers_json(add_twin), "")}
+    )
+    assert obs.health == ()
+    assert by_source(obs, "npu-smi-status")[0].owner_uid is None
+
+
+def test_the_free_row_with_container_000000000000_and_status_0_has_no_status_holder():
+    obs = read()
+    assert [h.partition_key for h in by_source(obs, "npu-smi-status")] == [
+        KEY.format(101),
+        KEY.format(102),
+    ]
+
+
+def test_a_listed_process_with_one_vnpu_device_open_holds_only_that_vnpu():
+    obs = read()
+    assert by_source(obs, "proc-fd") == [
+        Holder(KEY.format(101), "proc-fd", 412873, "pid 412873 has /srv/n1/dev/vdavinci101 open")
+    ]
+    assert by_source(obs, "npu-smi-processes") == [
+        Holder(
+            KEY.format(101),
+            "npu-smi-processes",
+            412873,
+            "pid 412873 (VLLMWorker_TP0) on NPU 0 chip 0",
+        )
+    ]
+
+
+def test_a_listed_process_with_no_vnpu_device_open_holds_every_vnpu_on_its_chip():
+    obs = read({"fd-scan": ("0", FD_OPEN_0, "")})
+    assert by_source(obs, "proc-fd") == []
+    assert by_source(obs, "npu-smi-processes") == [
+        Holder(
+            KEY.format(i),
+            "npu-smi-processes",
+            412873,
+            "pid 412873 (VLLMWorker_TP0) on NPU 0 chip 0, no vNPU device of it found open",
+        )
+        for i in (100, 101, 102)
+    ]
+
+
+def test_a_vnpu_without_a_device_node_to_scan_is_held():
+    devnodes = "".join(DEVNODES.splitlines(keepends=True)[:2])  # no vdavinci102
+    obs = read({"devnodes": ("0", devnodes, "")})
+    assert obs.health == ()
+    assert Holder(
+        KEY.format(102), "proc-fd", None, "no device node /srv/n1/dev/vdavinci102 to scan"
+    ) in by_source(obs, "proc-fd")
+    assert [h.partition_key for h in by_source(obs, "proc-fd")] == [
+        KEY.format(101),
+        KEY.format(102),
+    ]
+
+
+def test_a_process_the_fd_scan_cannot_inspect_holds_everything_and_the_scan_stays_ok():
+    obs = read({"fd-scan": ("1", FD_OPEN_101, "find: '/proc/77/fd': Permission denied\n")})
+    assert obs.health == ()
+    eperm = [h for h in obs.holders if h.partition_key is None]
+    assert eperm == [Holder(None, "proc-fd", 77, "pid 77 cannot be inspected (EPERM)")]
+
+
+def test_a_process_that_vanished_during_the_scan_holds_nothing():
+    stderr = "stat: cannot statx '/proc/6941/fd/0': No such file or directory\n"
+    obs = read({"fd-scan": ("123", FD_OPEN_101, stderr)})
+    assert obs.health == ()
+    assert [h for h in obs.holders if h.partition_key is None] == []
+
+
+def test_an_unknown_fd_scan_error_line_makes_proc_fd_unreadable():
+    obs = read({"fd-scan": ("123", FD_OPEN_101, "xargs: stat: terminated by signal 9\n")})
+    assert obs.health == (
+        SourceHealth(
+            "proc-fd",
+            "unreadable",
+            "node",
+            "the /proc fd scan: fd scan: unexpected error line at line 1: "
+            "'xargs: stat: terminated by signal 9'",
+        ),
+    )
+    assert by_source(obs, "proc-fd") == []
+
+
+def test_an_fd_scan_exit_code_outside_its_known_ones_makes_proc_fd_unreadable():
+    obs = read({"fd-scan": ("2", FD_OPEN_101, "")})
+    assert obs.health == (
+        SourceHealth(
+            "proc-fd",
+            "unreadable",
+            "node",
+            "the /proc fd scan exited 2: /proc/412873/fd/7|1048:5:ec:65|character special file",
+        ),
+    )
+
+
+# --- observe: ledger ---------------------------------------------------------------------------
+
+
+def test_an_absent_ledger_is_no_ledger_text():
+    assert read().ledger_text is None
+
+
+def test_a_present_ledger_is_its_text():
+    ledger = '{\n "boot_id": "",\n "node": "n1",\n "partitions": {},\n "version": 1\n}\n'
+    assert read({"ledger": ("0", ledger, "")}).ledger_text == ledger
+
+
+def test_an_unreadable_ledger_file_is_reported_and_gives_no_ledger_text():
+    obs = read({"ledger": ("1", "", "cat: /srv/n1/ledger.json: Permission denied\n")})
+    assert obs.ledger_text is None
+    assert obs.health == (
+        SourceHealth(
+            "ledger",
+            "unreadable",
+            "node",
+            "cat ledger.json exited 1: cat: /srv/n1/ledger.json: Permission denied",
+        ),
+    )
+
+
+# --- observe: boot id and clock ----------------------------------------------------------------
+
+
+def test_a_clock_that_is_not_epoch_seconds_makes_the_node_unreadable():
+    obs = read({"clock": ("0", "Sun Nov 30 00:03:17 UTC 2025\n", "")})
+    assert obs.now == 0.0
+    assert obs.health == (
+        SourceHealth(
+            "node",
+            "unreadable",
+            "node",
+            "date +%s: the node clock is not seconds since the epoch: "
+            "'Sun Nov 30 00:03:17 UTC 2025'",
+        ),
+    )
+
+
+def test_a_clock_of_non_ascii_digits_makes_the_node_unreadable_instead_of_raising():
+    for clock in ("²\n", "١٧٦٤٤٥١٨٠٠\n"):
+        obs = read({"clock": ("0", clock, "")})
+        assert obs.now == 0.0
+        assert [(h.source, h.status) for h in obs.health] == [("node", "unreadable")]
+
+
+def test_a_boot_id_of_two_lines_makes_the_node_unreadable():
+    two = f"{BOOT_ID}\n{BOOT_ID}\n"
+    obs = read({"boot-id": ("0", two, "")})
+    assert obs.boot_id == ""
+    assert obs.health == (
+        SourceHealth(
+            "node",
+            "unreadable",
+            "node",
+            f"cat boot_id: expected one line of boot id: {two!r}",
+        ),
+    )
