@@ -5,23 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from samples import sample
 
 from enforcer.model import VNPU, Chip
 from facts.ascend import NpuProcess, parse_chip_map, parse_process_table, parse_vnpu_table
 from facts.errors import ParseError
 
-SAMPLES = Path(__file__).parents[2].parent / "shared" / "samples"
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "npu-smi"
 BORDER = "+" + "-" * 79 + "+"
-
-
-def sample(name: str) -> str:
-    """A shared sample without its `# source:` line."""
-    if not SAMPLES.is_dir():
-        pytest.skip(f"shared samples not found at {SAMPLES}")
-    first, _, rest = (SAMPLES / name).read_text().partition("\n")
-    assert first.startswith("# source:")
-    return rest
 
 
 def fixture(name: str) -> str:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from samples import sample
 
 from facts.checkpoint import (
     CheckpointEntry,
@@ -16,20 +17,10 @@ from facts.checkpoint import (
 )
 from facts.errors import ParseError
 
-SAMPLES = Path(__file__).parents[2].parent / "shared" / "samples"
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "kubelet"
 TENSOR_FUSION = "kubelet_internal_checkpoint_nvidia-gpu-1-entry_FIXTURE_tensor-fusion.txt"
 GPU = "GPU-7d8429d5-531d-d6a6-6510-3b662081a75a"
 VDIE = "3F5A1C2B-0140C979-2CFBED72-6A8D4E10-00000000"
-
-
-def sample(name: str) -> str:
-    """A shared sample without its `# source:` line."""
-    if not SAMPLES.is_dir():
-        pytest.skip(f"shared samples not found at {SAMPLES}")
-    first, _, rest = (SAMPLES / name).read_text().partition("\n")
-    assert first.startswith("# source:")
-    return rest
 
 
 def with_entry(**changes: object) -> str:

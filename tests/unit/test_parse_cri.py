@@ -6,23 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from samples import sample
 
 from facts.cri import CriContainer, Sandbox, parse_containers, parse_pods
 from facts.errors import ParseError
 
-SAMPLES = Path(__file__).parents[2].parent / "shared" / "samples"
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "crictl"
 A_UID = "8ad2a1b0-3c1e-4d1f-9f0e-2b7c1c0d9a11"
 B_UID = "0b9e4c2d-6f1a-4e8b-b3d7-5a2c9e1f0d44"
-
-
-def sample(name: str) -> str:
-    """A shared sample without its `# source:` line."""
-    if not SAMPLES.is_dir():
-        pytest.skip(f"shared samples not found at {SAMPLES}")
-    first, _, rest = (SAMPLES / name).read_text().partition("\n")
-    assert first.startswith("# source:")
-    return rest
 
 
 def fixture(name: str) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from samples import sample
 
 from enforcer.sim import scenario
 from enforcer.sim.node import SimNode, ToolError, pids_holding
@@ -22,7 +23,6 @@ from facts.ascend import parse_chip_map, parse_process_table, parse_vnpu_table
 from facts.checkpoint import parse_checkpoint
 from facts.cri import parse_containers, parse_pods
 
-SAMPLES = Path(__file__).parents[2].parent / "shared" / "samples"
 SEED = Path(__file__).parents[2] / "enforcer" / "sim" / "scenarios" / "seed-310p.yaml"
 TIMEOUT = 30
 
@@ -45,13 +45,9 @@ UID_A = "8ad2a1b0-3c1e-4d1f-9f0e-2b7c1c0d9a11"
 UID_B = "5c0e7f3a-91d2-4b8e-a6f1-3d7b2e9c4a20"
 
 
-def sample(name: str) -> list[str]:
+def sample_lines(name: str) -> list[str]:
     """A shared sample's lines, without its `# source:` line."""
-    if not SAMPLES.is_dir():
-        pytest.skip(f"shared samples not found at {SAMPLES}")
-    first, *lines = (SAMPLES / name).read_text().splitlines()
-    assert first.startswith("# source:")
-    return lines
+    return sample(name).splitlines()
 
 
 def run(node: SimNode, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -106,7 +102,7 @@ def p310(make_node) -> SimNode:  # type: ignore[no-untyped-def]
 def test_create_success_is_the_two_tab_lines_of_the_sample(p310: SimNode) -> None:
     out = npu(p310, "set", "-t", "create-vnpu", "-i", "0", "-c", "0", "-f", "vir02")
     assert out.returncode == 0
-    assert out.stdout.splitlines() == sample(
+    assert out.stdout.splitlines() == sample_lines(
         "npu-smi_set-t-create-vnpu_success_blog-atlas-a2-vnpu.txt"
     )
 
@@ -116,7 +112,7 @@ def test_destroy_success_is_the_sample_with_the_source_tab(p310: SimNode) -> Non
     out = npu(p310, "set", "-t", "destroy-vnpu", "-i", "0", "-c", "0", "-v", "100")
     assert out.returncode == 0
     # The blog shows a 2-space indent where the tool prints `\t%-30s`.
-    expected = sample("npu-smi_set-t-destroy-vnpu_success_blog-atlas-a2-vnpu.txt")
+    expected = sample_lines("npu-smi_set-t-destroy-vnpu_success_blog-atlas-a2-vnpu.txt")
     assert out.stdout.splitlines() == ["\t" + line[2:] for line in expected]
 
 
@@ -125,7 +121,7 @@ def test_info_vnpu_layout_is_the_atlas_a2_sample(make_node) -> None:  # type: ig
     node.create_vnpu(0, 0, "vir10_3c_16g")
     node.create_vnpu(0, 0, "vir10_3c_16g")
     ours = vnpu_table(node).splitlines()
-    real = sample("npu-smi_info-t-info-vnpu_AtlasA2_2-vnpus-idle_blog-atlas-a2-vnpu.txt")
+    real = sample_lines("npu-smi_info-t-info-vnpu_AtlasA2_2-vnpus-idle_blog-atlas-a2-vnpu.txt")
     values = 6  # the Free/Total row: only AICORE is simulated, the rest prints NA/NA
     assert ours[:values] + ours[values + 1 :] == real[:values] + real[values + 1 :]
     assert len(ours[values]) == len(real[values])
@@ -134,7 +130,7 @@ def test_info_vnpu_layout_is_the_atlas_a2_sample(make_node) -> None:  # type: ig
 
 def test_info_vnpu_with_no_vnpu_still_prints_the_title_row(make_node) -> None:  # type: ignore[no-untyped-def]
     ours = vnpu_table(make_node(A2)).splitlines()
-    real = sample("npu-smi_info-t-info-vnpu_AtlasA2_0-vnpus_blog-atlas-a2-vnpu.txt")
+    real = sample_lines("npu-smi_info-t-info-vnpu_AtlasA2_0-vnpus_blog-atlas-a2-vnpu.txt")
     assert ours[:6] + ours[7:] == real[:6] + real[7:]
     assert ours[6].split()[1] == "20/20"
 
@@ -142,7 +138,7 @@ def test_info_vnpu_with_no_vnpu_still_prints_the_title_row(make_node) -> None:  
 def test_vnpu_ids_come_from_the_chip_phy_range(make_node) -> None:  # type: ignore[no-untyped-def]
     node = make_node({**A2, "card": 1, "logic_id": 1})
     assert [node.create_vnpu(1, 0, "vir10_3c_16g") for _ in range(2)] == [116, 117]
-    real = sample("npu-smi_info-t-info-vnpu_AtlasA2_card1-vnpu116-117_blog-atlas-a2-vnpu.txt")
+    real = sample_lines("npu-smi_info-t-info-vnpu_AtlasA2_card1-vnpu116-117_blog-atlas-a2-vnpu.txt")
     assert vnpu_table(node, card=1).splitlines()[7:] == real[7:]
 
 
@@ -154,7 +150,9 @@ def test_310p_vgroups_follow_the_hami_samples(make_node) -> None:  # type: ignor
     mixed.attach(101, "ffffffffffff")
     mixed.attach(102, "ffffffffffff")
     rows = [line for line in vnpu_table(mixed).splitlines() if line.startswith("|  10")]
-    real = sample("npu-smi_info-t-info-vnpu_EXCERPT-3-vnpus-in-containers_hami-310p-tutorial.txt")
+    real = sample_lines(
+        "npu-smi_info-t-info-vnpu_EXCERPT-3-vnpus-in-containers_hami-310p-tutorial.txt"
+    )
     assert rows == [line for line in real if line.startswith("|  10")]
 
     ones = make_node(P310)
@@ -162,7 +160,9 @@ def test_310p_vgroups_follow_the_hami_samples(make_node) -> None:  # type: ignor
         ones.create_vnpu(0, 0, "vir01")
         ones.attach(ones.state()["vnpus"][-1]["id"], "ffffffffffff")
     rows = [line for line in vnpu_table(ones).splitlines() if line.startswith("|  10")]
-    real = sample("npu-smi_info-t-info-vnpu_EXCERPT-7-vir01-no-header-row_hami-310p-tutorial.txt")
+    real = sample_lines(
+        "npu-smi_info-t-info-vnpu_EXCERPT-7-vir01-no-header-row_hami-310p-tutorial.txt"
+    )
     assert rows == [line for line in real if line.startswith("|  10")]
 
 
@@ -210,7 +210,7 @@ def test_910_host_table_is_the_910b3_sample_byte_for_byte(make_node) -> None:  #
     # The sample's author removed the other cards' process rows: card 0's "No running
     # processes" line (npu-smi prints one per card, as the 8x910 sample shows) and its rule.
     assert lines[15].startswith("| No running processes found in NPU 0 ")
-    assert lines[:15] + lines[17:] == sample(
+    assert lines[:15] + lines[17:] == sample_lines(
         "npu-smi_info_910B3-2-of-8-cards-with-process_sciencediscovery-test.txt"
     )
     assert [(p.card, p.pid) for p in parse_process_table(out.stdout)] == [(5, 2290156)]
@@ -218,7 +218,7 @@ def test_910_host_table_is_the_910b3_sample_byte_for_byte(make_node) -> None:  #
 
 def test_910_no_process_line_is_the_sample_line(make_node) -> None:  # type: ignore[no-untyped-def]
     out = npu(make_node({**A2, "name": "910", "card": 7}), "info").stdout.splitlines()
-    real = sample("npu-smi_info_8x910-no-processes-ELIDED_mind-cluster-faultdiag.txt")
+    real = sample_lines("npu-smi_info_8x910-no-processes-ELIDED_mind-cluster-faultdiag.txt")
     assert out[-2] == real[-1]  # "| No running processes found in NPU 7 ... |"
     head = next(i for i, line in enumerate(real) if line.startswith("| NPU     Chip"))
     assert out[-5:-2] == real[head - 1 : head + 2]  # the process table's header
@@ -228,7 +228,9 @@ def test_310p_host_table_has_the_310p_layout_and_lists_holders(p310: SimNode) ->
     p310.create_vnpu(0, 0, "vir02")
     holder = p310.hold(100)
     out = npu(p310, "info").stdout.splitlines()
-    real = sample("npu-smi_info_in-pod-vNPU-310Pvir01_hami-310p-tutorial.txt")[2:]  # env lines
+    real = sample_lines("npu-smi_info_in-pod-vNPU-310Pvir01_hami-310p-tutorial.txt")[
+        2:
+    ]  # env lines
     banner = real[1].replace("22.0.4", "25.5.2")
     assert out[:6] == [real[0], banner, *real[2:6]]
     for ours, theirs in zip(out[6:8], real[6:8], strict=True):  # the two device rows
@@ -242,7 +244,7 @@ def test_310p_host_table_has_the_310p_layout_and_lists_holders(p310: SimNode) ->
 def test_chip_map_is_the_910b3_sample(make_node) -> None:  # type: ignore[no-untyped-def]
     node = make_node({**A2, "card": 0}, {**A2, "card": 1})
     out = npu(node, "info", "-m").stdout
-    real = sample("npu-smi_info-m_910B3-first-2-cards_sciencediscovery-test.txt")
+    real = sample_lines("npu-smi_info-m_910B3-first-2-cards_sciencediscovery-test.txt")
     assert [line.rstrip() for line in out.splitlines()] == real
     assert [(c.card, c.logic_id, c.name) for c in parse_chip_map(out)] == [
         (0, 0, "Ascend 910B3"),
@@ -434,7 +436,7 @@ def test_crictl_pods_json_has_the_sample_shape(p310: SimNode) -> None:
     p310.add_pod(UID_A, "infer-a", annotations={"huawei.com/Ascend310P": '[{"temp":"vir02"}]'})
     p310.add_pod(UID_B, "train-c", phase="Pending")
     out = run(p310, "crictl", "pods", "-o", "json")
-    real = json.loads("\n".join(sample("crictl_pods-o-json_containerd_veth-ethtool.txt")))
+    real = json.loads("\n".join(sample_lines("crictl_pods-o-json_containerd_veth-ethtool.txt")))
     ours = json.loads(out.stdout)
     assert _keys(ours) == _keys(real)
     assert out.stdout.startswith('{\n  "items": [\n    {\n      "id": ')
@@ -460,7 +462,7 @@ def test_crictl_ps_shows_the_phase_as_kubelet_drives_it(
     p310.add_pod(UID_A, "infer-a", phase="Pending")
     p310.set_pod_state(UID_A, phase)
     out = run(p310, "crictl", "ps", "-a", "-o", "json")
-    real = json.loads("\n".join(sample("crictl_ps-a-o-json_cri-o_FIXTURE_flightctl.txt")))
+    real = json.loads("\n".join(sample_lines("crictl_ps-a-o-json_cri-o_FIXTURE_flightctl.txt")))
     assert _keys(json.loads(out.stdout)) == _keys(real)
     (ctr,) = parse_containers(out.stdout)
     (box,) = parse_pods(run(p310, "crictl", "pods", "-o", "json").stdout)
