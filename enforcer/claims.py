@@ -61,6 +61,9 @@ def _ascend_claims(record: OwnerRecord) -> list[Claim]:
     for key, value in notes.items():
         if re.match(r"^huawei\.com/Ascend\w+$", key) and key != "huawei.com/AscendReal":
             return _runtime_info(record, key, value)
+    for key, value in notes.items():
+        if re.match(r"^hami\.io/Ascend\w*-devices-allocated$", key):
+            return [_device_wide(record, None, _hami_devices(value), f"{key} {value[:60]!r}")]
     count = len(record.device_ids) or None
     return [_device_wide(record, None, count, f"unmapped Ascend record {record.resource}")]
 
@@ -88,6 +91,14 @@ def _runtime_info(record: OwnerRecord, key: str, value: str) -> list[Claim]:
         else:  # whole device or soft slicing: no template to narrow it down
             claims.append(_device_wide(record, None, 1, f"{key} {item.get('UUID', '?')}"))
     return claims
+
+
+def _hami_devices(value: str) -> int | None:
+    """How many devices `UUID,Type,mem,cores:` entries name (containers end with `;`), or None."""
+    devices = [d for c in value.split(";") for d in c.split(":") if d]
+    if not devices or not all(re.match(r"^[0-9A-Fa-f-]+,\w+,\d+,\d+$", d) for d in devices):
+        return None
+    return len(devices)
 
 
 def _exact(record: OwnerRecord, vnpu: str, what: str) -> Claim:

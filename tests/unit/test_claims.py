@@ -55,6 +55,15 @@ def test_volcano_npu_core_annotation_claims_the_template():
     ]
 
 
+def test_hami_devices_allocated_alone_claims_as_many_as_it_names_of_any_template():
+    two = f"{UUID},Ascend310P,6144,0:;{UUID},Ascend310P,3072,0:;"
+    assert claims(annotations=(("hami.io/Ascend310P-devices-allocated", two),)) == [
+        ("device-wide", None, None, 2)
+    ]
+    garbled = (("hami.io/Ascend310P-devices-allocated", "???"),)
+    assert claims(annotations=garbled) == [("device-wide", None, None, None)]
+
+
 def test_unreadable_annotation_claims_every_vnpu():
     assert claims(annotations=(("huawei.com/Ascend310P", "[{broken"),)) == [
         ("device-wide", None, None, None)
