@@ -185,13 +185,11 @@ def test_the_node_read_renders_every_value_shlex_quoted():
     assert f"tool npu-smi-m {shlex.quote(NPU_SMI)} info -m\n" in script
     assert f"tool crictl-pods {shlex.quote(CRICTL)} pods -o json\n" in script
     assert "set -- /srv/n1/dev/vdavinci*\n" in script
-    assert (
-        "file checkpoint /srv/n1/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint\n"
-        in (script)
-    )
+    checkpoint = "/srv/n1/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+    assert f'elif cp {checkpoint} "$records" 2>"$err"; then run checkpoint cat "$records"' in script
     assert "file ledger /srv/n1/var/lib/partition-enforcer/ledger.json\n" in script
     assert "file boot-id /proc/sys/kernel/random/boot_id\n" in script
-    assert f'  timeout {PATHS.command_timeout} "$@"' in script
+    assert f'  timeout -k 5 {PATHS.command_timeout} "$@" </dev/null' in script
     assert "{{" not in script and "{%" not in script
 
 
