@@ -24,7 +24,12 @@ lint: $(READY)
 	$(BIN)/ruff format --check .
 
 test: $(READY) lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2
 
 clean:
 	rm -rf $(VENV) $(NODE) .pytest_cache .ruff_cache
+
+# Issue 7: the model-based lifecycle test at scale (in-process driver), with its counts.
+.PHONY: bench
+bench: $(READY)
+	$(BIN)/python bench/lifecycle.py --histories 10000

@@ -122,7 +122,7 @@ def decide(
     unlisted = _unlisted(previous, obs)
     verdicts += _destroyed(unlisted, obs, policy)
     for identity, e in unlisted.items():
-        if e.destroy_attempts and everything_was_read(_stub(e), obs, policy):
+        if e.destroy_attempts and not _confirmed_gone(e, obs, policy):
             entries[identity] = e.restarted()  # not seen, not confirmed gone: never forgotten
     next_ledger = Ledger(obs.node, obs.boot_id, now, _next_live(live, ledger, policy), entries)
     return verdicts, next_ledger
@@ -169,11 +169,23 @@ def _judge(
 
 
 def _comparable(ledger: Ledger, obs: Observation, now: float) -> dict[str, Entry]:
-    """The previous entries that may continue a streak: same boot, clock not gone backwards."""
+    """
+    The previous entries that may continue a streak: same boot, clock not gone backwards. A new
+    boot keeps none: identities carry the boot id, so no entry of the last boot names a partition
+    of this one (converge reports it in the ledger note).
+    """
     if ledger.boot_id != obs.boot_id or ledger.node not in ("", obs.node):
         return {}
     if ledger.last_run is not None and now < ledger.last_run:
-        return {}
+        # The clock went backwards: every streak restarts, and each identity counts as first seen
+        # now (a first-seen time from the future would make an old vNPU look newest to a
+        # count-aware claim); its destroy attempts are kept, never forgotten.
+        return {
+            i: Entry(
+                e.key, now, now, destroy_attempts=e.destroy_attempts, last_attempt=e.last_attempt
+            )
+            for i, e in ledger.entries.items()
+        }
     return ledger.entries
 
 
@@ -241,8 +253,20 @@ def _destroyed(unlisted: dict[str, Entry], obs: Observation, policy: Policy) -> 
             destroy_attempts=e.destroy_attempts,
         )
         for e in unlisted.values()
-        if e.destroy_attempts and not everything_was_read(_stub(e), obs, policy)
+        if e.destroy_attempts and _confirmed_gone(e, obs, policy)
     ]
+
+
+def _confirmed_gone(e: Entry, obs: Observation, policy: Policy) -> bool:
+    """
+    Its chip's listing was read whole and does not show it. A chip missing from a chip map that
+    lists others (a cut-short `npu-smi info -m` still parses) proves nothing about its vNPUs.
+    """
+    stub = _stub(e)
+    chips = {c.accelerator for c in obs.chips}
+    if chips and stub.accelerator not in chips:
+        return False
+    return not everything_was_read(stub, obs, policy)
 
 
 def _stub(e: Entry) -> Partition:

@@ -21,7 +21,7 @@ import difflib
 import json
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +30,7 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
 from enforcer.model import Partition
+from enforcer.shell import PATH as SHELL_PATH
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "host-data.schema.json"
 SCHEMA: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
@@ -235,6 +236,50 @@ def _check(host: str, given: Mapping[str, Any]) -> None:
         if source not in claim:
             message = f"{source!r} is required but not a claim source (enforcer_claim_sources: "
             raise PolicyError(host, "enforcer_required_sources", f"{message}{list(claim)})")
+    for key, where, value in _node_paths(given):
+        if problem := _path_problem(value):
+            raise PolicyError(host, key, problem, where)
+
+
+# Node paths go into shell commands (enforcer.shell refuses what its PATH pattern does not take)
+# and are joined to rootfs as text (`under`), so `..` in one would escape rootfs: both are
+# refused here, before anything runs, naming the key; a path is written normalized.
+PATH_MAX = 4096  # Linux: a longer path names no file
+_PATH_KEYS = (
+    "enforcer_rootfs",
+    "enforcer_procfs",
+    "enforcer_sysfs",
+    "enforcer_state_dir",
+    "enforcer_lock_path",
+)
+
+
+def _node_paths(given: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """(key, where in it, path) for every node path in schema-valid host data."""
+    for key in _PATH_KEYS:
+        if key in given:
+            yield key, "", given[key]
+    for tool, value in (given.get("enforcer_tools") or {}).items():
+        yield "enforcer_tools", f".{tool}", value
+    for key in ("enforcer_marker_roots", "enforcer_vm_metadata_roots"):
+        for i, root in enumerate(given.get(key) or ()):
+            if isinstance(root, Mapping):
+                yield key, f"[{i}].path", root["path"]
+            else:
+                yield key, f"[{i}]", root
+
+
+def _path_problem(value: str) -> str | None:
+    if len(value) >= PATH_MAX:
+        return f"expected a path shorter than {PATH_MAX} characters, got {len(value)} characters"
+    if not SHELL_PATH.fullmatch(value):
+        return (
+            "expected an absolute path of letters, digits and . _ / + @ : = - (no spaces, "
+            f"quotes or shell metacharacters), got {_shown(value)}"
+        )
+    if ".." in value.split("/"):
+        return f"expected a path without '..' (write it normalized), got {_shown(value)}"
+    return None
 
 
 def _unknown_key(key: str) -> str:

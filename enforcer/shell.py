@@ -36,7 +36,11 @@ def _checked(value: object, pattern: re.Pattern[str], what: str) -> Quoted:
 
 
 def path(value: object) -> Quoted:
-    return _checked(value, PATH, "path")
+    """An absolute path without a `..` segment: node paths are joined to rootfs as text."""
+    quoted = _checked(value, PATH, "path")
+    if ".." in str(value).split("/"):
+        raise UnsafeValue(f"refusing path {str(value)!r} in a shell command: it has a '..'")
+    return quoted
 
 
 def word(value: object) -> Quoted:
@@ -62,6 +66,18 @@ def integer(value: object) -> Quoted:
     if not isinstance(value, int) or isinstance(value, bool):
         raise UnsafeValue(f"refusing non-integer {value!r} in a shell command")
     return Quoted(str(value))
+
+
+def decimal(value: object) -> int:
+    """
+    A partition field printed as a number ("101") as an int for the `int` filter. int() alone
+    would take " 101", "1_01", "١٠١" or refuse "$(id)" with a plain ValueError.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,18}", value, re.ASCII):
+        return int(value)
+    raise UnsafeValue(f"refusing non-decimal {str(value)[:80]!r} as a number in a shell command")
 
 
 def base64(value: object) -> Quoted:

@@ -26,7 +26,9 @@ _MAP_HEADERS = {
 }
 _NO_CARD = "There is no NPU card on this server."
 _COLUMN_GAP = re.compile(r" {2,}")  # columns are %-30s padded; "Ascend 910B3" has one space
-_INT = re.compile(r"\d+")
+# npu-smi prints ASCII: a Unicode digit (int() takes "١") or space is not its output.
+_INT = re.compile(r"\d+", re.ASCII)
+_MAX_DIGITS = 18
 
 
 def _lines(text: str) -> Iterator[tuple[int, str]]:
@@ -37,10 +39,18 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
     return iter(enumerate(lines, start=1))
 
 
+def _num(digits: str) -> int:
+    """Digits the caller matched as an int: more than npu-smi prints is a ParseError, not
+    int()'s ValueError past 4300 digits."""
+    if len(digits) > _MAX_DIGITS:
+        raise ParseError(f"npu-smi: number with more than {_MAX_DIGITS} digits", digits[:40])
+    return int(digits)
+
+
 def _int(token: str, what: str, line: str, lineno: int) -> int:
     if not _INT.fullmatch(token):
         raise ParseError(f"{what} is not a number", line, lineno)
-    return int(token)
+    return _num(token)
 
 
 def _map_header(line: str, lineno: int) -> bool:
@@ -63,7 +73,7 @@ def _map_row(line: str, lineno: int, with_phy: bool) -> tuple[tuple[int, int], C
         return (card, chip), None
     for value in ids:
         _int(value, "Chip Logic ID / Phy-ID", line, lineno)
-    return (card, chip), Chip(card=card, chip=chip, logic_id=int(ids[0]), name=cells[-1])
+    return (card, chip), Chip(card=card, chip=chip, logic_id=_num(ids[0]), name=cells[-1])
 
 
 def parse_chip_map(text: str) -> tuple[Chip, ...]:
@@ -114,14 +124,15 @@ _UNITS = "| GB |"
 _TITLE = "| Vnpu ID | Vgroup ID | Container ID | Status | Template Name |"
 _DASHES = re.compile(r"\+-+\+")
 _EQUALS = re.compile(r"\|=+\|")
-_TOTAL = re.compile(r"\| Total number of vnpu: (\d+) \|")
-_FREE_TOTAL = re.compile(r"(?:(\d+)/(\d+)|NA/NA)")
-_TEMPLATE = re.compile(r"vir\d{2}(?:_[0-9a-z]+){0,3}")
+_TOTAL = re.compile(r"\| Total number of vnpu: (\d+) \|", re.ASCII)
+_FREE_TOTAL = re.compile(r"(?:(\d+)/(\d+)|NA/NA)", re.ASCII)
+_TEMPLATE = re.compile(r"vir\d{2}(?:_[0-9a-z]+){0,3}", re.ASCII)
 # printf("|  %-4u     |  %-12s  |  %-12s  |  %-2s      |  %-15s     |"); status and template can
 # also print NA: not accepted, an unknown in-use flag must not read as "free".
 _VNPU_ROW = re.compile(
     r"\|\s+(?P<vnpu>\d+)\s+\|\s+(?P<vgroup>\d+|NA)\s+\|\s+(?P<container>[0-9a-f]{12}|NA)\s+"
-    r"\|\s+(?P<status>[01])\s+\|\s+(?P<template>\S+)\s+\|"
+    r"\|\s+(?P<status>[01])\s+\|\s+(?P<template>\S+)\s+\|",
+    re.ASCII,
 )
 
 
@@ -169,14 +180,14 @@ def _aicore(lines: Iterator[tuple[int, str]]) -> tuple[int | None, int | None]:
     if not all(_FREE_TOTAL.fullmatch(v) for v in values):
         raise ParseError("info-vnpu: a value is not Free/Total", line, lineno)
     free, _, total = values[0].partition("/")
-    return (int(free), int(total)) if free != "NA" else (None, None)
+    return (_num(free), _num(total)) if free != "NA" else (None, None)
 
 
 def _partition(match: re.Match[str], card: int, chip: int, line: str, lineno: int) -> Partition:
     template = match["template"]
     if not _TEMPLATE.fullmatch(template):
         raise ParseError("info-vnpu: not a vNPU template name", line, lineno)
-    vnpu = str(int(match["vnpu"]))
+    vnpu = str(_num(match["vnpu"]))
     return Partition(
         kind=VNPU,
         accelerator=f"npu:{card}:{chip}",
@@ -219,7 +230,7 @@ def parse_vnpu_table(text: str, card: int, chip: int) -> VnpuTable:
             raise ParseError("info-vnpu: vNPU listed twice", line, lineno)
         partitions.append(partition)
         _expect_exact(lines, _DASHES, "the border below a vNPU row")
-    if len(partitions) != int(total[1]):
+    if len(partitions) != _num(total[1]):
         raise ParseError(f"info-vnpu: Total says {total[1]}, {len(partitions)} rows listed")
     return VnpuTable(aicore_free, aicore_total, tuple(partitions))
 
@@ -255,14 +266,14 @@ _WARNING = (
 )
 _USED_TOTAL = r"(?:\d+|NA)\s*/\s*\d+"
 _FIRST_ROW = (
-    re.compile(r"(?P<card>\d+)\s+\S+"),  # NPU + name
+    re.compile(r"(?P<card>\d+)\s+\S+", re.ASCII),  # NPU + name
     re.compile(r"[A-Za-z]+"),  # health: OK, Warning, Alarm, Critical, ...
     re.compile(rf"(?:\d+\.\d|NA|-)\s+(?:\d+|NA)\s+{_USED_TOTAL}"),  # power, temp, hugepages
 )
 _SECOND_ROW_CHIP = {
-    "hbm": re.compile(r"(?P<chip>\d+)"),
-    "hbm-phy": re.compile(r"(?P<chip>\d+)\s+\d+"),  # chip + Phy-ID
-    "plain": re.compile(r"(?P<chip>\d+)\s+\d+"),  # chip + device logic id
+    "hbm": re.compile(r"(?P<chip>\d+)", re.ASCII),
+    "hbm-phy": re.compile(r"(?P<chip>\d+)\s+\d+", re.ASCII),  # chip + Phy-ID
+    "plain": re.compile(r"(?P<chip>\d+)\s+\d+", re.ASCII),  # chip + device logic id
 }
 _BUS_ID = re.compile(r"[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]|NA")
 _SECOND_ROW_USAGE = {
@@ -270,8 +281,8 @@ _SECOND_ROW_USAGE = {
     "hbm-phy": re.compile(rf"\d+\s+{_USED_TOTAL}\s+{_USED_TOTAL}"),
     "plain": re.compile(rf"\d+\s+{_USED_TOTAL}"),
 }
-_PROCESS_PLACE = re.compile(r"(\d+)\s+(\d+)")
-_NO_PROCESS = re.compile(r"No running processes found in NPU (\d+)")
+_PROCESS_PLACE = re.compile(r"(\d+)\s+(\d+)", re.ASCII)
+_NO_PROCESS = re.compile(r"No running processes found in NPU (\d+)", re.ASCII)
 
 
 def _cells(line: str) -> tuple[str, ...] | None:
@@ -308,12 +319,12 @@ def _read_device_line(state: _HostTable, line: str, lineno: int) -> None:
     if state.card is None:
         if cells is None or not _matches(cells, _FIRST_ROW):
             raise ParseError("npu-smi info: not a device row (NPU, name, health)", line, lineno)
-        state.card = int(cells[0].split()[0])
+        state.card = _num(cells[0].split()[0])
         return
     patterns = (_SECOND_ROW_CHIP[state.layout], _BUS_ID, _SECOND_ROW_USAGE[state.layout])
     if cells is None or not _matches(cells, patterns):
         raise ParseError("npu-smi info: not a device row (chip, bus id, usage)", line, lineno)
-    place = (state.card, int(cells[0].split()[0]))
+    place = (state.card, _num(cells[0].split()[0]))
     if place in state.chips:
         raise ParseError("npu-smi info: chip listed twice", line, lineno)
     state.chips.add(place)
@@ -324,7 +335,7 @@ def _read_process_line(state: _HostTable, line: str, lineno: int) -> None:
     cells = _cells(line)
     assert state.chips is not None and state.processes is not None
     if cells is not None and len(cells) == 1 and (none := _NO_PROCESS.fullmatch(cells[0])):
-        if not any(card == int(none[1]) for card, _ in state.chips):
+        if not any(card == _num(none[1]) for card, _ in state.chips):
             raise ParseError("npu-smi info: process line for an NPU not listed", line, lineno)
         return
     if cells is None or len(cells) != 4:
@@ -332,11 +343,11 @@ def _read_process_line(state: _HostTable, line: str, lineno: int) -> None:
     place = _PROCESS_PLACE.fullmatch(cells[0])
     if place is None or not _INT.fullmatch(cells[1]) or not _INT.fullmatch(cells[3]):
         raise ParseError("npu-smi info: not a process row", line, lineno)
-    card, chip = int(place[1]), int(place[2])
+    card, chip = _num(place[1]), _num(place[2])
     if (card, chip) not in state.chips:
         raise ParseError("npu-smi info: process on a chip not listed", line, lineno)
     # The name cell is /proc/<pid>/status Name, %-24s; npu-smi leaves it blank when unreadable.
-    state.processes.append(NpuProcess(card, chip, int(cells[1]), cells[2], int(cells[3])))
+    state.processes.append(NpuProcess(card, chip, _num(cells[1]), cells[2], _num(cells[3])))
 
 
 def _read_host_line(state: _HostTable, line: str, lineno: int) -> None:

@@ -16,7 +16,6 @@ protobuf, decoded here by hand so that nothing unknown is read as "no claim".
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -248,6 +247,12 @@ def _load(text: str) -> Any:
         return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
     except json.JSONDecodeError as err:
         raise ParseError(f"checkpoint: not JSON ({err.msg})", lineno=err.lineno) from err
+    except ParseError:
+        raise
+    except (ValueError, RecursionError) as err:  # a number over int()'s 4300 digits, deep nesting
+        raise ParseError(
+            f"checkpoint: not JSON a Go encoder writes ({type(err).__name__})"
+        ) from err
 
 
 def _object(value: Any, keys: set[str], required: set[str], what: str) -> dict[str, Any]:
@@ -278,7 +283,7 @@ def _strings(value: Any, what: str) -> tuple[str, ...]:
 
 def _numa_key(key: str) -> int:
     """A Go int64 map key as encoding/json writes it (int() alone would take " 1" or "1_0")."""
-    if not re.fullmatch(r"-?[0-9]+", key):
+    if not re.fullmatch(r"-?[0-9]{1,19}", key):
         raise ParseError(f"checkpoint: DeviceIDs key {key!r} is not a NUMA node")
     return int(key)
 
@@ -299,7 +304,7 @@ def _alloc_resp(value: Any) -> _AllocResp:
         raise ParseError("checkpoint: AllocResp is not a base64 string")
     try:
         blob = base64.b64decode(value, validate=True)
-    except binascii.Error as err:
+    except ValueError as err:  # binascii.Error, or a str with non-ASCII characters
         raise ParseError(f"checkpoint: AllocResp is not base64 ({err})") from err
     return _decode_alloc_resp(blob)
 

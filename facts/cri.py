@@ -10,6 +10,7 @@ with the right type.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ CONTAINER_STATES = frozenset(
 )
 
 Pairs = tuple[tuple[str, str], ...]
+_INT64 = re.compile(r"-?[0-9]{1,19}")  # str.isdigit takes "²"; lstrip("-") took "--1"
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,10 @@ def _load(text: str, key: str) -> list[Any]:
         top = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as err:
         raise ParseError(f"crictl: not JSON ({err.msg})", lineno=err.lineno) from err
+    except ParseError:
+        raise
+    except (ValueError, RecursionError) as err:  # a number over int()'s 4300 digits, deep nesting
+        raise ParseError(f"crictl: not JSON a CRI response can be ({type(err).__name__})") from err
     if not isinstance(top, dict) or key not in top:
         raise ParseError(f"crictl: not a response with {key!r}")
     items = top[key]
@@ -88,7 +94,7 @@ def _int64(obj: Any, key: str, what: str) -> int:
     value = _get(obj, key, what)
     if type(value) is int:
         return value
-    if isinstance(value, str) and value.isascii() and value.lstrip("-").isdigit():
+    if isinstance(value, str) and _INT64.fullmatch(value) and -(2**63) <= int(value) < 2**63:
         return int(value)
     raise ParseError(f"crictl: {what}.{key} is not an int64")
 
@@ -110,7 +116,7 @@ def _pairs(obj: Any, key: str, what: str) -> Pairs:
 
 def _state(obj: Any, what: str, allowed: frozenset[str]) -> str:
     value = _get(obj, "state", what)
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise ParseError(f"crictl: {what}.state {value!r} is not one of {sorted(allowed)}")
     return value
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from facts.errors import ParseError
 
 _STAT_LINE = re.compile(
-    r"(?P<path>/.*)\|(?P<dev>\d+):(?P<ino>\d+):(?P<rdev>[0-9a-f]+:[0-9a-f]+)\|(?P<ftype>.+)"
+    r"(?P<path>/.*)\|(?P<dev>\d+):(?P<ino>\d+):(?P<rdev>[0-9a-f]+:[0-9a-f]+)\|(?P<ftype>.+)",
+    re.ASCII,  # stat prints ASCII digits; int() would also take "١"
 )
 _FTYPES = frozenset(
     {
@@ -30,7 +31,8 @@ _FTYPES = frozenset(
     }
 )
 _DEVICE_TYPES = frozenset({"character special file", "block special file"})
-_FD_PATH = re.compile(r"(?P<procfs>/.*)?/(?P<pid>\d+)/fd/(?P<fd>\d+)")
+_PID = r"(?P<pid>[0-9]{1,10})"  # pid_max is at most 2**22; int() refuses over 4300 digits
+_FD_PATH = re.compile(rf"(?P<procfs>/.*)?/{_PID}/fd/(?P<fd>[0-9]+)")
 # GNU stat and find quote names with '...' (stat always, find in the C locale) or with
 # ‘...’ (find in a UTF-8 locale). "cannot stat" is the wording before coreutils 8.32's statx.
 _STDERR = re.compile(
@@ -38,7 +40,7 @@ _STDERR = re.compile(
     r"(?:'(?P<a>[^']*)'|‘(?P<u>[^’]*)’): "
     r"(?P<why>No such file or directory|Permission denied)"
 )
-_SCANNED = re.compile(r"(?:/.*)?/(?P<pid>\d+)/fd(?:/\d+)?")
+_SCANNED = re.compile(rf"(?:/.*)?/{_PID}/fd(?:/[0-9]+)?")
 
 
 @dataclass(frozen=True)

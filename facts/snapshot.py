@@ -6,7 +6,6 @@ The node read: one fact runs operations/templates/snapshot.sh.j2 and returns its
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -35,7 +34,7 @@ SHOWN_LINES = 3  # lines of a failed command's output that go into its health re
 @dataclass(frozen=True)
 class Section:
     command: str
-    rc: str  # exit code, "absent" or "missing"
+    rc: str  # exit code, "absent", "missing" or "not-text" (output not UTF-8)
     stdout: str
     stderr: str
 
@@ -45,6 +44,8 @@ class Section:
             return f"{self.command}: no such file"
         if self.rc == "missing":
             return f"{self.command}: command not found"
+        if self.rc == "not-text":
+            return f"{self.command}: {self.stderr}"
         shown = (self.stderr or self.stdout).strip().splitlines()[:SHOWN_LINES]
         return f"{self.command} exited {self.rc}: " + " | ".join(shown)
 
@@ -107,9 +108,15 @@ def parse_sections(lines: Sequence[str]) -> Sections:
             return Sections(False, by_name, f"unexpected line {n} of the node read: {line[:80]!r}")
         _, name, rc, out, err = parts
         try:
-            stdout, stderr = _unb64(out), _unb64(err)
-        except (binascii.Error, UnicodeDecodeError) as error:
+            raw_out, raw_err = _unb64(out), _unb64(err)
+        except ValueError as error:  # binascii.Error, and non-ASCII text given to b64decode
             return Sections(False, by_name, f"section {name} is not base64 text: {error}")
+        try:
+            stdout, stderr = raw_out.decode(), raw_err.decode()
+        except UnicodeDecodeError as error:
+            # The protocol held; this one output is not text (a ledger with stray bytes, a tool
+            # printing binary): that source is unreadable, the rest of the node is not.
+            rc, stdout, stderr = "not-text", "", f"output is not UTF-8 text: {error}"
         if name in by_name:
             return Sections(False, by_name, f"section {name} appears twice in the node read")
         command = COMMANDS.get(name) or _vnpu_command(name)
@@ -117,8 +124,8 @@ def parse_sections(lines: Sequence[str]) -> Sections:
     return Sections(False, by_name, "node read was cut short (no 'PE1 end')")
 
 
-def _unb64(text: str) -> str:
-    return "" if text == "-" else base64.b64decode(text, validate=True).decode()
+def _unb64(text: str) -> bytes:
+    return b"" if text == "-" else base64.b64decode(text, validate=True)
 
 
 def _vnpu_command(name: str) -> str:

@@ -54,9 +54,26 @@ def _ledger(obs: Observation) -> tuple[ledgers.Ledger, str]:
     if obs.ledger_text is None:
         return ledgers.Ledger(), "missing"
     try:
-        return ledgers.load(obs.ledger_text), "ok"
+        ledger = ledgers.load(obs.ledger_text)
     except ledgers.LedgerError as error:
         return ledgers.Ledger(), f"set aside: {error}"
+    return ledger, _restart_note(ledger, obs)
+
+
+def _restart_note(ledger: ledgers.Ledger, obs: Observation) -> str:
+    """Say so when every streak restarts (rule 5): a new boot, or the clock went backwards."""
+    attempted = sum(1 for e in ledger.entries.values() if e.destroy_attempts)
+    if obs.boot_id and ledger.boot_id and ledger.boot_id != obs.boot_id:
+        return (
+            f"new boot (was {ledger.boot_id}): every streak restarts; {len(ledger.entries)} "
+            f"entries of the last boot ended, {attempted} with destroy attempts"
+        )
+    if ledger.last_run is not None and obs.now < ledger.last_run:
+        return (
+            f"clock went backwards ({ledger.last_run:.0f} -> {obs.now:.0f}): every streak "
+            f"restarts; destroy attempts kept ({attempted} entries)"
+        )
+    return "ok"
 
 
 def converge(host) -> None:

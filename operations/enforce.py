@@ -13,7 +13,7 @@ from pyinfra.api import operation
 
 from enforcer.model import VNPU, Observation, Verdict
 from enforcer.policy import NodePaths
-from enforcer.shell import render
+from enforcer.shell import decimal, render
 
 
 @operation(is_idempotent=False)
@@ -58,9 +58,9 @@ def destroy_command(v: Verdict, obs: Observation, paths: NodePaths) -> str:
         "destroy-vnpu.sh.j2",
         paths=paths,
         npu_smi=paths.tool("npu-smi"),
-        card=int(fields["card"]),
-        chip=int(fields["chip"]),
-        vnpu=int(fields["vnpu"]),
+        card=decimal(fields["card"]),
+        chip=decimal(fields["chip"]),
+        vnpu=decimal(fields["vnpu"]),
         expected=[fields["vgroup"], "000000000000", "0", fields["template"]],
         devnode=f"{paths.dev_dir}/vdavinci{fields['vnpu']}",
         boot_id=obs.boot_id,

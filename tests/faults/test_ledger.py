@@ -1,0 +1,221 @@
+"""
+Ledger faults: corrupt, unwritable (as root), on a full disk, or a symbolic link. A ledger that
+cannot be read is set aside (renamed, never overwritten); one that cannot be written stops the
+run before any destroy, so no destroy ever happens that the ledger does not count.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+from faults.kit import (
+    armed,
+    enforce_with_path,
+    entry,
+    fake_date,
+    ledger,
+    nothing_lost,
+    recovers,
+    sh,
+)
+
+CORRUPT = {
+    "truncated": (lambda b: b[: len(b) // 2], "set aside: ledger is not JSON"),
+    "not-text": (
+        lambda b: b[:-40] + b"\xff\xfe garbage",
+        "set aside: cat ledger.json: output is not UTF-8",
+    ),
+    "wrong-shape": (
+        lambda b: b'{"version": 1, "partitions": []}',
+        "set aside: ledger does not match",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(CORRUPT))
+def test_corrupt_ledger_is_set_aside_byte_for_byte_and_destroys_nothing(seed_node, fault):
+    infer_b = armed(seed_node)
+    path = seed_node.state_dir / "ledger.json"
+    spoil, note = CORRUPT[fault]
+    corrupt = spoil(path.read_bytes())
+    path.write_bytes(corrupt)
+    run = seed_node.enforce()
+    assert run.rc == 0, run.output
+    assert run.report["ledger"].startswith(note)
+    [aside] = seed_node.state_dir.glob("ledger.json.corrupt-*")
+    assert aside.read_bytes() == corrupt
+    # Counted as missing: a first observation. infer-b's claim cannot tell its vNPU from 101.
+    for _ in range(2):
+        assert run.verdict(101) == run.verdict(infer_b) == "claimed"
+        assert {100, 101, infer_b} <= seed_node.vnpus()
+        run = seed_node.enforce()
+
+
+def test_two_set_asides_in_the_same_second_keep_both(seed_node, tmp_path):
+    """The set-aside name carries the node clock; a second one never overwrites the first."""
+    seed_node.enforce()
+    path = seed_node.state_dir / "ledger.json"
+    fixed = tmp_path / "bin"
+    (tmp_path / "clock").write_text("2000000000\n")
+    fake_date(fixed, tmp_path / "clock")
+    for n in range(2):
+        path.write_text(f"corrupt {n}")
+        run = enforce_with_path(seed_node, fixed)
+        assert run.rc == 0, run.output
+    kept = sorted(p.read_text() for p in seed_node.state_dir.glob("ledger.json.corrupt-*"))
+    assert kept == ["corrupt 0", "corrupt 1"]
+
+
+# --- unwritable ------------------------------------------------------------------------------
+# We run as root: mode bits do not stop root. What does: a read-only bind mount (EROFS), the
+# immutable attribute (chattr +i: EPERM even for root), and a state dir that is a file.
+
+
+def _readonly(node) -> None:
+    d = node.state_dir
+    sh(node, f"mount --bind {d} {d} && mount -o remount,bind,ro {d}")
+
+
+def _writable(node) -> None:
+    sh(node, f"umount {node.state_dir}")
+
+
+def _immutable(path):
+    def on(node) -> None:
+        subprocess.run(["chattr", "+i", str(node.state_dir / path)], check=True)
+
+    def off(node) -> None:
+        subprocess.run(["chattr", "-i", str(node.state_dir / path)], check=True)
+
+    return on, off
+
+
+def _dir_is_a_file(node) -> None:
+    d = node.state_dir
+    d.rename(d.with_name("moved"))
+    d.write_text("not a directory\n")
+
+
+def _dir_is_a_dir(node) -> None:
+    node.state_dir.unlink()
+    node.state_dir.with_name("moved").rename(node.state_dir)
+
+
+UNWRITABLE = {
+    "read-only-bind-mount": (_readonly, _writable, "Read-only file system"),
+    "immutable-state-dir": (*_immutable("."), "Operation not permitted"),
+    "immutable-ledger": (*_immutable("ledger.json"), "Operation not permitted"),
+    "state-dir-is-a-file": (_dir_is_a_file, _dir_is_a_dir, "File exists"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(UNWRITABLE))
+def test_unwritable_ledger_fails_the_host_before_any_destroy(seed_node, fault):
+    if fault.startswith("immutable") and not shutil.which("chattr"):
+        pytest.skip("needs chattr")
+    make, undo, message = UNWRITABLE[fault]
+    infer_b = armed(seed_node)
+    before = (seed_node.state_dir / "ledger.json").read_bytes()
+    make(seed_node)
+    try:
+        for _ in range(2):
+            run = seed_node.enforce()
+            assert run.rc != 0, run.output  # pyinfra reports the host failed
+            assert message in run.output
+            assert 101 in seed_node.vnpus(), "destroyed without the ledger counting it"
+    finally:
+        undo(seed_node)
+    assert (seed_node.state_dir / "ledger.json").read_bytes() == before
+    assert not list(seed_node.state_dir.glob(".ledger.json.*"))  # no temp file left behind
+    nothing_lost(seed_node, infer_b)
+    recovers(seed_node, infer_b)
+
+
+def test_full_disk_fails_the_host_before_any_destroy_and_keeps_the_ledger(seed_node):
+    """A 64 KiB tmpfs over the state dir, inside the node's mount namespace, filled up."""
+    infer_b = armed(seed_node)
+    d = seed_node.state_dir
+    before = (d / "ledger.json").read_text()
+    sh(
+        seed_node,
+        f"tar -C {d} -cf /tmp/pe-state.tar . && mount -t tmpfs -o size=64k pe-full {d} && "
+        f"tar -C {d} -xf /tmp/pe-state.tar && rm /tmp/pe-state.tar && "
+        f"(dd if=/dev/zero of={d}/filler bs=4k 2>/dev/null || true)",
+    )
+    for _ in range(2):
+        run = seed_node.enforce()
+        assert run.rc != 0
+        assert "No space left on device" in run.output
+        assert 101 in seed_node.vnpus()
+        assert sh(seed_node, f"cat {d}/ledger.json") == before
+        assert sh(seed_node, f"ls -A {d}").split() == ["filler", "ledger.json", "report.json"]
+    sh(seed_node, f"rm {d}/filler")
+    run = seed_node.enforce()  # space again: the ledger counts the retry before it runs
+    assert run.rc == 0, run.output
+    kept = json.loads(sh(seed_node, f"cat {d}/ledger.json"))["partitions"]
+    assert [e["destroy_attempts"] for e in kept.values() if e["key"].endswith("/101")] == [2]
+    assert seed_node.vnpus() == {100, infer_b}
+
+
+# --- a symbolic link -------------------------------------------------------------------------
+# Decided: ledger.json is only ever a regular file this tool renamed into place. A link there
+# is not followed for reading (a link to another file, e.g. a ledger with long streaks, would
+# let that file decide this node's destroys): it is unreadable, and set aside like a corrupt
+# ledger (the link is renamed, its target untouched). Writes never go through a link either:
+# a new temp file (mktemp) is renamed over the name.
+
+
+def test_a_ledger_that_is_a_symlink_is_not_followed_and_is_set_aside(seed_node, tmp_path):
+    infer_b = armed(seed_node)
+    path = seed_node.state_dir / "ledger.json"
+    forged = tmp_path / "forged.json"
+    data = ledger(seed_node)
+    for e in data["partitions"].values():  # followed, this would destroy 101 at once
+        e.update(streak_runs=99, streak_start=0.0)
+    forged.write_text(json.dumps(data))
+    before = forged.read_bytes()
+    path.unlink()
+    path.symlink_to(forged)
+    run = seed_node.enforce()
+    assert run.rc == 0, run.output
+    assert "symbolic link" in run.report["ledger"]
+    assert forged.read_bytes() == before
+    [aside] = seed_node.state_dir.glob("ledger.json.corrupt-*")
+    assert aside.is_symlink() and aside.resolve() == forged
+    assert path.is_file() and not path.is_symlink()
+    assert entry(seed_node, 101)["streak_runs"] == 0  # nothing of the forged streaks kept
+    assert {100, 101, infer_b} <= seed_node.vnpus()
+
+
+@pytest.mark.parametrize("target", ["directory", "dangling"])
+def test_a_ledger_symlink_to_a_directory_or_nowhere_is_never_written_through(
+    seed_node, tmp_path, target
+):
+    seed_node.enforce()
+    path = seed_node.state_dir / "ledger.json"
+    elsewhere = tmp_path / "elsewhere"
+    if target == "directory":
+        elsewhere.mkdir()
+    path.unlink()
+    path.symlink_to(elsewhere)
+    run = seed_node.enforce()
+    assert run.rc == 0, run.output
+    assert "symbolic link" in run.report["ledger"]
+    assert path.is_file() and not path.is_symlink()
+    assert not elsewhere.exists() or list(elsewhere.iterdir()) == []
+    assert [p.is_symlink() for p in seed_node.state_dir.glob("ledger.json.corrupt-*")] == [True]
+
+
+def test_a_planted_temp_file_link_is_not_written_through(seed_node, tmp_path):
+    seed_node.enforce()
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    for name in (".ledger.json.tmp", ".report.json.tmp"):
+        (seed_node.state_dir / name).symlink_to(victim)
+    run = seed_node.enforce()
+    assert run.rc == 0, run.output
+    assert victim.read_text() == "untouched"
+    assert not (seed_node.state_dir / "ledger.json").is_symlink()
