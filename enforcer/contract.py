@@ -87,6 +87,10 @@ def decide(
 ) -> tuple[list[Verdict], Ledger]:
     """Verdicts for every partition on the node, and the next ledger. Pure: no I/O."""
     previous = _comparable(ledger, obs, now)
+    # Verified gone by the destroy itself: a partition listed under that identity now is a
+    # successor the driver made at the same id, and starts a streak of its own.
+    verified = {i: e for i, e in previous.items() if i in set(obs.destroyed)}
+    previous = {i: e for i, e in previous.items() if i not in verified}
     pods = obs.pods + _absent_from_api(obs)
     claims = [c for c in claims_from_records(obs.records) if owner_liveness(c.owner_uid, pods)[0]]
     newness = {p.key: getattr(_entry(previous, p, obs), "first_seen", now) for p in obs.partitions}
@@ -121,6 +125,12 @@ def decide(
             )
     unlisted = _unlisted(previous, obs)
     verdicts += _destroyed(unlisted, obs, policy)
+    verdicts += [
+        Verdict(
+            _stub(e), "destroyed", "verified gone by its destroy", (), 0, 0.0, e.destroy_attempts
+        )
+        for e in verified.values()
+    ]
     for identity, e in unlisted.items():
         if e.destroy_attempts and not _confirmed_gone(e, obs, policy):
             entries[identity] = e.restarted()  # not seen, not confirmed gone: never forgotten

@@ -150,6 +150,7 @@ class Observation:
     health: tuple[SourceHealth, ...] = ()
     claim_digest: str = ""
     ledger_text: str | None = None  # None: no ledger file on the node
+    destroyed: tuple[str, ...] = ()  # identities the guarded destroy verified gone since last run
     devnodes: dict[str, str] = field(default_factory=dict)  # device node path -> "dev:ino:rdev"
 
 

@@ -14,6 +14,7 @@ from pyinfra.api import FactBase
 from enforcer.model import (
     NO_CONTAINER,
     NODE,
+    VNPU,
     Chip,
     Holder,
     Observation,
@@ -89,6 +90,7 @@ COMMANDS = {
     "crictl-pods": "crictl pods -o json",
     "crictl-ps": "crictl ps -a -o json",
     "ledger": "cat ledger.json",
+    "destroyed": "cat destroyed",
     "claim-digest": "sha256sum kubelet_internal_checkpoint",
 }
 
@@ -199,6 +201,11 @@ def observe(
     sandboxes = r.read("crictl-pods", "cri", lambda s: cri.parse_pods(s.stdout))
     containers = r.read("crictl-ps", "cri", lambda s: cri.parse_containers(s.stdout))
     ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=NO_LEDGER)
+    destroyed = (
+        r.read("destroyed", "ledger", lambda s: _destroyed(s.stdout), absent=())
+        if "destroyed" in sections.by_name
+        else ()  # a read from before this record existed: the ledger alone decides
+    )
     digest = r.read("claim-digest", "kubelet-checkpoint", lambda s: _one_line(s.stdout, "digest"))
     if sandboxes is None or containers is None:
         sandboxes, containers = None, None
@@ -218,8 +225,28 @@ def observe(
         health=tuple(r.health),
         claim_digest=digest or "",
         ledger_text=None if ledger_text in (None, NO_LEDGER) else ledger_text,
+        destroyed=tuple(destroyed or ()),
         devnodes={k: f"{v.dev_ino}:{v.rdev}" for k, v in (devnodes or {}).items()},
     )
+
+
+def _destroyed(text: str) -> tuple[str, ...]:
+    """The identities the guarded destroy verified gone: `card chip vnpu vgroup template boot`."""
+    found = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        words = line.split(" ")
+        if len(words) != 6 or not all(w.isascii() and w.isdigit() for w in words[:3]):
+            raise ParseError("not a destroyed-vNPU record", line, n)
+        card, chip, vnpu, vgroup, template, boot = words
+        fields = (
+            ("card", card),
+            ("chip", chip),
+            ("vnpu", vnpu),
+            ("vgroup", vgroup),
+            ("template", template),
+        )
+        found.append(Partition(VNPU, f"npu:{card}:{chip}", vnpu, template, fields).identity(boot))
+    return tuple(found)
 
 
 def _one_line(text: str, what: str) -> str:

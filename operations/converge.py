@@ -93,6 +93,7 @@ def converge(host) -> None:
         paths=policy.paths,
         set_aside=note.startswith("set aside"),
         stamp=int(obs.now),
+        consumed=len(obs.destroyed),
     )
     if policy.mode == "converge":
         enforce.destroy_orphans(

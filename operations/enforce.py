@@ -17,7 +17,9 @@ from enforcer.shell import decimal, render
 
 
 @operation(is_idempotent=False)
-def write_state(ledger: str, report: str, paths: NodePaths, set_aside: bool, stamp: int):
+def write_state(
+    ledger: str, report: str, paths: NodePaths, set_aside: bool, stamp: int, consumed: int = 0
+):
     """
     Write the next ledger and the run report, atomically (temp file, fsync, rename; 0600 in a
     0700 dir) under the node lock. ``set_aside`` keeps a ledger that could not be read, renamed.
@@ -29,6 +31,7 @@ def write_state(ledger: str, report: str, paths: NodePaths, set_aside: bool, sta
         report=_b64(report),
         set_aside=set_aside,
         stamp=stamp,
+        consumed=consumed,
     )
 
 
@@ -62,6 +65,8 @@ def destroy_command(v: Verdict, obs: Observation, paths: NodePaths) -> str:
         chip=decimal(fields["chip"]),
         vnpu=decimal(fields["vnpu"]),
         expected=[fields["vgroup"], "000000000000", "0", fields["template"]],
+        vgroup=fields["vgroup"],
+        vnpu_template=fields["template"],
         devnode=f"{paths.dev_dir}/vdavinci{fields['vnpu']}",
         boot_id=obs.boot_id,
         digest=obs.claim_digest,

@@ -41,7 +41,10 @@ def nothing_lost(node, infer_b: int) -> None:
     """No live vNPU destroyed, the failed one not destroyed blind, no recorded attempt dropped."""
     assert {LIVE, infer_b, 101} <= node.vnpus()
     assert entry(node, 101)["destroy_attempts"] >= 1
-    assert entry(node, 102)["destroy_attempts"] >= 1  # not confirmed: kept, never forgotten
+    # 102's destroy recorded itself verified on the node: a run that read that record drops the
+    # entry (confirmed gone); until then the entry keeps its attempt, never forgotten.
+    gone = entry(node, 102)
+    assert gone is None or gone["destroy_attempts"] >= 1
 
 
 def recovers(node, infer_b: int) -> None:
@@ -50,7 +53,8 @@ def recovers(node, infer_b: int) -> None:
     node.sim.clear_faults()
     run = node.enforce()
     assert run.rc == 0, run.output
-    assert run.verdict(102) == "destroyed"
+    said = [v["status"] for v in run.report["verdicts"] if v["partition"]["id"] == "102"]
+    assert said in ([], ["destroyed"]) and entry(node, 102) is None
     assert run.verdict(101) in ("pending", "orphan")
     assert {LIVE, infer_b} <= node.vnpus()
     for _ in range(3):

@@ -151,7 +151,12 @@ def test_full_disk_fails_the_host_before_any_destroy_and_keeps_the_ledger(seed_n
         assert "No space left on device" in run.output
         assert 101 in seed_node.vnpus()
         assert sh(seed_node, f"cat {d}/ledger.json") == before
-        assert sh(seed_node, f"ls -A {d}").split() == ["filler", "ledger.json", "report.json"]
+        assert sh(seed_node, f"ls -A {d}").split() == [
+            "destroyed",
+            "filler",
+            "ledger.json",
+            "report.json",
+        ]
     sh(seed_node, f"rm {d}/filler")
     run = seed_node.enforce()  # space again: the ledger counts the retry before it runs
     assert run.rc == 0, run.output

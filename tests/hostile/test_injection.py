@@ -330,7 +330,7 @@ COMMANDS = {
 USES = {
     "rootfs": ("destroy", "node-read", "write-state"),
     "procfs": ("destroy", "node-read"),
-    "state_dir": ("node-read", "write-state"),
+    "state_dir": ("destroy", "node-read", "write-state"),
     "lock_path": ("destroy", "write-state"),
     "dev_dir": ("destroy", "node-read"),
     "checkpoint": ("destroy", "node-read"),

@@ -151,7 +151,12 @@ class NamespaceDriver(Driver):
             # The simulated node shares the host's kernel: its boot id is the simulator's, which a
             # reboot changes. The guard re-reads the kernel's, so destroys compare that one.
             self.real_boot = boot.stdout.strip()
-            sections.by_name["boot-id"] = replace(boot, stdout=self.sim.state()["boot_id"] + "\n")
+            sim_boot = self.sim.state()["boot_id"]
+            sections.by_name["boot-id"] = replace(boot, stdout=sim_boot + "\n")
+            record = sections.by_name.get("destroyed")
+            if record is not None:  # the guard recorded the kernel's boot id: the sim's here
+                text = record.stdout.replace(f" {self.real_boot}\n", f" {sim_boot}\n")
+                sections.by_name["destroyed"] = replace(record, stdout=text)
         return sections
 
     def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
@@ -290,6 +295,11 @@ class InProcessDriver(Driver):
             lines.append(_line("ledger", "0", ledger.read_text(), ""))
         else:
             lines.append("PE1 ledger absent - -")
+        record = Path(self.paths.state_dir) / "destroyed"
+        if record.exists():
+            lines.append(_line("destroyed", "0", record.read_text(), ""))
+        else:
+            lines.append("PE1 destroyed absent - -")
         lines.append(_line("claim-digest", "0", self._digest() + "\n", ""))
         lines.append("PE1 end")
         return parse_sections(lines)
@@ -337,6 +347,8 @@ class InProcessDriver(Driver):
             return "failed", refusal.message
         if any(x["id"] == vid for x in self.sim.state()["vnpus"]):
             return "failed", "npu-smi reported success but still lists it"
+        with (Path(self.paths.state_dir) / "destroyed").open("a") as record:
+            record.write(f"{card} {chip} {vid} {f['vgroup']} {f['template']} {obs.boot_id}\n")
         return "destroyed", "destroyed"
 
     def hold(self, vnpu: int) -> int:
@@ -415,6 +427,7 @@ class Contract:
     last_run: float | None = None
     live: dict[str, int] = field(default_factory=dict)
     entries: dict[tuple, RefEntry] = field(default_factory=dict)
+    verified: set[tuple] = field(default_factory=set)  # destroyed by the enforcer since last run
 
     def run(self, m: LifecycleMachine, now: float) -> Expected:
         faults = set(m.faults)
@@ -433,6 +446,9 @@ class Contract:
                 i: RefEntry(first_seen=now, last_observed=now, attempts=e.attempts)
                 for i, e in self.entries.items()
             }
+        # The guarded destroy recorded these gone: a successor with the same fields starts anew.
+        comparable = {i: e for i, e in comparable.items() if i not in self.verified}
+        self.verified = set()
         newness = {
             v.id: (comparable[v.identity()].first_seen if v.identity() in comparable else now)
             for v in listed
@@ -974,6 +990,9 @@ class LifecycleMachine(RuleBasedStateMachine):
                 f"{sorted(expected.orphans)} (breaker {expected.trip})\n"
                 + "\n".join(f"  {v.partition.id} {v.status}: {v.reason}" for v in verdicts),
             )
+        record = Path(self.driver.paths.state_dir) / "destroyed"
+        if obs.destroyed:  # what write-state.sh.j2 does: the records read are consumed
+            record.write_text("".join(record.read_text().splitlines(True)[len(obs.destroyed) :]))
         if self.ledger_in_memory:
             self.ledger = next_ledger
         else:
@@ -988,6 +1007,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             outcome, said = self.driver.destroy(v, obs)
             if outcome == "destroyed":
                 c.destroys += 1
+                self.contract.verified.add(self.vnpus[vid].identity())
                 self._check_safe(vid, vid in expected.orphans)
                 self.note(f"enforcer destroys vNPU {vid} ({self.vnpus[vid].story})")
                 self._gone(vid)

@@ -139,13 +139,7 @@ def test_contract_hazard_a_newer_zombie_of_another_pod_costs_a_running_pod_its_v
         m.teardown()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="product bug: a successor made at a destroyed vNPU's id with the same printed fields "
-    "inherits its ledger entry (first seen, streak, attempt) and is destroyed at the next run",
-)
-def test_contract_hazard_a_successor_at_a_destroyed_id_is_destroyed_without_grace():
+def test_a_successor_at_a_destroyed_id_starts_a_streak_of_its_own():
     machine = _machine(InProcessDriver, "SuccessorLifecycle")
     machine.tolerated = frozenset()
     m = machine()

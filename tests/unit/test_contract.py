@@ -405,3 +405,14 @@ def test_plan_mode_decides_but_records_no_destroy():
     v, ledger = runs(lambda i: node(vnpu(102)), 3, pol=policy(mode="plan"))
     assert status(v, 102) == "orphan"
     assert ledger.entries[vnpu(102).identity(BOOT)].destroy_attempts == 0
+
+
+def test_verified_after_a_successor_at_a_destroyed_vnpus_place_starts_a_streak_of_its_own():
+    # 102 is destroyed; the driver gives the next vNPU the same id, vgroup and template.
+    _, ledger = runs(lambda i: node(vnpu(102)), 3)
+    gone = (vnpu(102).identity(BOOT),)  # recorded on the node by the verified destroy
+    obs = node(vnpu(102), now=ledger.last_run + 300, destroyed=gone)
+    verdicts, ledger = decide(obs, ledger, policy(), obs.now)
+    assert [(v.status, v.streak_runs) for v in verdicts] == [("pending", 1), ("destroyed", 0)]
+    entry = ledger.entries[vnpu(102).identity(BOOT)]
+    assert entry.destroy_attempts == 0 and entry.streak_runs == 1

@@ -53,6 +53,8 @@ def destroy(**changes: object) -> str:
         "chip": 0,
         "vnpu": 101,
         "expected": ["1", "000000000000", "0", "vir04_3c_ndvpp"],
+        "vgroup": "1",
+        "vnpu_template": "vir04_3c_ndvpp",
         "devnode": "/srv/n1/dev/vdavinci101",
         "boot_id": BOOT_ID,
         "digest": DIGEST,
@@ -258,6 +260,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "crictl-pods",
         "crictl-ps",
         "ledger",
+        "destroyed",
         "claim-digest",
     ]
     rcs = {name: s.rc for name, s in sections.by_name.items()}
