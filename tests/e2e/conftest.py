@@ -7,38 +7,18 @@ fails instead of skipping.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from enforcer.sim.namespace import NodeNamespace, unshare_argv
+from enforcer.sim.namespace import NodeNamespace
 from enforcer.sim.node import SimNode
 
 REPO = Path(__file__).resolve().parents[2]
 PYINFRA = str(Path(sys.executable).with_name("pyinfra"))
 SCENARIOS = REPO / "enforcer" / "sim" / "scenarios"
-
-
-def _namespaces_work() -> str | None:
-    try:
-        argv = [*unshare_argv(), "true"]
-    except FileNotFoundError as error:
-        return str(error)
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    return None if done.returncode == 0 else f"unshare fails here: {done.stderr.strip()}"
-
-
-@pytest.fixture(scope="session")
-def namespaces() -> None:
-    problem = _namespaces_work()
-    if problem and os.environ.get("CI") == "true":
-        pytest.fail(f"CI must run the end-to-end tests: {problem}")
-    if problem:
-        pytest.skip(f"needs PID namespaces for the simulated node: {problem}")
 
 
 @dataclass

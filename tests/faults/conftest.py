@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-from e2e.conftest import namespaces, seed_node  # noqa: F401 (fixtures, shared)
+from e2e.conftest import seed_node  # noqa: F401 (fixture, shared)
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,6 @@ each turns red the day it is fixed (then drop the tolerance). Any other violatio
 from __future__ import annotations
 
 import os
-import subprocess
 import warnings
 
 import pytest
@@ -27,28 +26,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 from model.lifecycle_machine import Counts, InProcessDriver, LifecycleMachine, NamespaceDriver
 
-from enforcer.sim.namespace import unshare_argv
-
 STRICT = os.environ.get("LIFECYCLE_STRICT") == "1"
 TOLERATED = frozenset() if STRICT else frozenset({"contract-hazard"})
-
-
-def _namespaces_work() -> str | None:
-    try:
-        argv = [*unshare_argv(), "true"]
-    except FileNotFoundError as error:
-        return str(error)
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    return None if done.returncode == 0 else f"unshare fails here: {done.stderr.strip()}"
-
-
-@pytest.fixture(scope="module")
-def namespaces() -> None:
-    problem = _namespaces_work()
-    if problem and os.environ.get("CI") == "true":
-        pytest.fail(f"CI must run the model-based test on the node: {problem}")
-    if problem:
-        pytest.skip(f"needs PID namespaces for the simulated node: {problem}")
 
 
 def _machine(driver: type, name: str) -> type[LifecycleMachine]:

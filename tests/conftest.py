@@ -1,0 +1,29 @@
+"""Fixtures every suite shares."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from enforcer.sim.namespace import unshare_argv
+
+
+def _namespaces_work() -> str | None:
+    try:
+        argv = [*unshare_argv(), "true"]
+    except FileNotFoundError as error:
+        return str(error)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return None if done.returncode == 0 else f"unshare fails here: {done.stderr.strip()}"
+
+
+@pytest.fixture(scope="session")
+def namespaces() -> None:
+    """The simulated node's own PID namespace; in CI a missing prerequisite fails, never skips."""
+    problem = _namespaces_work()
+    if problem and os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run the tests on the simulated node: {problem}")
+    if problem:
+        pytest.skip(f"needs PID namespaces for the simulated node: {problem}")
