@@ -10,8 +10,10 @@ Ascend device plugins record ownership in different conventions (../shared/RECOR
   T on physical chip P" (`ASCEND_VISIBLE_DEVICES` + `ASCEND_VNPU_SPECS`, or the
   `huawei.com/<type>` annotation). npu-smi's chip map gives logic ids, not physical ids, so P is
   not mapped to a chip: the claim is device-wide for template T. Its kubelet device ids are
-  placeholders and are never read as partition ids.
-- Volcano's `huawei.com/npu-core: 0-vir02` is the same, device-wide for the template.
+  placeholders and are never read as partition ids. The vNPU is made when the owner's container
+  is created, so one listed before that container appeared is not the owner's.
+- Volcano's `huawei.com/npu-core: 0-vir02` is device-wide for the template too; Huawei's plugin
+  makes that vNPU at Allocate, before any container, so its age says nothing.
 - Any other record on an Ascend resource, or one that cannot be read, is device-wide with no
   template (every vNPU on the node counts), as many as it names devices, or all of them.
 """
@@ -22,6 +24,7 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from enforcer.model import VNPU, Claim, Holder, OwnerRecord, Partition, Pod
 
@@ -53,7 +56,8 @@ def _ascend_claims(record: OwnerRecord) -> list[Claim]:
         template = envs["ASCEND_VNPU_SPECS"]
         phys = envs.get("ASCEND_VISIBLE_DEVICES", "")
         if TEMPLATE.match(template) and phys.isdigit():  # template mode: one device per container
-            return [_device_wide(record, template, 1, f"ASCEND_VNPU_SPECS={template} phy {phys}")]
+            what = f"ASCEND_VNPU_SPECS={template} phy {phys}"
+            return [_device_wide(record, template, 1, what, made=True)]
     if "huawei.com/npu-core" in notes:
         found = [VOLCANO_VNPU.match(item) for item in notes["huawei.com/npu-core"].split(",")]
         if found and all(found):
@@ -87,7 +91,7 @@ def _runtime_info(record: OwnerRecord, key: str, value: str) -> list[Claim]:
     for item in items:
         template = item.get("temp")
         if isinstance(template, str) and TEMPLATE.match(template):
-            claims.append(_device_wide(record, template, 1, f"{key} temp={template}"))
+            claims.append(_device_wide(record, template, 1, f"{key} temp={template}", made=True))
         else:  # whole device or soft slicing: no template to narrow it down
             claims.append(_device_wide(record, None, 1, f"{key} {item.get('UUID', '?')}"))
     return claims
@@ -107,7 +111,10 @@ def _exact(record: OwnerRecord, vnpu: str, what: str) -> Claim:
     )
 
 
-def _device_wide(record: OwnerRecord, template: str | None, count: int | None, what: str) -> Claim:
+def _device_wide(
+    record: OwnerRecord, template: str | None, count: int | None, what: str, made: bool = False
+) -> Claim:
+    """`made`: ascend-docker-runtime makes the vNPU when the owner's container is created."""
     return Claim(
         record.owner_uid,
         record.source,
@@ -115,6 +122,7 @@ def _device_wide(record: OwnerRecord, template: str | None, count: int | None, w
         f"{record.where}: {what}",
         profile=template,
         count=count,
+        made_with_container=made,
     )
 
 
@@ -136,14 +144,17 @@ def protect(
     partitions: Sequence[Partition],
     claims: Sequence[Claim],
     holders: Sequence[Holder],
-    newness: Mapping[str, float],
-) -> dict[str, list[Claim]]:
+    first_run: Mapping[str, int],
+    appeared: Mapping[str, int],
+) -> tuple[dict[str, list[Claim]], dict[str, list[Claim]]]:
     """
-    Which partitions live claims protect, by partition key. Exact claims protect what they name.
-    A placement or device-wide claim for n first counts what its owner already holds or claims
-    exactly, then protects the newest of the remainder among partitions nobody claims exactly;
-    where newness ties at the boundary (first seen in the same run), all the tied ones, since which
-    is the owner's cannot be told. Narrow claims are served before broad ones.
+    Which partitions live claims protect, by partition key, and why a counted claim passed over
+    the partitions it could not be for. Exact claims protect what they name. A placement or
+    device-wide claim for n first counts what its owner holds or claims exactly; short of n, it
+    protects every matching partition that no live owner claims exactly and none holds, since
+    which of them is the owner's cannot be told, except (a claim `made_with_container`) those
+    listed in a run before the owner's current containers appeared (`first_run` of a partition
+    key, `appeared` of an owner: the earliest run any of its containers may have existed in).
     """
     protected: dict[str, list[Claim]] = defaultdict(list)
     for claim in claims:
@@ -151,51 +162,55 @@ def protect(
             for p in partitions:
                 if _matches(claim, p) and p.id == claim.partition_id:
                     protected[p.key].append(claim)
-    held_by = defaultdict(set)
+    mine = defaultdict(set)  # what each owner holds or claims exactly
     for h in holders:
         if h.owner_uid and h.partition_key:
-            held_by[h.owner_uid].add(h.partition_key)
-    held_any = {h.partition_key for h in holders}
-    taken = set(protected) | {k for k in held_any if k}
-    for claim in sorted(_merged(claims), key=_narrow_first):
-        mine = held_by[claim.owner_uid] | {
-            k for k, cs in protected.items() if any(c.owner_uid == claim.owner_uid for c in cs)
-        }
-        have = sum(1 for p in partitions if p.key in mine and _matches(claim, p))
-        pool = [p for p in partitions if p.key not in taken and _matches(claim, p)]
-        want = len(pool) if claim.count is None else max(0, claim.count - have)
-        for p in _newest(pool, want, newness):
-            protected[p.key].append(claim)
-            taken.add(p.key)
-    return protected
+            mine[h.owner_uid].add(h.partition_key)
+    for key, cs in protected.items():
+        for c in cs:
+            mine[c.owner_uid].add(key)
+    taken = set(protected) | {h.partition_key for h in holders if h.partition_key}
+    passed: dict[str, list[Claim]] = defaultdict(list)
+    for claim in _merged(claims):
+        have = sum(1 for p in partitions if p.key in mine[claim.owner_uid] and _matches(claim, p))
+        if claim.count is not None and have >= claim.count:
+            continue
+        since = appeared.get(claim.owner_uid) if claim.made_with_container else None
+        for p in partitions:
+            if p.key in taken or not _matches(claim, p):
+                continue
+            if since is not None and first_run[p.key] < since:
+                passed[p.key].append(claim)
+            else:
+                protected[p.key].append(claim)
+    return protected, passed
 
 
 def _merged(claims: Sequence[Claim]) -> list[Claim]:
     """
     One owner's counted claims: records of one source add up (one per container), the same
-    allocation seen by several sources does not (the largest count stands).
+    allocation seen by several sources does not (the largest count stands). The partitions are
+    made with the container only when every record says so.
     """
     per_source: dict[tuple, Claim] = {}
     for c in claims:
         if c.scope == "exact":
             continue
         key = (c.owner_uid, c.source, c.scope, c.kind, c.accelerator, c.profile)
-        if key in per_source:
-            old = per_source[key]
+        old = per_source.get(key)
+        if old is not None:
             count = None if None in (old.count, c.count) else old.count + c.count
-            c = Claim(**{**old.__dict__, "count": count, "record": f"{old.record}; {c.record}"})
+            c = replace(old, count=count, record=f"{old.record}; {c.record}")
+            c = replace(c, made_with_container=old.made_with_container and c.made_with_container)
         per_source[key] = c
     best: dict[tuple, Claim] = {}
     for c in per_source.values():
         key = (c.owner_uid, c.scope, c.kind, c.accelerator, c.profile)
-        old = best.get(key)
-        if old is None or c.count is None or (old.count is not None and c.count > old.count):
-            best[key] = c
+        old = best.get(key, c)
+        larger = c if c.count is None or (old.count is not None and c.count > old.count) else old
+        made = old.made_with_container and c.made_with_container
+        best[key] = replace(larger, made_with_container=made)
     return list(best.values())
-
-
-def _narrow_first(c: Claim) -> tuple:
-    return (c.scope != "placement", c.profile is None, c.count is None, c.owner_uid, c.source)
 
 
 def _matches(claim: Claim, p: Partition) -> bool:
@@ -204,16 +219,6 @@ def _matches(claim: Claim, p: Partition) -> bool:
         and claim.accelerator in (None, p.accelerator)
         and (claim.profile is None or claim.scope == "exact" or claim.profile == p.profile)
     )
-
-
-def _newest(pool: list[Partition], want: int, newness: Mapping[str, float]) -> list[Partition]:
-    if want <= 0:
-        return []
-    ranked = sorted(pool, key=lambda p: newness[p.key], reverse=True)
-    if want >= len(ranked):
-        return ranked
-    boundary = newness[ranked[want - 1].key]
-    return [p for p in ranked if newness[p.key] >= boundary]
 
 
 __all__ = ["VNPU", "claims_from_records", "owner_liveness", "protect"]

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from enforcer.claims import claims_from_records, owner_liveness, protect
 from enforcer.ledger import Entry, Ledger
-from enforcer.model import NODE, Claim, Holder, Observation, Partition, Pod, Verdict
+from enforcer.model import NODE, Claim, Container, Holder, Observation, Partition, Pod, Verdict
 from enforcer.policy import Policy
 
 TOOL_SOURCES = ("npu-smi", "proc-fd", "node")  # always required: the partitions and their holders
@@ -93,19 +93,34 @@ def decide(
     previous = {i: e for i, e in previous.items() if i not in verified}
     pods = obs.pods + _absent_from_api(obs)
     claims = [c for c in claims_from_records(obs.records) if owner_liveness(c.owner_uid, pods)[0]]
-    newness = {p.key: getattr(_entry(previous, p, obs), "first_seen", now) for p in obs.partitions}
-    protected = protect(obs.partitions, claims, obs.holders, newness)
+    run = ledger.run + 1
+    containers = _containers(ledger, obs)
+    appeared = _appeared(obs.containers or (), containers)
+    first_run = {p.key: getattr(_entry(previous, p, obs), "first_run", run) for p in obs.partitions}
+    protected, passed = protect(obs.partitions, claims, obs.holders, first_run, appeared)
     names = {pod.uid: f"{pod.namespace}/{pod.name}" for pod in pods if pod.name}
+    passed_over = {
+        key: tuple(
+            f"not pod {names.get(c.owner_uid, c.owner_uid)}'s ({c.source}): listed in run "
+            f"{first_run[key]}, before its containers appeared (run {appeared[c.owner_uid]})"
+            for c in cs
+        )
+        for key, cs in passed.items()
+    }
 
     verdicts: list[Verdict] = []
     entries: dict[str, Entry] = {}
     for p in obs.partitions:
         identity = p.identity(obs.boot_id)
         before = _entry(previous, p, obs)
-        entry = before or Entry(key=p.key, first_seen=now, last_observed=now)
+        entry = before or Entry(key=p.key, first_seen=now, last_observed=now, first_run=run)
         if before and now - before.last_observed > policy.max_observation_gap_seconds:
             entry = entry.restarted()
         verdict, entry = _judge(p, obs, policy, protected, names, entry, now)
+        if verdict.status in ("pending", "orphan") and p.key in passed_over:
+            notes = passed_over[p.key]
+            reason = "; ".join((verdict.reason, *notes))
+            verdict = replace(verdict, reason=reason, evidence=verdict.evidence + notes)
         entries[identity] = replace(entry, last_observed=now)
         verdicts.append(verdict)
 
@@ -134,7 +149,9 @@ def decide(
     for identity, e in unlisted.items():
         if e.destroy_attempts and not _confirmed_gone(e, obs, policy):
             entries[identity] = e.restarted()  # not seen, not confirmed gone: never forgotten
-    next_ledger = Ledger(obs.node, obs.boot_id, now, _next_live(live, ledger, policy), entries)
+    cri_run = run if obs.containers is not None else ledger.cri_run
+    next_live = _next_live(live, ledger, policy)
+    next_ledger = Ledger(obs.node, obs.boot_id, now, next_live, entries, run, cri_run, containers)
     return verdicts, next_ledger
 
 
@@ -188,15 +205,44 @@ def _comparable(ledger: Ledger, obs: Observation, now: float) -> dict[str, Entry
         return {}
     if ledger.last_run is not None and now < ledger.last_run:
         # The clock went backwards: every streak restarts, and each identity counts as first seen
-        # now (a first-seen time from the future would make an old vNPU look newest to a
-        # count-aware claim); its destroy attempts are kept, never forgotten.
+        # now (grace is timed on this clock); the run that first listed it still holds (runs are
+        # counted, not timed), and its destroy attempts are kept, never forgotten.
         return {
             i: Entry(
-                e.key, now, now, destroy_attempts=e.destroy_attempts, last_attempt=e.last_attempt
+                e.key,
+                now,
+                now,
+                e.first_run,
+                destroy_attempts=e.destroy_attempts,
+                last_attempt=e.last_attempt,
             )
             for i, e in ledger.entries.items()
         }
     return ledger.entries
+
+
+def _containers(ledger: Ledger, obs: Observation) -> dict[str, int]:
+    """
+    The first run each container the runtime lists may have existed in: one it did not list in
+    the last run that read its listing appeared after that run (all of it, and so after every
+    partition that run had already listed: the node read lists the partitions first).
+    """
+    if obs.containers is None:
+        return ledger.containers
+    fresh = 0 if ledger.cri_run is None else ledger.cri_run + 1
+    return {c.id: ledger.containers.get(c.id, fresh) for c in obs.containers}
+
+
+def _appeared(containers: tuple[Container, ...], first: dict[str, int]) -> dict[str, int]:
+    """Per owner, the first run its current containers (kubelet's last attempt) may have existed."""
+    last: dict[tuple[str, str], int] = {}
+    for c in containers:
+        last[c.owner_uid, c.name] = max(last.get((c.owner_uid, c.name), c.attempt), c.attempt)
+    appeared: dict[str, int] = {}
+    for c in containers:
+        if c.attempt == last[c.owner_uid, c.name]:
+            appeared[c.owner_uid] = min(appeared.get(c.owner_uid, first[c.id]), first[c.id])
+    return appeared
 
 
 def _entry(previous: dict[str, Entry], p: Partition, obs: Observation) -> Entry | None:

@@ -1,5 +1,6 @@
 """
-The ledger: per partition identity, when it was first seen and its candidate streak.
+The ledger: per partition identity, when it was first seen and its candidate streak; and the
+order in which partitions and containers first appeared, counted in runs (see `Ledger`).
 
 Versioned JSON validated by schemas/ledger.schema.json. Only `decide()` makes the next ledger and
 only an operation writes it; this module owns the bytes.
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import jsonschema
 
-VERSION = 1
+VERSION = 2
 SCHEMA = json.loads((Path(__file__).parent.parent / "schemas" / "ledger.schema.json").read_text())
 
 
@@ -24,6 +25,7 @@ class Entry:
     key: str
     first_seen: float
     last_observed: float
+    first_run: int = 0  # the run that first listed it
     streak_start: float | None = None
     streak_runs: int = 0
     destroy_attempts: int = 0
@@ -35,11 +37,21 @@ class Entry:
 
 @dataclass(frozen=True)
 class Ledger:
+    """
+    Runs are numbered (`run`, the last one) so that what appeared when is ordered without the
+    clock, which may jump. `containers` holds, for every container the runtime listed in the run
+    `cri_run` (the last that read its listing), the first run it may have existed in: the one
+    after the last listing that did not show it, 0 when no earlier listing is known.
+    """
+
     node: str = ""
     boot_id: str = ""
     last_run: float | None = None
     live_owners: dict[str, int] = field(default_factory=dict)  # claim source -> live owners seen
     entries: dict[str, Entry] = field(default_factory=dict)  # identity -> entry
+    run: int = 0
+    cri_run: int | None = None
+    containers: dict[str, int] = field(default_factory=dict)  # container id -> first run
 
 
 class LedgerError(ValueError):
@@ -67,6 +79,9 @@ def load(text: str | None) -> Ledger:
         last_run=data["last_run"],
         live_owners=dict(data["live_owners"]),
         entries={identity: Entry(**entry) for identity, entry in data["partitions"].items()},
+        run=data["run"],
+        cri_run=data["cri_run"],
+        containers=dict(data["containers"]),
     )
 
 
@@ -78,6 +93,9 @@ def dump(ledger: Ledger) -> str:
         "last_run": ledger.last_run,
         "live_owners": dict(sorted(ledger.live_owners.items())),
         "partitions": {i: asdict(e) for i, e in sorted(ledger.entries.items())},
+        "run": ledger.run,
+        "cri_run": ledger.cri_run,
+        "containers": dict(sorted(ledger.containers.items())),
     }
     jsonschema.validate(data, SCHEMA)
     return json.dumps(data, indent=1, sort_keys=True) + "\n"

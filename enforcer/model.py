@@ -83,6 +83,16 @@ class Holder:
 
 
 @dataclass(frozen=True)
+class Container:
+    """A container the runtime lists for a pod (any state); `attempt` counts kubelet's retries."""
+
+    owner_uid: str
+    id: str
+    name: str
+    attempt: int
+
+
+@dataclass(frozen=True)
 class Pod:
     """What one source says about one pod's liveness."""
 
@@ -130,6 +140,9 @@ class Claim:
     partition_id: str | None = None
     profile: str | None = None
     count: int | None = 1  # None: every matching partition (a record that could not be read)
+    # The partitions are made when the owner's container is created (ascend-docker-runtime), so
+    # one that existed before the owner had a container cannot be the owner's.
+    made_with_container: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,6 +165,7 @@ class Observation:
     ledger_text: str | None = None  # None: no ledger file on the node
     destroyed: tuple[str, ...] = ()  # identities the guarded destroy verified gone since last run
     devnodes: dict[str, str] = field(default_factory=dict)  # device node path -> "dev:ino:rdev"
+    containers: tuple[Container, ...] | None = None  # None: the runtime's listing was not read
 
 
 Status = Literal[

@@ -1,10 +1,12 @@
 """
-Strict parsers for the device-node stat and the /proc fd scan (docs/INTERNALS.md).
+Strict parsers for the device-node stat, the /proc fd scan and the holders' cgroups
+(docs/INTERNALS.md).
 
-Both read GNU `stat -c '%n|%d:%i:%t:%T|%F'` lines: the path, the file's device and inode
+The first two read GNU `stat -c '%n|%d:%i:%t:%T|%F'` lines: the path, the file's device and inode
 (decimal), the device number a device node stands for (major:minor, hex as stat prints them)
 and the file type. The scan's stderr is part of the evidence: a process the scan could not
-inspect is a holder of everything, one that ended meanwhile is nothing.
+inspect is a holder of everything, one that ended meanwhile is nothing. The third reads
+`grep -H '' <procfs>/<pid>/cgroup` over the holders: which pod each one's process is in.
 """
 
 from __future__ import annotations
@@ -139,3 +141,71 @@ def holds(fd: OpenFd, devnode: DevNode) -> bool:
     if devnode.ftype in _DEVICE_TYPES:
         return fd.node.ftype == devnode.ftype and fd.node.rdev == devnode.rdev
     return fd.node.dev_ino == devnode.dev_ino
+
+
+# /proc/<pid>/cgroup: one `hierarchy-ID:controller-list:cgroup-path` line per hierarchy (cgroup
+# v1: many, `name=systemd` among them; v2: the one `0::/...`). The path is the rest of the line.
+_CGROUP_LINE = re.compile(r"[0-9]+:[^:]*:(?P<path>/.*)", re.ASCII)
+_CGROUP_FILE = re.compile(rf"{_PID}/cgroup(?::(?P<line>.*))?", re.ASCII)
+_CGROUP_STDERR = re.compile(
+    r"grep: (?P<path>.*): (?P<why>No such file or directory|No such process|Permission denied)"
+)
+# Kubelet's pod cgroup, one path segment. cgroupfs driver: `pod<uid>` (kubepods/burstable/pod<uid>,
+# kubepods/pod<uid> for guaranteed QoS). systemd driver: `kubepods[-<qos>]-pod<uid>.slice`, the
+# uid's dashes written `_` ("-" nests slices). A static pod's uid is 32 hex digits, no dashes.
+_HEX32 = "[0-9a-f]{32}"
+_DASHED = "-".join(f"[0-9a-f]{{{n}}}" for n in (8, 4, 4, 4, 12))
+_ESCAPED = "_".join(f"[0-9a-f]{{{n}}}" for n in (8, 4, 4, 4, 12))
+_POD_SEGMENT = re.compile(
+    rf"pod(?P<dashed>{_DASHED}|{_HEX32})|(?:[^/]+-)?pod(?P<escaped>{_ESCAPED}|{_HEX32})\.slice",
+    re.ASCII,
+)
+
+
+def _pods_in(path: str) -> set[str]:
+    """The pod UIDs a cgroup path names, dashed: none for a process outside any pod."""
+    found = set()
+    for segment in path.split("/"):
+        match = _POD_SEGMENT.fullmatch(segment)
+        if match is not None:
+            found.add((match["dashed"] or match["escaped"]).replace("_", "-"))
+    return found
+
+
+def _cgroup_file(text: str, procfs: str) -> re.Match[str] | None:
+    """`<procfs>/<pid>/cgroup[:<line>]`; procfs is given, so a cgroup path cannot pose as one."""
+    prefix = procfs + "/"
+    return _CGROUP_FILE.fullmatch(text[len(prefix) :]) if text.startswith(prefix) else None
+
+
+def parse_cgroups(stdout: str, stderr: str, procfs: str) -> dict[int, tuple[str, ...]]:
+    """
+    `grep -H '' <procfs>/<pid>/cgroup ...`, its stdout and stderr: pid -> the pod UIDs its lines
+    name, sorted. One UID: the process is that pod's. None: no pod's (a host process). Two or
+    more: cannot be told. A pid whose file could not be read (the process ended, or EPERM) is
+    left out: not attributed. Every line is judged; an unknown one is a ParseError.
+    """
+    pods: dict[int, set[str]] = {}
+    for lineno, line in _grep_lines(stdout):
+        where = _cgroup_file(line, procfs)
+        if where is None or where["line"] is None:
+            raise ParseError(f"cgroups: not a {procfs}/<pid>/cgroup:<line> line", line, lineno)
+        cgroup = _CGROUP_LINE.fullmatch(where["line"])
+        if cgroup is None:
+            raise ParseError("cgroups: not an 'ID:controllers:/path' line", line, lineno)
+        pods.setdefault(int(where["pid"]), set()).update(_pods_in(cgroup["path"]))
+    for lineno, line in _grep_lines(stderr):
+        error = _CGROUP_STDERR.fullmatch(line)
+        where = _cgroup_file(error["path"], procfs) if error is not None else None
+        if where is None or where["line"] is not None:
+            raise ParseError("cgroups: unexpected error line", line, lineno)
+        pods.pop(int(where["pid"]), None)  # what was read of it, if anything, is not all of it
+    return {pid: tuple(sorted(uids)) for pid, uids in pods.items()}
+
+
+def _grep_lines(text: str) -> list[tuple[int, str]]:
+    """grep's lines end at "\\n" only: a cgroup's name may hold any other line break."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return list(enumerate(lines, start=1))

@@ -6,8 +6,9 @@ The node read: one fact runs operations/templates/snapshot.sh.j2 and returns its
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyinfra.api import FactBase
 
@@ -16,6 +17,7 @@ from enforcer.model import (
     NODE,
     VNPU,
     Chip,
+    Container,
     Holder,
     Observation,
     OwnerRecord,
@@ -86,6 +88,7 @@ COMMANDS = {
     "npu-smi-info": "npu-smi info",
     "devnodes": "stat /dev/vdavinci*",
     "fd-scan": "the /proc fd scan",
+    "holder-cgroups": "grep '' /proc/<pid>/cgroup of the fd holders",
     "checkpoint": "cat kubelet_internal_checkpoint",
     "crictl-pods": "crictl pods -o json",
     "crictl-ps": "crictl ps -a -o json",
@@ -187,6 +190,7 @@ def observe(
     partitions = _vnpus(r, chips)
     processes = r.read("npu-smi-info", "npu-smi", lambda s: ascend.parse_process_table(s.stdout))
     devnodes = r.read("devnodes", "proc-fd", lambda s: procfs.parse_devnodes(s.stdout))
+    partitions = _with_devnodes(partitions, devnodes, paths)
     # find and xargs exit non-zero when a process vanishes or cannot be inspected mid-scan:
     # the parser judges every stderr line instead.
     scan = r.read(
@@ -194,6 +198,20 @@ def observe(
         "proc-fd",
         lambda s: procfs.parse_fd_scan(s.stdout, s.stderr),
         ok_rcs=("0", "1", "123"),
+    )
+    # Which pod each of those processes is in. A read from before this section has none: its
+    # holders are not attributed to pods, the safe side (they still keep their vNPUs; only an
+    # owner's count-aware claim is not satisfied by them). A section that is there but cannot be
+    # read is proc-fd unreadable, like any other (xargs exits 123 when a process ended).
+    cgroups = (
+        r.read(
+            "holder-cgroups",
+            "proc-fd",
+            lambda s: procfs.parse_cgroups(s.stdout, s.stderr, paths.procfs),
+            ok_rcs=("0", "123"),
+        )
+        if "holder-cgroups" in sections.by_name
+        else {}
     )
     entries = r.read(
         "checkpoint", "kubelet-checkpoint", lambda s: checkpoint.parse_checkpoint(s.stdout)
@@ -210,7 +228,9 @@ def observe(
     if sandboxes is None or containers is None:
         sandboxes, containers = None, None
 
-    holders = _holders(partitions, processes, devnodes, scan, paths, sandboxes, containers)
+    holders = _holders(
+        partitions, processes, devnodes, scan, paths, sandboxes, containers, cgroups or {}
+    )
     pods, records = _pods_and_records(entries, sandboxes, containers)
     keep = set(claim_sources)
     return Observation(
@@ -227,23 +247,44 @@ def observe(
         ledger_text=None if ledger_text in (None, NO_LEDGER) else ledger_text,
         destroyed=tuple(destroyed or ()),
         devnodes={k: f"{v.dev_ino}:{v.rdev}" for k, v in (devnodes or {}).items()},
+        containers=_containers(sandboxes, containers),
+    )
+
+
+def _containers(sandboxes, containers) -> tuple[Container, ...] | None:
+    """The runtime's containers by owner; None when its listing was not read whole."""
+    if sandboxes is None or containers is None:
+        return None
+    uid_of = {s.id: s.uid for s in sandboxes}
+    return tuple(
+        Container(uid_of[c.sandbox_id], c.id, c.name, c.attempt)
+        for c in containers
+        if c.sandbox_id in uid_of  # a container without its sandbox names no owner
     )
 
 
 def _destroyed(text: str) -> tuple[str, ...]:
-    """The identities the guarded destroy verified gone: `card chip vnpu vgroup template boot`."""
+    """
+    The identities the guarded destroy verified gone:
+    `card chip vnpu vgroup template devnode boot` (devnode: the node's dev:ino).
+    """
     found = []
     for n, line in enumerate(text.splitlines(), start=1):
         words = line.split(" ")
-        if len(words) != 6 or not all(w.isascii() and w.isdigit() for w in words[:3]):
+        if (
+            len(words) != 7
+            or not all(w.isascii() and w.isdigit() for w in words[:3])
+            or not re.fullmatch(r"[0-9]+:[0-9]+", words[5], re.ASCII)
+        ):
             raise ParseError("not a destroyed-vNPU record", line, n)
-        card, chip, vnpu, vgroup, template, boot = words
+        card, chip, vnpu, vgroup, template, devnode, boot = words
         fields = (
             ("card", card),
             ("chip", chip),
             ("vnpu", vnpu),
             ("vgroup", vgroup),
             ("template", template),
+            ("devnode", devnode),
         )
         found.append(Partition(VNPU, f"npu:{card}:{chip}", vnpu, template, fields).identity(boot))
     return tuple(found)
@@ -281,8 +322,30 @@ def _vnpus(r: _Reader, chips: Sequence[Chip]) -> list[Partition]:
     return found
 
 
-def _holders(partitions, processes, devnodes, scan, paths, sandboxes, containers) -> list[Holder]:
-    """Rule 2's three witnesses: the in-use columns, the vendor process list, the fd scan."""
+def _with_devnodes(partitions, devnodes, paths) -> list[Partition]:
+    """
+    A vNPU's device node is part of what makes it this vNPU: the driver makes a new node (a new
+    inode) with every vNPU, so a successor made at the same id, with the same printed fields,
+    between two runs is still told apart. Without the stat, the identity has no such field.
+    """
+    if devnodes is None:
+        return partitions
+    found = []
+    for p in partitions:
+        dev = devnodes.get(f"{paths.dev_dir}/vdavinci{p.id}")
+        fields = p.identity_fields + (("devnode", dev.dev_ino if dev else "absent"),)
+        found.append(replace(p, identity_fields=fields))
+    return found
+
+
+def _holders(
+    partitions, processes, devnodes, scan, paths, sandboxes, containers, cgroups
+) -> list[Holder]:
+    """
+    Rule 2's three witnesses: the in-use columns, the vendor process list, the fd scan. A holder
+    is tied to a pod through npu-smi's Container ID (the CRI's container ids) or, for the fd
+    scan, the pod its process's cgroup names (`cgroups`: pid -> pod UIDs).
+    """
     owners = _container_owners(sandboxes, containers)
     holders: list[Holder] = []
     for p in partitions:
@@ -307,8 +370,11 @@ def _holders(partitions, processes, devnodes, scan, paths, sandboxes, containers
         for fd in scan.fds:
             if procfs.holds(fd, dev):
                 open_by.setdefault(p.key, set()).add(fd.pid)
+                owner, why = _cgroup_owner(cgroups.get(fd.pid, ()))
                 holders.append(
-                    Holder(p.key, "proc-fd", fd.pid, f"pid {fd.pid} has {dev.path} open")
+                    Holder(
+                        p.key, "proc-fd", fd.pid, f"pid {fd.pid} has {dev.path} open{why}", owner
+                    )
                 )
     holders += [
         Holder(None, "proc-fd", pid, f"pid {pid} cannot be inspected (EPERM)")
@@ -328,6 +394,15 @@ def _holders(partitions, processes, devnodes, scan, paths, sandboxes, containers
                 )
             )
     return holders
+
+
+def _cgroup_owner(pods: tuple[str, ...]) -> tuple[str | None, str]:
+    """The pod a process is in, by its cgroup lines, and how its holder's detail says so."""
+    if len(pods) == 1:
+        return pods[0], f" (pod {pods[0]}, by its cgroup)"
+    if pods:
+        return None, f" (its cgroup names pods {', '.join(pods)}: not attributed)"
+    return None, ""
 
 
 def _container_owners(sandboxes, containers) -> dict[str, str]:

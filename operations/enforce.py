@@ -57,6 +57,8 @@ def destroy_command(v: Verdict, obs: Observation, paths: NodePaths) -> str:
     if p.kind != VNPU:
         raise ValueError(f"no destroy for partition kind {p.kind}")
     fields = dict(p.identity_fields)
+    if "devnode" not in fields:
+        raise ValueError(f"vNPU {p.key} has no device node in its identity: it was not stat'ed")
     return render(
         "destroy-vnpu.sh.j2",
         paths=paths,
@@ -68,6 +70,7 @@ def destroy_command(v: Verdict, obs: Observation, paths: NodePaths) -> str:
         vgroup=fields["vgroup"],
         vnpu_template=fields["template"],
         devnode=f"{paths.dev_dir}/vdavinci{fields['vnpu']}",
+        devnode_ino=fields["devnode"],
         boot_id=obs.boot_id,
         digest=obs.claim_digest,
     )

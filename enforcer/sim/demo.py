@@ -3,8 +3,9 @@
 
 Runs inside the node's own PID namespace (python -m enforcer.sim.namespace -- ...), so the fd
 scan sees the node's processes only. The story: infer-a runs on vNPU 100; two zombies (101, 102)
-were left by failed container creates of a deleted pod; infer-b is starting; train-c waits for
-four AI cores. After the first run the runtime makes infer-b's vNPU, which no process opens.
+were left by failed container creates of a deleted pod; infer-b is admitted; train-c waits for
+four AI cores. After the first run infer-b's container is created and the runtime makes its vNPU,
+which no process opens.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from enforcer.sim.show import render_summary
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = REPO / "enforcer" / "sim" / "scenarios" / "seed-310p.yaml"
+INFER_B = "5c0e7f3a-91d2-4b8e-a6f1-3d7b2e9c4a20"
 TRAIN_C = "e1b94c6d-2a7f-4e35-8d0c-7f6a5b3e2d91"
+
+
+def infer_b_starts(node: SimNode) -> int:
+    """kubelet creates infer-b's container; ascend-docker-runtime makes its vNPU (returned)."""
+    node.set_pod_state(INFER_B, "ContainerCreating")
+    return node.create_vnpu(0, 0, "vir02")
 
 
 def say(text: str) -> None:
@@ -61,8 +69,8 @@ def main(node_dir: str, runs: int = 5) -> int:
         enforce(node_path, run)
         print("vNPUs now:", sorted(v["id"] for v in node.state()["vnpus"]))
         if run == 1:
-            made = node.create_vnpu(0, 0, "vir02")
-            say(f"ascend-docker-runtime makes infer-b's vNPU {made}; no process opens it yet")
+            made = infer_b_starts(node)
+            say(f"infer-b's container is created, and with it its vNPU {made}; not opened yet")
         time.sleep(1)
     say("train-c is scheduled now that four AI cores are free")
     made = node.create_vnpu(0, 0, "vir04")

@@ -9,6 +9,11 @@ in a namespace of their own: `unshare --pid --fork --mount-proc`, where /proc is
 `NodeNamespace` starts an agent inside that runs commands and holder processes for a test, over
 JSON lines on its stdin and stdout; `python -m enforcer.sim.namespace -- CMD...` runs one command
 inside a fresh namespace (the demo).
+
+A holder that is a pod's process says so where kubelet and the runtime put it: the agent
+bind-mounts a file with the pod container's cgroup line (`<node>/cgroups/<pid>`) over the
+holder's /proc/<pid>/cgroup. Only the agent mounts, and only as the namespace's PID 1: in its own
+mount namespace, never the host's.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from enforcer.sim.node import SimNode
+
+CGROUPS = "cgroups"  # <node>/cgroups/<pid>: the cgroup file bind-mounted over a pod holder's
 
 
 def unshare_argv() -> list[str]:
@@ -84,9 +91,12 @@ class NodeNamespace:
         a = self.call(op="run", argv=argv, cwd=cwd, timeout=timeout)
         return subprocess.CompletedProcess(argv, a["rc"], a["stdout"], a["stderr"])
 
-    def hold(self, vnpu_id: int) -> int:
-        """A process in the namespace that opens the vNPU's device and keeps it open."""
-        return int(self.call(op="hold", vnpu=vnpu_id)["pid"])
+    def hold(self, vnpu_id: int, pod_uid: str | None = None) -> int:
+        """
+        A process in the namespace that opens the vNPU's device and keeps it open; with
+        `pod_uid`, in the cgroup of that pod's (first) container, as its /proc/<pid>/cgroup says.
+        """
+        return int(self.call(op="hold", vnpu=vnpu_id, pod=pod_uid)["pid"])
 
     def unhold(self, pid: int) -> None:
         self.call(op="unhold", pid=pid)
@@ -104,6 +114,7 @@ def _agent(node_dir: Path) -> None:
         sys.stdout.flush()
     if (node_dir / "state.json").exists():
         SimNode(node_dir).unhold_all()
+    shutil.rmtree(node_dir / CGROUPS, ignore_errors=True)
 
 
 def _serve(node_dir: Path, request: dict[str, Any], holders: dict) -> dict[str, Any]:
@@ -121,13 +132,49 @@ def _serve(node_dir: Path, request: dict[str, Any], holders: dict) -> dict[str, 
         )
         return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
     if op == "hold":
-        proc = SimNode(node_dir).hold(int(request["vnpu"]))
+        node, uid = SimNode(node_dir), request.get("pod")
+        proc = node.hold(int(request["vnpu"]), pod_uid=uid)
         holders[proc.pid] = proc
+        if uid is not None:
+            try:
+                _enter_pod(node, proc.pid, str(uid))
+            except (OSError, ValueError, KeyError):
+                node.unhold(holders.pop(proc.pid))
+                raise
         return {"pid": proc.pid}
     if op == "unhold":
-        SimNode(node_dir).unhold(holders.pop(int(request["pid"])))
+        pid = int(request["pid"])
+        # Its bind mount goes with the process: the kernel detaches mounts on a dead /proc/<pid>.
+        SimNode(node_dir).unhold(holders.pop(pid))
+        (node_dir / CGROUPS / str(pid)).unlink(missing_ok=True)
         return {}
     raise ValueError(f"unknown request {op!r}")
+
+
+def pod_cgroup(uid: str, container_id: str) -> str:
+    """
+    The /proc/<pid>/cgroup of a process in a pod's container: cgroup v2, kubelet's systemd
+    driver, a Burstable pod, containerd (`cri-containerd-<id>.scope`).
+    """
+    qos = "kubepods.slice/kubepods-burstable.slice"
+    pod = f"kubepods-burstable-pod{uid.replace('-', '_')}.slice"
+    return f"0::/{qos}/{pod}/cri-containerd-{container_id}.scope\n"
+
+
+def _enter_pod(node: SimNode, pid: int, uid: str) -> None:
+    """Make /proc/<pid>/cgroup name the pod's container: a bind mount, in this namespace only."""
+    if os.getpid() != 1:  # the agent is PID 1 of its namespace; anywhere else is not ours
+        raise OSError(f"not in the node's namespace (pid {os.getpid()}): refusing to mount")
+    container = node.container_id(uid)
+    if container is None:
+        raise ValueError(f"pod {uid} has no container yet: no cgroup to put pid {pid} in")
+    cgroup = node.path / CGROUPS / str(pid)
+    cgroup.parent.mkdir(exist_ok=True)
+    cgroup.write_text(pod_cgroup(uid, container))
+    argv = ["mount", "--bind", str(cgroup), f"/proc/{pid}/cgroup"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise OSError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
 
 
 def main(argv: list[str]) -> int:

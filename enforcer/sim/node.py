@@ -10,6 +10,7 @@ each vNPU has a regular file `<node>/rootfs/dev/vdavinci<id>` that holder proces
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -60,6 +61,15 @@ PHASES: dict[str, tuple[str | None, str | None]] = {
     "Failed": ("SANDBOX_NOTREADY", "CONTAINER_EXITED"),
 }
 DEFAULT_IMAGE = "docker.io/library/ubuntu:22.04"
+# One Ascend 310P3 (8 AI cores), as SimNode.create takes a chip: the tests' usual node.
+P310P3: dict[str, Any] = {
+    "card": 0,
+    "chip": 0,
+    "name": "310P3",
+    "aicore_total": 8,
+    "memory_gb": 24,
+    "templates": {"vir01": 1, "vir02": 2, "vir04": 4},
+}
 
 
 class ToolError(Exception):
@@ -269,6 +279,16 @@ class SimNode:
     def devfile(self, vnpu_id: int) -> Path:
         return self.rootfs / "dev" / f"vdavinci{vnpu_id}"
 
+    def _retire_devfile(self, vnpu_id: int) -> None:
+        """
+        The device node goes with its vNPU. Moved aside rather than unlinked: the next node made
+        at this id gets a new inode, as devtmpfs gives one (a disk file system reuses inodes).
+        """
+        gone = self.path / "dev-gone"
+        gone.mkdir(exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.devfile(vnpu_id).rename(gone / f"vdavinci{vnpu_id}.{time.time_ns()}")
+
     @contextmanager
     def _locked(self, mode: int) -> Iterator[None]:
         with open(self.path / LOCK_FILE, "a") as lock:
@@ -346,7 +366,7 @@ class SimNode:
             if vnpu_id in faults.get("destroy_lies", []):
                 return
             state["vnpus"].remove(vnpu)
-            self.devfile(vnpu_id).unlink(missing_ok=True)
+            self._retire_devfile(vnpu_id)
 
     def _in_use(self, vnpu: Mapping[str, Any]) -> bool:
         return vnpu["status"] == 1 or bool(pids_holding(self.devfile(vnpu["id"])))
@@ -371,12 +391,20 @@ class SimNode:
     # --- processes ----------------------------------------------------------------------------
 
     def hold(
-        self, vnpu_id: int, *, lifetime: float = 600, detach: bool = False, memory_mb: int = 512
+        self,
+        vnpu_id: int,
+        *,
+        lifetime: float = 600,
+        detach: bool = False,
+        memory_mb: int = 512,
+        pod_uid: str | None = None,
     ) -> subprocess.Popen[bytes]:
         """
         Start a real process (`sleep`, bounded by `lifetime` seconds) with the vNPU's device file
         open as its stdin, listed in npu-smi's process table, until `unhold()`. `detach` puts it
         in its own session so it outlives the caller (the scenario CLI); `unhold_all()` ends it.
+        `pod_uid` only records whose process it is: its /proc/<pid>/cgroup says so only when the
+        namespace agent started it (NodeNamespace.hold), which alone may mount over it.
         """
         with self._mutate() as state:
             vnpu = _vnpu(state, vnpu_id)
@@ -396,6 +424,7 @@ class SimNode:
                     "name": "sleep",
                     "memory_mb": memory_mb,
                     "vnpu": vnpu_id,
+                    "pod_uid": pod_uid,
                 }
             )
         return proc
@@ -507,6 +536,19 @@ class SimNode:
             pod["phase"] = phase
             _apply_phase(pod, sandbox_state or sandbox, container_state or container)
 
+    def retry_containers(self, uid: str) -> None:
+        """kubelet's next attempt at a pod's containers: a new CRI id each, created now."""
+        with self._mutate() as state:
+            pod = _pod(state, uid)
+            for ctr in pod["containers"]:
+                attempt = ctr["attempt"] + 1
+                ctr.update(
+                    id=_hex_id("container", uid, ctr["name"], attempt),
+                    attempt=attempt,
+                    state="CONTAINER_CREATED",
+                    created_at=time.time_ns(),
+                )
+
     def remove_pod(self, uid: str) -> None:
         """The pod leaves the CRI (its checkpoint entries stay: see `release()`)."""
         with self._mutate() as state:
@@ -571,7 +613,7 @@ class SimNode:
         with self._mutate() as state:
             self._kill_holders(state)
             for vnpu in state["vnpus"]:
-                self.devfile(vnpu["id"]).unlink(missing_ok=True)
+                self._retire_devfile(vnpu["id"])
             state.update(vnpus=[], processes=[], boot_id=str(uuid.uuid4()))
             for pod in state["pods"]:
                 _reboot_pod(pod)

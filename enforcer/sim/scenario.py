@@ -157,8 +157,15 @@ def build(doc: Mapping[str, Any], node_dir: Path | str) -> SimNode:
     _add_pods(node, doc.get("pods", []))
     held = _add_vnpus(node, doc.get("vnpus", []), pods)
     _add_allocations(node, doc.get("allocations", []), pods)
-    for vnpu_id in held:
-        node.hold(vnpu_id, lifetime=doc.get("hold_seconds", DEFAULT_HOLD_SECONDS), detach=True)
+    for vnpu_id, pod_uid in held:
+        # The pod is recorded, but its process's cgroup cannot say so: only the namespace agent
+        # may mount over /proc/<pid>/cgroup, and a build may run outside any namespace.
+        node.hold(
+            vnpu_id,
+            lifetime=doc.get("hold_seconds", DEFAULT_HOLD_SECONDS),
+            detach=True,
+            pod_uid=pod_uid,
+        )
     return node
 
 
@@ -180,9 +187,9 @@ def _add_pods(node: SimNode, pods: list[Mapping[str, Any]]) -> None:
 
 def _add_vnpus(
     node: SimNode, vnpus: list[Mapping[str, Any]], pods: Mapping[str, Mapping[str, Any]]
-) -> list[int]:
-    """Create and attach; returns the ids to hold once everything else is in place."""
-    held = []
+) -> list[tuple[int, str | None]]:
+    """Create and attach; returns the ids to hold (and their pods) once all else is in place."""
+    held: list[tuple[int, str | None]] = []
     for i, spec in enumerate(vnpus):
         try:
             vnpu_id = node.create_vnpu(
@@ -199,7 +206,7 @@ def _add_vnpus(
             ctr = node.container_id(pod["uid"], spec.get("container", _first_container(pod)))
             node.attach(vnpu_id, str(ctr))
         if spec.get("held"):
-            held.append(vnpu_id)
+            held.append((vnpu_id, pods[spec["pod"]]["uid"] if "pod" in spec else None))
     return held
 
 

@@ -39,6 +39,12 @@ class Enforced:
             v["reason"] for v in self.report["verdicts"] if v["partition"]["id"] == str(vnpu)
         )
 
+    def evidence(self, vnpu: int) -> list[str]:
+        assert self.report
+        return next(
+            v["evidence"] for v in self.report["verdicts"] if v["partition"]["id"] == str(vnpu)
+        )
+
 
 class Node:
     """A simulated node in its namespace, and the enforcer run against it with the pyinfra CLI."""

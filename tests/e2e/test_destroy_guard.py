@@ -14,7 +14,7 @@ from enforcer.policy import NodePaths
 from operations.enforce import destroy_command
 
 
-def zombie(vid: int, vgroup: str) -> Verdict:
+def zombie(vid: int, vgroup: str, devnode: str) -> Verdict:
     p = Partition(
         VNPU,
         "npu:0:0",
@@ -26,13 +26,14 @@ def zombie(vid: int, vgroup: str) -> Verdict:
             ("vnpu", str(vid)),
             ("vgroup", vgroup),
             ("template", "vir02"),
+            ("devnode", devnode),
         ),
         (("container_id", "000000000000"), ("status", "0")),
     )
     return Verdict(p, "orphan", "proven orphaned")
 
 
-def guarded(node, vid: int, **obs_changes) -> tuple[int, str]:
+def guarded(node, vid: int, devnode: str = "", **obs_changes) -> tuple[int, str]:
     paths = NodePaths.from_rootfs(
         str(node.path / "rootfs"), tools={"npu-smi": str(node.path / "bin/npu-smi")}
     )
@@ -40,7 +41,9 @@ def guarded(node, vid: int, **obs_changes) -> tuple[int, str]:
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     obs = replace(Observation("n1", boot, 0.0, claim_digest=digest), **obs_changes)
     vgroup = {v["id"]: str(v["vgroup"]) for v in node.sim.state()["vnpus"]}[vid]
-    done = node.ns.run(["sh", "-c", destroy_command(zombie(vid, vgroup), obs, paths)])
+    made = node.sim.devfile(vid).stat()
+    p = zombie(vid, vgroup, devnode or f"{made.st_dev}:{made.st_ino}")
+    done = node.ns.run(["sh", "-c", destroy_command(p, obs, paths)])
     return done.returncode, done.stdout + done.stderr
 
 
@@ -82,6 +85,17 @@ def test_re_proven_at_the_moment_of_destruction_a_successor_took_its_place(seed_
     assert successor == 101
     rc, out = guarded(seed_node, 101)
     assert rc == 0 and "no longer the vNPU" in out
+    assert 101 in seed_node.vnpus()
+
+
+def test_re_proven_at_the_moment_of_destruction_a_successor_with_the_same_row(seed_node):
+    # Destroyed and made again at the same id, vgroup and template: only its device node tells.
+    made = seed_node.sim.devfile(101).stat()
+    vgroup = {v["id"]: v["vgroup"] for v in seed_node.sim.state()["vnpus"]}[101]
+    seed_node.sim.destroy_vnpu(0, 0, 101)
+    assert seed_node.sim.create_vnpu(0, 0, "vir02", 101, vgroup=vgroup) == 101
+    rc, out = guarded(seed_node, 101, devnode=f"{made.st_dev}:{made.st_ino}")
+    assert rc == 0 and "its device node was made anew" in out
     assert 101 in seed_node.vnpus()
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from enforcer.sim.demo import infer_b_starts
+
 NODE = "k3s-310p"
 LIVE = {
     "infer-a": "8ad2a1b0-3c1e-4d1f-9f0e-2b7c1c0d9a11",
@@ -101,7 +103,7 @@ def test_a_deleted_pods_stale_checkpoint_entry_stops_protecting_once_the_api_lis
     stale_entry(seed_node)
     with_api(seed_node, tmp_path, api)
     seed_node.enforce()
-    infer_b = seed_node.sim.create_vnpu(0, 0, "vir02")
+    infer_b = infer_b_starts(seed_node.sim)
     for _ in range(3):
         run = seed_node.enforce()
         assert run.rc == 0, run.output
@@ -112,10 +114,11 @@ def test_a_deleted_pods_stale_checkpoint_entry_stops_protecting_once_the_api_lis
 def test_without_the_api_a_stale_entry_keeps_protecting(seed_node):
     stale_entry(seed_node)
     seed_node.enforce()
-    seed_node.sim.create_vnpu(0, 0, "vir02")
+    infer_b_starts(seed_node.sim)
     for _ in range(4):
         run = seed_node.enforce()
-    # The deleted pod may still be coming for all the node knows: both zombies are kept.
+    # The deleted pod may still be coming for all the node knows, and it has no container to date
+    # its vNPU by: every vir02 nobody holds is kept.
     assert run.verdict(101) == run.verdict(102) == "claimed"
     assert {101, 102} <= seed_node.vnpus()
 
@@ -126,7 +129,7 @@ def test_an_unreachable_api_that_is_required_destroys_nothing(seed_node, tmp_pat
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
     with_api(seed_node, tmp_path, closed)
     seed_node.enforce()
-    seed_node.sim.create_vnpu(0, 0, "vir02")
+    infer_b_starts(seed_node.sim)
     for _ in range(4):
         run = seed_node.enforce()
         assert run.rc == 0, run.output

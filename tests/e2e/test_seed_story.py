@@ -5,17 +5,19 @@ zombie vNPUs are destroyed after the grace window, and no vNPU of a live pod eve
 
 from __future__ import annotations
 
+from enforcer.sim.demo import infer_b_starts
+
 
 def runtime_creates_infer_b_vnpu(node) -> int:
-    """ascend-docker-runtime makes infer-b's vNPU at container create; no process opens it yet."""
-    return node.sim.create_vnpu(0, 0, "vir02")
+    """infer-b's container is created and with it its vNPU; no process opens it yet."""
+    return infer_b_starts(node.sim)
 
 
 def test_zombie_vnpus_are_destroyed_after_grace_and_live_ones_kept(seed_node):
     first = seed_node.enforce()
     assert first.rc == 0, first.output
     assert first.verdict(100) == "held"
-    # infer-b's claim cannot tell its vNPU yet: the two candidates tie and both are kept.
+    # infer-b has no container yet: its claim cannot pass over any vir02, both are kept.
     assert first.verdict(101) == first.verdict(102) == "claimed"
     infer_b = runtime_creates_infer_b_vnpu(seed_node)
 
@@ -24,6 +26,7 @@ def test_zombie_vnpus_are_destroyed_after_grace_and_live_ones_kept(seed_node):
         run = seed_node.enforce()
         assert run.rc == 0, run.output
         statuses.append((run.verdict(101), run.verdict(102), run.verdict(infer_b)))
+        assert "not pod default/infer-b's" in " ".join(run.evidence(101)), run.output
         assert {100, infer_b} <= seed_node.vnpus(), "a live pod's vNPU was destroyed"
     assert statuses[0] == ("pending", "pending", "claimed")
     assert statuses[-1] == ("orphan", "orphan", "claimed")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from enforcer.sim.demo import infer_b_starts
+
 LIVE = 100  # infer-a's vNPU, held by a process
 ZOMBIES = (101, 102)
 FAULT_TIMEOUT = 2  # enforcer_command_timeout_seconds while a tool hangs
@@ -25,7 +27,7 @@ def armed(node) -> int:
     not yet confirmed. Returns infer-b's vNPU, which must live.
     """
     node.enforce()
-    infer_b = node.sim.create_vnpu(0, 0, "vir02")
+    infer_b = infer_b_starts(node.sim)
     node.enforce()
     node.enforce()
     node.sim.set_fault("npu-smi", "destroy-vnpu", fail_ids=[101])

@@ -23,6 +23,8 @@ from faults.kit import (
     sh,
 )
 
+from enforcer.sim.demo import infer_b_starts
+
 DESTROYED_101 = "partition-enforcer: vNPU 101 on NPU 0 chip 0 destroyed"
 
 
@@ -155,14 +157,18 @@ def test_clock_going_backwards_restarts_every_streak_and_keeps_destroy_attempts(
         clock.write_text(f"{now + 60 * n}\n")
         run = enforce_with_path(seed_node, bindir)
         assert run.rc == 0, run.output
-        # Everything counts as first seen now: infer-b's claim cannot tell its vNPU from 101.
-        assert run.verdict(101) == run.verdict(infer_b) == "claimed"
-        assert entry(seed_node, 101)["destroy_attempts"] == 1  # kept, never forgotten
-        assert {LIVE, 101, infer_b} <= seed_node.vnpus()
+        # Runs are counted, not timed: 101 was still listed before infer-b's container appeared.
+        assert run.verdict(infer_b) == "claimed"
+        assert {LIVE, infer_b} <= seed_node.vnpus()
+        if n < 2:
+            assert run.verdict(101) == "pending" and 101 in seed_node.vnpus()
+            assert entry(seed_node, 101)["streak_runs"] == n + 1  # restarted at the jump
+            assert entry(seed_node, 101)["destroy_attempts"] == 1  # kept, never forgotten
         if n == 0:
             assert run.report["ledger"].startswith("clock went backwards")
-            assert entry(seed_node, 101)["streak_runs"] == 0
             assert run.verdict(102) == "destroyed"  # its listing was read whole: confirmed
+    assert run.verdict(101) == "orphan" and "retry after 1 failed" in run.reason(101)
+    assert 101 not in seed_node.vnpus()
 
 
 # --- the boot id changes ---------------------------------------------------------------------
@@ -211,7 +217,7 @@ def test_boot_id_change_between_the_read_and_the_destroy_keeps_the_vnpu(seed_nod
 
 def test_destroy_reported_done_but_still_listed_is_a_failed_destroy_retried(seed_node):
     seed_node.enforce()
-    infer_b = seed_node.sim.create_vnpu(0, 0, "vir02")
+    infer_b = infer_b_starts(seed_node.sim)
     seed_node.sim.set_fault("npu-smi", "destroy-vnpu", lie_ids=[101])
     seed_node.enforce()
     seed_node.enforce()

@@ -218,7 +218,9 @@ def test_a_100kb_vnpu_id_is_a_parse_error_and_a_100kb_template_is_handled():
         ascend.parse_vnpu_table(one_row_table(vnpu="1" * 100_000), 0, 0)
     # A template npu-smi's pattern takes, however long, is data, quoted when it is rendered.
     table = ascend.parse_vnpu_table(one_row_table(template="vir02_" + LONG), 0, 0)
-    script = destroy_command(orphan(table.partitions[0]), observation(), PATHS)
+    p = table.partitions[0]
+    p = dataclasses.replace(p, identity_fields=p.identity_fields + (("devnode", "64768:1311"),))
+    script = destroy_command(orphan(p), observation(), PATHS)
     assert f"'0 000000000000 0 vir02_{LONG}'" in script
 
 
@@ -227,6 +229,7 @@ def test_a_100kb_vnpu_id_is_a_parse_error_and_a_100kb_template_is_handled():
 
 def partition(**fields: str) -> Partition:
     identity = {"card": "0", "chip": "0", "vnpu": "101", "vgroup": "1", "template": "vir02"}
+    identity["devnode"] = "64768:1311"
     identity.update(fields)
     return Partition(
         kind=VNPU,
@@ -251,9 +254,9 @@ def test_a_sound_partition_renders():
     assert "[ \"$listed\" = '1 000000000000 0 vir02' ]" in script
 
 
-@pytest.mark.parametrize("field", ["vgroup", "template"])
+@pytest.mark.parametrize("field", ["vgroup", "template", "devnode"])
 @pytest.mark.parametrize("value", HOSTILE.values(), ids=HOSTILE.keys())
-def test_destroy_command_refuses_a_hostile_vgroup_or_template(field, value):
+def test_destroy_command_refuses_a_hostile_vgroup_template_or_devnode(field, value):
     with pytest.raises(UnsafeValue, match="^refusing word "):
         destroy_command(orphan(partition(**{field: value})), observation(), PATHS)
 

@@ -13,15 +13,16 @@ The model knows the truth: which vNPU is which pod's (the one the runtime made a
 create), which are zombies (left by a failed container create) or leaks (a deleted pod's, not
 cleaned up). It also carries `Contract`, an independent reference of what DESIGN.md's contract
 decides with these sources (kubelet checkpoint + CRI, HAMi template-mode records): count-aware
-protection, newest first, every tie at the boundary kept; the streak and its restarts; the circuit
-breaker. Invariants, checked after every run:
+protection (an owner short of its vNPU keeps every one of its template not listed before its
+container appeared, runs counted); the streak and its restarts; the circuit breaker.
+Invariants, checked after every run:
 
 - safety: no vNPU that a live pod owns (Pending/ContainerCreating/Running/Terminating, opened or
   not) or that a process holds is ever destroyed;
 - conformance: the vNPUs decide() proves orphaned are exactly those the contract proves (and the
   breaker trips exactly when the contract says), so a true orphan survives past its grace window
-  only where the contract says it may (a live claim covers it, the tie rule, a stale checkpoint
-  entry, a restarted streak, a breaker trip);
+  only where the contract says it may (a live claim covers it, a stale checkpoint entry, a
+  restarted streak, a breaker trip);
 - liveness: every vNPU the contract proves orphaned is gone after the run, unless its destroy was
   made to fail (fail_ids) or something raced the destroy (then the guard must keep it, and the
   next runs decide again: conformance holds them to the contract).
@@ -55,6 +56,7 @@ from enforcer.model import NO_CONTAINER, Observation, Verdict
 from enforcer.policy import Policy, policy_from_host_data
 from enforcer.sim import crictl as sim_crictl
 from enforcer.sim import npu_smi as sim_npu_smi
+from enforcer.sim.namespace import pod_cgroup
 from enforcer.sim.node import SimNode, ToolError, _checkpoint_text
 from facts.snapshot import NodeSnapshot, Sections, observe, parse_sections
 from operations.enforce import destroy_command
@@ -123,7 +125,8 @@ class Driver:
         """('destroyed' | 'kept' | 'failed', what the node said)."""
         raise NotImplementedError
 
-    def hold(self, vnpu: int) -> Any:
+    def hold(self, vnpu: int, pod_uid: str | None = None) -> Any:
+        """A process holding the vNPU open; with `pod_uid`, in that pod's container cgroup."""
         raise NotImplementedError
 
     def unhold(self, handle: Any) -> None:
@@ -167,8 +170,8 @@ class NamespaceDriver(Driver):
             return "destroyed", out
         return ("kept" if done.returncode == 0 else "failed"), out
 
-    def hold(self, vnpu: int) -> int:
-        return self.ns.hold(vnpu)
+    def hold(self, vnpu: int, pod_uid: str | None = None) -> int:
+        return self.ns.hold(vnpu, pod_uid)
 
     def unhold(self, handle: int) -> None:
         self.ns.unhold(handle)
@@ -235,6 +238,7 @@ class InProcessDriver(Driver):
         super().__init__(root)
         self.sim = MemorySimNode.adopt(self.sim)
         self.holders: dict[int, int] = {}  # pid -> vNPU id
+        self.cgroups: dict[int, str] = {}  # pid -> its /proc/<pid>/cgroup
         self.next_pid = 4000
 
     def _tool(self, state: dict, tool: str, sub: str, produce: Callable[[], str]) -> tuple:
@@ -284,6 +288,10 @@ class InProcessDriver(Driver):
             for pid, v in sorted(self.holders.items())
         )
         lines.append(_line("fd-scan", "0", scan, ""))
+        # The shell's `grep -H ''` over the holders' cgroup files, in `sort -u` order.
+        files = sorted((f"{self.paths.procfs}/{pid}/cgroup", pid) for pid in self.holders)
+        cgroups = "".join(f"{path}:{self.cgroups[pid]}" for path, pid in files)
+        lines.append(_line("holder-cgroups", "0", cgroups, ""))
         lines.append(_line("checkpoint", "0", self.sim.checkpoint_text(), ""))
         for name, sub, render in (
             ("crictl-pods", "pods", lambda: sim_crictl.render_pods(state)),
@@ -334,6 +342,9 @@ class InProcessDriver(Driver):
             return "kept", f"it is no longer the vNPU the run decided on: {row}"
         if not self.sim.devfile(vid).exists():
             return "kept", "its device node is gone"
+        made = ":".join(self._stat(self.sim.devfile(vid)).split("|")[1].split(":")[:2])
+        if made != f["devnode"]:
+            return "kept", f"its device node was made anew ({made})"
         if vid in self.holders.values():
             return "kept", "it is held"
         if "info" in faults:
@@ -348,13 +359,21 @@ class InProcessDriver(Driver):
         if any(x["id"] == vid for x in self.sim.state()["vnpus"]):
             return "failed", "npu-smi reported success but still lists it"
         with (Path(self.paths.state_dir) / "destroyed").open("a") as record:
-            record.write(f"{card} {chip} {vid} {f['vgroup']} {f['template']} {obs.boot_id}\n")
+            words = (card, chip, vid, f["vgroup"], f["template"], f["devnode"], obs.boot_id)
+            record.write(" ".join(map(str, words)) + "\n")
         return "destroyed", "destroyed"
 
-    def hold(self, vnpu: int) -> int:
+    def hold(self, vnpu: int, pod_uid: str | None = None) -> int:
+        cgroup = "0::/user.slice/user-0.slice/session-1.scope\n"  # a host process: no pod's
+        if pod_uid is not None:
+            container = self.sim.container_id(pod_uid)
+            if container is None:  # as NodeNamespace.hold refuses it
+                raise ValueError(f"pod {pod_uid} has no container yet: no cgroup to put it in")
+            cgroup = pod_cgroup(pod_uid, container)
         self.next_pid += 1
         self.sim.add_process(0, 0, self.next_pid, "infer", 512)
         self.holders[self.next_pid] = vnpu
+        self.cgroups[self.next_pid] = cgroup
         return self.next_pid
 
     def unhold(self, handle: int) -> None:
@@ -381,6 +400,8 @@ class PodM:
     vnpu: int | None = None  # its current vNPU, made by the runtime at container create
     opened: str | None = None  # "hold" (a process has the device open) | "attach" (Status 1)
     holder: Any = None
+    attempt: int = 0  # kubelet's attempt at its container
+    retry: bool = False  # its last container create failed: the next is a new attempt
     in_checkpoint: bool = True
     in_cri: bool = True
 
@@ -392,15 +413,17 @@ class VnpuM:
     vgroup: int
     boot: str
     story: str  # how it came to be, for the history log
+    made: int  # which creation: each makes a new device node, so a new identity
 
     def identity(self) -> tuple:
-        return (self.id, self.vgroup, self.template, self.boot)
+        return (self.id, self.vgroup, self.template, self.boot, self.made)
 
 
 @dataclass
 class RefEntry:
     first_seen: float
     last_observed: float
+    first_run: int
     streak_start: float | None = None
     streak_runs: int = 0
     attempts: int = 0
@@ -413,18 +436,22 @@ class RefEntry:
 class Expected:
     orphans: set[int]
     trip: bool
-    protected_by_tie: set[int]
 
 
 @dataclass
 class Contract:
     """
     The contract's own bookkeeping, kept from the model's truth (never from decide's output): a
-    ledger mirror (first seen, streaks, destroy attempts, live owners per claim source).
+    ledger mirror (first seen, streaks, destroy attempts, live owners per claim source; runs
+    numbered, and the first run each container may have existed in).
     """
 
     boot: str = ""
     last_run: float | None = None
+    run_no: int = 0
+    cri_run: int | None = None
+    # (pod uid, attempt) -> the first run its container may have existed in
+    containers: dict[tuple[str, int], int] = field(default_factory=dict)
     live: dict[str, int] = field(default_factory=dict)
     entries: dict[tuple, RefEntry] = field(default_factory=dict)
     verified: set[tuple] = field(default_factory=set)  # destroyed by the enforcer since last run
@@ -443,26 +470,35 @@ class Contract:
             # The clock went backwards: every streak restarts and every identity counts as first
             # seen now; its destroy attempts are kept.
             comparable = {
-                i: RefEntry(first_seen=now, last_observed=now, attempts=e.attempts)
+                i: RefEntry(now, now, e.first_run, attempts=e.attempts)
                 for i, e in self.entries.items()
             }
         # The guarded destroy recorded these gone: a successor with the same fields starts anew.
         comparable = {i: e for i, e in comparable.items() if i not in self.verified}
         self.verified = set()
-        newness = {
-            v.id: (comparable[v.identity()].first_seen if v.identity() in comparable else now)
+        self.run_no += 1
+        run = self.run_no
+        first_run = {
+            v.id: (comparable[v.identity()].first_run if v.identity() in comparable else run)
             for v in listed
         }
+        appeared = {}
+        if cri_ok:  # the runtime lists a container for every pod with a sandbox, any state
+            fresh = 0 if self.cri_run is None else self.cri_run + 1
+            ctrs = [(p.uid, p.attempt) for p in m.pods.values() if m.has_container(p)]
+            self.containers = {c: self.containers.get(c, fresh) for c in ctrs}
+            self.cri_run = run
+            appeared = {uid: self.containers[uid, a] for uid, a in ctrs}
         held = {p.vnpu for p in m.pods.values() if p.opened and p.vnpu is not None}
         held |= set(m.stray)
-        protected, tied = self._protect(m, listed, held, newness, cri_ok)
+        protected = self._protect(m, listed, held, first_run, appeared, cri_ok)
 
         entries: dict[tuple, RefEntry] = {}
         proven: set[int] = set()
         for v in listed:
             e = comparable.get(v.identity())
             if e is None:
-                e = RefEntry(first_seen=now, last_observed=now)
+                e = RefEntry(now, now, run)
             elif now - e.last_observed > MAX_GAP:
                 e = e.restarted()
             if node_wide_failure or v.id in held or v.id in protected:
@@ -498,43 +534,40 @@ class Contract:
         kept |= {s: self.live[s] for s in silent}
         self.boot, self.last_run, self.entries = boot, now, entries
         self.live = {**live, **kept}
-        return Expected(set() if trip else proven, trip, tied)
+        return Expected(set() if trip else proven, trip)
 
     @staticmethod
     def _protect(
-        m: LifecycleMachine, listed: list[VnpuM], held: set[int], newness: dict, cri_ok: bool
-    ) -> tuple[set[int], set[int]]:
+        m: LifecycleMachine,
+        listed: list[VnpuM],
+        held: set[int],
+        first_run: dict[int, int],
+        appeared: dict[str, int],
+        cri_ok: bool,
+    ) -> set[int]:
         """
         Count-aware: each owner with a live record (every checkpoint entry: no source says its pod
-        ended; every CRI-alive pod) claims one vNPU of its template. In pod UID order it first
-        counts the vNPU it holds through npu-smi's Container ID (tied to it by the CRI), then
-        protects the newest of the unheld, not yet protected vNPUs of its template; at a tie on
-        the boundary every tied one. Returns (protected ids, ids protected only thanks to a tie).
+        ended; every CRI-alive pod) claims one vNPU of its template. One it holds, tied to it by
+        its cgroup (a process) or by npu-smi's Container ID and the CRI (attached), satisfies it.
+        Short of it, every unheld vNPU of its template is protected, except those listed in a run
+        before its container appeared (known only when the CRI listing was read).
         """
-        owners = sorted(
-            (p for p in m.pods.values() if p.in_checkpoint or (cri_ok and m.cri_alive(p))),
-            key=lambda p: p.uid,
-        )
-        taken = set(held)
         protected: set[int] = set()
-        tied: set[int] = set()
-        for p in owners:
-            have = int(p.opened == "attach" and cri_ok and p.in_cri and p.vnpu is not None)
-            want = 1 - have
-            pool = sorted(
-                (v for v in listed if v.template == p.template and v.id not in taken),
-                key=lambda v: newness[v.id],
-                reverse=True,
-            )
-            if want <= 0 or not pool:
+        for p in m.pods.values():
+            if not (p.in_checkpoint or (cri_ok and m.cri_alive(p))):
                 continue
-            boundary = newness[pool[min(want, len(pool)) - 1].id]
-            chosen = [v for v in pool if newness[v.id] >= boundary]
-            if len(chosen) > want:
-                tied |= {v.id for v in chosen}
-            protected |= {v.id for v in chosen}
-            taken |= {v.id for v in chosen}
-        return protected, tied
+            attached = p.opened == "attach" and cri_ok and p.in_cri
+            if p.vnpu is not None and (attached or p.opened == "hold"):
+                continue
+            since = appeared.get(p.uid)
+            protected |= {
+                v.id
+                for v in listed
+                if v.template == p.template
+                and v.id not in held
+                and (since is None or first_run[v.id] >= since)
+            }
+        return protected
 
 
 # --- the machine
@@ -571,7 +604,6 @@ class LifecycleMachine(RuleBasedStateMachine):
     # The bench keeps the ledger object between runs instead of its file (decide() gets the same
     # Ledger either way; the file round trip through dump/load is the test's, and costs).
     ledger_in_memory = False
-    tolerated = frozenset({"contract-hazard"})  # see test_lifecycle.py
     counts = Counts()
 
     def __init__(self) -> None:
@@ -592,6 +624,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.stray: dict[int, Any] = {}  # vNPUs a process outside any pod holds (races)
         self.log: list[str] = []
         self.n = 0
+        self.n_made = 0
         type(self).counts.histories += 1
 
     def teardown(self) -> None:
@@ -609,16 +642,16 @@ class LifecycleMachine(RuleBasedStateMachine):
     def violation(self, kind: str, text: str) -> None:
         message = f"{kind}: {text}\nhistory:\n  " + "\n  ".join(self.log)
         c = type(self).counts
-        if kind in self.tolerated:
-            c.hazards += 1
-            if len(c.examples) < 3 and not any(e.startswith(kind) for e in c.examples):
-                c.examples.append(message)
-            return
         c.violations += 1
+        c.hazards += kind == "contract-hazard"
         if len(c.examples) < 6:
             c.examples.append(message)
         if self.raise_on_violation:
             raise AssertionError(message)
+
+    def has_container(self, p: PodM) -> bool:
+        """The CRI lists its container (`ps -a`): kubelet made its sandbox and container."""
+        return p.in_cri and p.phase not in ("Pending", "Deleted")
 
     def cri_alive(self, p: PodM) -> bool:
         """The CRI lists a ready sandbox (kubelet gives every phase but Pending and ended ones)."""
@@ -639,10 +672,14 @@ class LifecycleMachine(RuleBasedStateMachine):
             return
         vgroup = next(x["vgroup"] for x in self.sim.state()["vnpus"] if x["id"] == vid)
         story = f"{p.name}'s {p.template}" + (" (successor at a freed id)" if at else "")
-        self.vnpus[vid] = VnpuM(vid, p.template, vgroup, self.boot, story)
+        self.vnpus[vid] = VnpuM(vid, p.template, vgroup, self.boot, story, self._made())
         self.freed.discard(vid)
         p.vnpu = vid
         self.note(f"{p.name}: container create, runtime makes vNPU {vid} ({p.template})")
+
+    def _made(self) -> int:
+        self.n_made += 1
+        return self.n_made
 
     def _close(self, p: PodM) -> None:
         if p.opened == "hold":
@@ -678,7 +715,8 @@ class LifecycleMachine(RuleBasedStateMachine):
             except ToolError:
                 continue
             vgroup = next(x["vgroup"] for x in self.sim.state()["vnpus"] if x["id"] == vid)
-            self.vnpus[vid] = VnpuM(vid, template, vgroup, self.boot, "zombie of a deleted pod")
+            story = "zombie of a deleted pod"
+            self.vnpus[vid] = VnpuM(vid, template, vgroup, self.boot, story, self._made())
             self.note(f"vNPU {vid} ({template}): zombie of a pod since deleted")
         self.enforcer_run(60)
         for template, rank in pods:
@@ -723,6 +761,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         if p.phase == "Pending":
             p.phase = "ContainerCreating"
             self.sim.set_pod_state(p.uid, "ContainerCreating")
+        elif p.retry:
+            self.sim.retry_containers(p.uid)
+            p.attempt, p.retry = p.attempt + 1, False
+            self.note(f"{p.name}: kubelet retries, container attempt {p.attempt}")
         at = min(self.freed) if at_freed and self.freed else None
         self._new_vnpu(p, at)
 
@@ -735,7 +777,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         p = self._pick(lambda p: p.phase == "ContainerCreating" and p.vnpu is not None, i)
         v = self.vnpus[p.vnpu]
         v.story = f"zombie of {p.name}'s failed container create"
-        p.vnpu = None
+        p.vnpu, p.retry = None, True
         self.note(f"{p.name}: container create fails, vNPU {v.id} left behind (zombie)")
 
     @precondition(
@@ -753,7 +795,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def opens_device(self, i: int, how: str) -> None:
         p = self._pick(lambda p: p.phase == "Running" and p.opened is None, i)
         if how == "hold":
-            p.holder = self.driver.hold(p.vnpu)
+            p.holder = self.driver.hold(p.vnpu, p.uid)
         else:
             self.sim.attach(p.vnpu, self.sim.container_id(p.uid))
         p.opened = how
@@ -799,6 +841,18 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.sim.release(p.uid)
             p.in_checkpoint = False
         self.note(f"{p.name}: deleted, {what}, checkpoint entry {'pruned' if prune else 'stale'}")
+
+    @precondition(lambda self: self._has(lambda p: p.phase in LIVE and p.in_checkpoint))
+    @rule(i=st.integers(0, 7))
+    def records_lost(self, i: int) -> None:
+        """
+        A live pod's checkpoint entry is lost (the file rewritten without it): what it was given
+        is left only in its sandbox's annotations, once it has a sandbox.
+        """
+        p = self._pick(lambda p: p.phase in LIVE and p.in_checkpoint, i)
+        self.sim.release(p.uid)
+        p.in_checkpoint = False
+        self.note(f"{p.name}: its checkpoint entry is lost while it is {p.phase}")
 
     @precondition(lambda self: self._has(lambda p: p.phase == "Deleted" and p.in_checkpoint))
     @rule(i=st.integers(0, 7))

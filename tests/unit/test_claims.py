@@ -82,3 +82,21 @@ def test_records_of_other_resources_claim_no_vnpu():
     assert claims(annotations=(("kubernetes.io/config.source", "api"),)) == []
     hami_gpu = (("hami.io/bind-phase", "success"), ("hami.io/vgpu-devices-allocated", "GPU-1,"))
     assert claims(annotations=hami_gpu) == []
+
+
+def made_with_container(**record) -> list[bool]:
+    base = {"owner_uid": "pod-1", "source": "cri", "where": "cri sandbox default/p"}
+    return [c.made_with_container for c in claims_from_records([OwnerRecord(**(base | record))])]
+
+
+def test_only_vnpus_the_runtime_makes_with_the_container_are_dated_by_it():
+    hami_env = (("ASCEND_VISIBLE_DEVICES", "0"), ("ASCEND_VNPU_SPECS", "vir02"))
+    hami_note = f'[{{"UUID":"{UUID}","temp":"vir04","memory":12288}}]'
+    soft = f'[{{"UUID":"{UUID}","memory":12288}}]'  # hami-core soft slicing: no template
+    assert made_with_container(resource="huawei.com/Ascend310P", envs=hami_env) == [True]
+    assert made_with_container(annotations=(("huawei.com/Ascend310P", hami_note),)) == [True]
+    assert made_with_container(annotations=(("huawei.com/Ascend310P", soft),)) == [False]
+    # Huawei's plugin makes Volcano's vNPU at Allocate, before any container.
+    assert made_with_container(annotations=(("huawei.com/npu-core", "0-vir02"),)) == [False]
+    unmapped = (f"{UUID}-0",)
+    assert made_with_container(resource="huawei.com/Ascend310P", device_ids=unmapped) == [False]

@@ -10,6 +10,7 @@ from enforcer.model import (
     NO_CONTAINER,
     NODE,
     VNPU,
+    Container,
     Holder,
     Observation,
     OwnerRecord,
@@ -165,22 +166,101 @@ def test_not_claimed_exact_claim_of_huaweis_plugin_keeps_its_vnpu():
     assert status(v, 102) == "claimed" and status(v, 103) == "orphan"
 
 
-def test_not_claimed_starting_pod_keeps_its_newest_vnpu_and_loses_older_zombies():
-    # Zombies 102 and 103 from earlier failed creates, seen from the first run; the pod's own
-    # vNPU 104 appears in run 1: count-aware, the claim for one vir02 protects the newest.
-    def at(i):
-        parts = (vnpu(102), vnpu(103)) + ((vnpu(104),) if i >= 1 else ())
-        return node(*parts, records=(hami("pod-b"),))
+def ctr(uid: str, attempt: int = 0, name: str = "main") -> Container:
+    return Container(uid, f"{uid}-{name}-{attempt}".encode().hex().ljust(64, "0"), name, attempt)
 
-    v, _ = runs(at, 5)
+
+def test_not_claimed_starting_pod_keeps_what_appeared_after_its_container_and_loses_older_zombies():
+    # Zombies 102 and 103 are listed from run 0; pod-b's container appears in run 1 and the
+    # runtime makes its vNPU 104 in run 2: only 104 can be pod-b's.
+    def at(i):
+        parts = (vnpu(102), vnpu(103)) + ((vnpu(104),) if i >= 2 else ())
+        return node(*parts, records=(hami("pod-b"),), containers=(ctr("pod-b"),) if i else ())
+
+    v, _ = runs(at, 6)
     assert status(v, 104) == "claimed"
     assert status(v, 102) == status(v, 103) == "orphan"
+    assert (
+        "not pod pod-b's (kubelet-checkpoint): listed in run 1, before its containers "
+        "appeared (run 2)" in v["102"].evidence
+    )
 
 
-def test_not_claimed_when_which_is_newest_cannot_be_told_all_tied_are_kept():
-    # A new ledger sees all three in one run: the pod's one could be any of them.
-    v, _ = runs(lambda i: node(vnpu(102), vnpu(103), vnpu(104), records=(hami("pod-b"),)), 6)
+def test_not_claimed_a_newer_zombie_of_another_pod_does_not_take_a_starting_pods_claim():
+    # pod-a's vNPU 100 is not opened yet; another pod's failed create leaves zombie 101 later.
+    # Which of the two is pod-a's cannot be told from the listing: both are kept.
+    def at(i):
+        parts = (vnpu(100),) + ((vnpu(101),) if i >= 2 else ())
+        return node(*parts, records=(hami("pod-a"),), containers=(ctr("pod-a"),))
+
+    v, _ = runs(at, 8)
+    assert status(v, 100) == status(v, 101) == "claimed"
+
+
+def test_not_claimed_a_retry_releases_the_vnpu_of_the_failed_attempt():
+    # Attempt 0 made 102 and failed; kubelet's attempt 1 appears in run 2 and gets 103.
+    def at(i):
+        attempts = (ctr("pod-b", 0),) + ((ctr("pod-b", 1),) if i >= 2 else ())
+        parts = (vnpu(102),) + ((vnpu(103),) if i >= 2 else ())
+        return node(*parts, records=(hami("pod-b"),), containers=attempts)
+
+    v, _ = runs(at, 7)
+    assert status(v, 103) == "claimed" and status(v, 102) == "orphan"
+
+
+def test_not_claimed_when_which_is_the_owners_cannot_be_told_all_are_kept():
+    # A new ledger sees the container and all three vNPUs in one run: any could be pod-b's.
+    obs = node(
+        vnpu(102), vnpu(103), vnpu(104), records=(hami("pod-b"),), containers=(ctr("pod-b"),)
+    )
+    v, _ = runs(lambda i: obs, 6)
     assert {status(v, 102), status(v, 103), status(v, 104)} == {"claimed"}
+
+
+def test_not_claimed_an_unread_container_listing_proves_nothing_about_its_run():
+    # Run 1 cannot read the runtime's listing: pod-b's container may exist then, and so may 103
+    # be its. 102, listed in run 0 when the listing showed no container of pod-b, is not.
+    def at(i):
+        parts = (vnpu(102),) + ((vnpu(103),) if i >= 1 else ())
+        listing = {0: (), 1: None}.get(i, (ctr("pod-b"),))
+        return node(*parts, records=(hami("pod-b"),), containers=listing)
+
+    v, _ = runs(at, 6)
+    assert status(v, 103) == "claimed" and status(v, 102) == "orphan"
+
+
+def test_not_claimed_appearance_is_counted_in_runs_so_a_clock_jump_moves_nothing():
+    # pod-b's container and its vNPU 104 appear in run 1, after zombie 102; then the clock
+    # goes back a day: 104 stays pod-b's, 102 stays older than pod-b's container.
+    pol, ledger, now = policy(), Ledger(), T0
+    for i in range(8):
+        parts = (vnpu(102),) + ((vnpu(104),) if i >= 1 else ())
+        containers = (ctr("pod-b"),) if i >= 1 else ()
+        now += -86_400 if i == 2 else 300
+        obs = node(*parts, now=now, records=(hami("pod-b"),), containers=containers)
+        verdicts, ledger = decide(obs, load(dump(ledger)), pol, now)
+        v = {x.partition.id: x for x in verdicts}
+        assert i == 0 or status(v, 104) == "claimed"
+    assert status(v, 102) == "orphan"
+
+
+def test_not_claimed_a_vnpu_made_before_any_container_says_nothing_by_its_age():
+    # Volcano's npu-core claim: Huawei's plugin makes the vNPU at Allocate, before the container.
+    volcano = OwnerRecord(
+        "pod-v",
+        "cri",
+        "cri sandbox default/v",
+        annotations=(("huawei.com/npu-core", "0-vir02"),),
+    )
+    alive = Pod("pod-v", "cri", "alive", "v", "default", "sandbox ready")
+
+    def at(i):
+        return node(
+            vnpu(102), records=(volcano,), pods=(alive,), containers=(ctr("pod-v"),) if i else ()
+        )
+
+    v, _ = runs(at, 6)
+    assert status(v, 102) == "claimed"
 
 
 def test_not_claimed_an_owner_that_holds_its_vnpu_protects_no_other():
@@ -258,7 +338,8 @@ def test_not_claimed_the_same_allocation_seen_by_two_sources_is_counted_once():
 
     def at(i):
         parts = (vnpu(102),) + ((vnpu(103),) if i >= 1 else ())
-        return node(*parts, records=(hami("pod-b"), note), pods=(alive,))
+        containers = (ctr("pod-b"),) if i >= 1 else ()
+        return node(*parts, records=(hami("pod-b"), note), pods=(alive,), containers=containers)
 
     v, _ = runs(at, 5)
     assert status(v, 103) == "claimed" and status(v, 102) == "orphan"
@@ -416,3 +497,34 @@ def test_verified_after_a_successor_at_a_destroyed_vnpus_place_starts_a_streak_o
     assert [(v.status, v.streak_runs) for v in verdicts] == [("pending", 1), ("destroyed", 0)]
     entry = ledger.entries[vnpu(102).identity(BOOT)]
     assert entry.destroy_attempts == 0 and entry.streak_runs == 1
+
+
+def test_not_claimed_records_that_disagree_on_when_the_vnpu_was_made_pass_over_nothing():
+    # One allocation of a vir02, as HAMi records it (made with the container) and as Volcano's
+    # annotation (made at Allocate, before any container): the merged claim passes over nothing.
+    volcano = OwnerRecord(
+        "pod-b", "cri", "cri sandbox default/b", annotations=(("huawei.com/npu-core", "0-vir02"),)
+    )
+
+    def at(i):
+        parts = (vnpu(102),) + ((vnpu(103),) if i >= 1 else ())
+        containers = (ctr("pod-b"),) if i >= 1 else ()
+        return node(*parts, records=(hami("pod-b"), volcano), containers=containers)
+
+    v, _ = runs(at, 5)
+    assert status(v, 102) == status(v, 103) == "claimed"
+    hami_alone = runs(lambda i: replace(at(i), records=(hami("pod-b"),)), 5)[0]
+    assert status(hami_alone, 102) == "orphan"
+
+
+def test_not_claimed_what_one_counted_claim_keeps_does_not_count_for_another_of_its_owner():
+    # One record says "a vir02", another "one vNPU of any template": keeping the vir02 ones for
+    # the first is no proof that the second's is among them; its vir04 is kept too.
+    any_one = OwnerRecord(
+        "pod-b",
+        "cri",
+        "cri sandbox default/b",
+        annotations=(("hami.io/Ascend310P-devices-allocated", "3F5A,Ascend310P,6144,0:;"),),
+    )
+    v, _ = runs(lambda i: node(vnpu(102), vnpu(103, "vir04"), records=(hami("pod-b"), any_one)), 5)
+    assert status(v, 102) == status(v, 103) == "claimed"

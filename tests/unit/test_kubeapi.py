@@ -261,7 +261,8 @@ def test_http_500_is_unavailable(fake: FakeApiServer, tmp_path: Path):
 def test_slow_server_times_out_within_budget(fake: FakeApiServer, tmp_path: Path):
     fake.stall = 5
     listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=0.5)
-    assert not listed.ok and "Timeout" in listed.reason
+    # A loaded machine may spend the budget before the request: refused either way.
+    assert not listed.ok and ("Timeout" in listed.reason or "budget spent" in listed.reason)
 
 
 def test_missing_kubeconfig_is_unavailable(tmp_path: Path):

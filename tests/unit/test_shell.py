@@ -56,6 +56,7 @@ def destroy(**changes: object) -> str:
         "vgroup": "1",
         "vnpu_template": "vir04_3c_ndvpp",
         "devnode": "/srv/n1/dev/vdavinci101",
+        "devnode_ino": "64768:1311",
         "boot_id": BOOT_ID,
         "digest": DIGEST,
     }
@@ -256,6 +257,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "npu-smi-info",
         "devnodes",
         "fd-scan",
+        "holder-cgroups",
         "checkpoint",
         "crictl-pods",
         "crictl-ps",

@@ -18,7 +18,7 @@ import pytest
 from samples import sample
 
 from enforcer.sim import scenario
-from enforcer.sim.node import SimNode, ToolError, pids_holding
+from enforcer.sim.node import P310P3, SimNode, ToolError, pids_holding
 from facts.ascend import parse_chip_map, parse_process_table, parse_vnpu_table
 from facts.checkpoint import parse_checkpoint
 from facts.cri import parse_containers, parse_pods
@@ -26,14 +26,6 @@ from facts.cri import parse_containers, parse_pods
 SEED = Path(__file__).parents[2] / "enforcer" / "sim" / "scenarios" / "seed-310p.yaml"
 TIMEOUT = 30
 
-P310 = {
-    "card": 0,
-    "chip": 0,
-    "name": "310P3",
-    "aicore_total": 8,
-    "memory_gb": 24,
-    "templates": {"vir01": 1, "vir02": 2, "vir04": 4},
-}
 A2 = {
     "card": 0,
     "chip": 0,
@@ -93,7 +85,7 @@ def make_node(tmp_path: Path) -> Iterator[object]:
 
 @pytest.fixture
 def p310(make_node) -> SimNode:  # type: ignore[no-untyped-def]
-    return make_node(P310)
+    return make_node(P310P3)
 
 
 # --- output formats against the real samples ---------------------------------------------------
@@ -143,7 +135,7 @@ def test_vnpu_ids_come_from_the_chip_phy_range(make_node) -> None:  # type: igno
 
 
 def test_310p_vgroups_follow_the_hami_samples(make_node) -> None:  # type: ignore[no-untyped-def]
-    mixed = make_node(P310)
+    mixed = make_node(P310P3)
     for template in ("vir01", "vir02", "vir04"):
         mixed.create_vnpu(0, 0, template)
     mixed.attach(100, "ffffffffffff" + "0" * 52)
@@ -155,7 +147,7 @@ def test_310p_vgroups_follow_the_hami_samples(make_node) -> None:  # type: ignor
     )
     assert rows == [line for line in real if line.startswith("|  10")]
 
-    ones = make_node(P310)
+    ones = make_node(P310P3)
     for _ in range(7):
         ones.create_vnpu(0, 0, "vir01")
         ones.attach(ones.state()["vnpus"][-1]["id"], "ffffffffffff")
@@ -523,9 +515,9 @@ def test_seed_scenario_builds_with_6_of_8_cores_used(seed: SimNode) -> None:
 
 def test_seed_scenario_cri_and_checkpoint(seed: SimNode) -> None:
     boxes = {b.name: b.state for b in parse_pods(run(seed, "crictl", "pods", "-o", "json").stdout)}
-    assert boxes == {"infer-a": "SANDBOX_READY", "infer-b": "SANDBOX_READY"}  # train-c: Pending
+    assert boxes == {"infer-a": "SANDBOX_READY"}  # infer-b and train-c: Pending
     ctrs = {c.state for c in parse_containers(run(seed, "crictl", "ps", "-a", "-o", "json").stdout)}
-    assert ctrs == {"CONTAINER_RUNNING", "CONTAINER_CREATED"}
+    assert ctrs == {"CONTAINER_RUNNING"}
     entries = parse_checkpoint(seed.checkpoint_path.read_text())
     assert {e.pod_uid: dict(e.envs)["ASCEND_VNPU_SPECS"] for e in entries} == {
         UID_A: "vir02",

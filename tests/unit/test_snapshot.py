@@ -587,3 +587,53 @@ def test_a_boot_id_of_two_lines_makes_the_node_unreadable():
             f"cat boot_id: expected one line of boot id: {two!r}",
         ),
     )
+
+
+# --- what makes a vNPU this one, and the runtime's containers --------------------------------
+
+
+def test_a_vnpus_device_node_is_part_of_its_identity():
+    obs = read()
+    assert [dict(p.identity_fields)["devnode"] for p in obs.partitions] == [
+        "5:1123",
+        "5:1127",
+        "5:1131",
+    ]
+    remade = DEVNODES.replace("5:1127:", "5:2001:")  # 101 destroyed and made again meanwhile
+    again = read({"devnodes": ("0", remade, "")})
+    assert again.partitions[0].identity(BOOT_ID) == obs.partitions[0].identity(BOOT_ID)
+    assert again.partitions[1].identity(BOOT_ID) != obs.partitions[1].identity(BOOT_ID)
+
+
+def test_a_vnpu_without_a_device_node_or_an_unread_stat_has_no_node_in_its_identity():
+    devnodes = "".join(DEVNODES.splitlines(keepends=True)[:2])  # no vdavinci102
+    assert (
+        dict(read({"devnodes": ("0", devnodes, "")}).partitions[2].identity_fields)["devnode"]
+        == "absent"
+    )
+    unread = read({"devnodes": ("1", "", "stat: garbage\n")})
+    assert all("devnode" not in dict(p.identity_fields) for p in unread.partitions)
+
+
+def test_the_runtimes_containers_are_listed_by_owner_with_their_attempt():
+    obs = read()
+    sandboxes = {s["id"]: s["metadata"]["uid"] for s in json.loads(PODS)["items"]}
+    expected = {
+        (sandboxes[c["podSandboxId"]], c["id"], c["metadata"]["name"], c["metadata"]["attempt"])
+        for c in json.loads(CONTAINERS)["containers"]
+        if c["podSandboxId"] in sandboxes
+    }
+    assert expected and {(c.owner_uid, c.id, c.name, c.attempt) for c in obs.containers} == expected
+    assert read({"crictl-ps": ("1", "", "crictl: connection refused\n")}).containers is None
+
+
+def test_the_destroyed_record_names_identities_and_refuses_anything_else():
+    record = f"0 0 101 1 vir02 5:1127 {BOOT_ID}\n"
+    obs = read({"destroyed": ("0", record, "")})
+    assert obs.destroyed == (
+        f"ascend-vnpu/npu:0:0/101[card=0,chip=0,vnpu=101,vgroup=1,template=vir02,"
+        f"devnode=5:1127]@{BOOT_ID}",
+    )
+    for bad in (f"0 0 101 1 vir02 {BOOT_ID}\n", f"0 0 101 1 vir02 5:x {BOOT_ID}\n"):
+        broken = read({"destroyed": ("0", bad, "")})
+        assert [(h.source, h.status) for h in broken.health] == [("ledger", "unreadable")]
