@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
 }
 PREFIX = "enforcer_"
 CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+POD_RESOURCES = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
 class PolicyError(ValueError):
@@ -60,6 +61,7 @@ class NodePaths:
     state_dir: str
     lock_path: str
     checkpoint: str
+    pod_resources: str  # the kubelet's pod-resources API socket
     dev_dir: str
     tools: tuple[tuple[str, str], ...]
     command_timeout: int
@@ -84,6 +86,7 @@ class NodePaths:
             state_dir=under(rootfs, state_dir),
             lock_path=under(rootfs, lock_path),
             checkpoint=under(rootfs, CHECKPOINT),
+            pod_resources=under(rootfs, POD_RESOURCES),
             dev_dir=under(rootfs, "/dev"),
             tools=tuple(sorted((tools or {}).items())),
             command_timeout=command_timeout,

@@ -18,12 +18,14 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from facts import protowire
 from facts.errors import ParseError
+from facts.protowire import LEN, VARINT
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -50,49 +52,11 @@ class CheckpointEntry:
 
 # --- protobuf wire format (only what ContainerAllocateResponse uses) ---------------------------
 
-_VARINT, _LEN = 0, 2
-_MAX_VARINT_BYTES = 10  # a 64-bit varint never needs more
-
-
-def _read_varint(buf: bytes, pos: int, what: str) -> tuple[int, int]:
-    value = 0
-    for i in range(_MAX_VARINT_BYTES):
-        if pos + i >= len(buf):
-            raise ParseError(f"AllocResp: truncated varint in {what}")
-        byte = buf[pos + i]
-        value |= (byte & 0x7F) << (7 * i)
-        if not byte & 0x80:
-            if value >> 64:
-                raise ParseError(f"AllocResp: varint over 64 bits in {what}")
-            return value, pos + i + 1
-    raise ParseError(f"AllocResp: varint longer than 10 bytes in {what}")
-
-
-def _wire_fields(buf: bytes, what: str) -> Iterator[tuple[int, int, int | bytes]]:
-    """(field number, wire type, value) for each field; only varint and length-delimited."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _read_varint(buf, pos, what)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise ParseError(f"AllocResp: field number 0 in {what}")
-        if wire == _VARINT:
-            value, pos = _read_varint(buf, pos, what)
-            yield number, wire, value
-        elif wire == _LEN:
-            size, pos = _read_varint(buf, pos, what)
-            if pos + size > len(buf):
-                raise ParseError(f"AllocResp: truncated field {number} in {what}")
-            yield number, wire, buf[pos : pos + size]
-            pos += size
-        else:
-            raise ParseError(f"AllocResp: field {number} has wire type {wire} in {what}")
-
 
 def _decode(buf: bytes, schema: Mapping[int, int], what: str) -> dict[int, list[int | bytes]]:
     """Fields by number, checked against `schema` (number -> wire type): unknown is an error."""
     out: dict[int, list[int | bytes]] = {}
-    for number, wire, value in _wire_fields(buf, what):
+    for number, wire, value in protowire.wire_fields(buf, "AllocResp", what):
         if schema.get(number) != wire:
             raise ParseError(f"AllocResp: unexpected field {number} (wire type {wire}) in {what}")
         out.setdefault(number, []).append(value)
@@ -119,7 +83,7 @@ def _map_entries(raws: list[int | bytes], what: str) -> tuple[tuple[str, str], .
     pairs: dict[str, str] = {}
     for raw in raws:
         assert isinstance(raw, bytes)
-        fields = _decode(raw, {1: _LEN, 2: _LEN}, what)
+        fields = _decode(raw, {1: LEN, 2: LEN}, what)
         key = _single_text(fields, 1, what)
         if key in pairs:
             raise ParseError(f"AllocResp: duplicate key {key!r} in {what}")
@@ -129,7 +93,7 @@ def _map_entries(raws: list[int | bytes], what: str) -> tuple[tuple[str, str], .
 
 def _mount(raw: int | bytes) -> tuple[str, str]:
     assert isinstance(raw, bytes)
-    fields = _decode(raw, {1: _LEN, 2: _LEN, 3: _VARINT}, "mounts")
+    fields = _decode(raw, {1: LEN, 2: LEN, 3: VARINT}, "mounts")
     if any(flag not in (0, 1) for flag in fields.get(3, [])):
         raise ParseError("AllocResp: mounts.read_only is not a bool")
     return _single_text(fields, 1, "mounts"), _single_text(fields, 2, "mounts")
@@ -137,7 +101,7 @@ def _mount(raw: int | bytes) -> tuple[str, str]:
 
 def _device_host_path(raw: int | bytes) -> str:
     assert isinstance(raw, bytes)
-    fields = _decode(raw, {1: _LEN, 2: _LEN, 3: _LEN}, "devices")
+    fields = _decode(raw, {1: LEN, 2: LEN, 3: LEN}, "devices")
     _single_text(fields, 1, "devices")  # validated, not kept: the host path names the device
     _single_text(fields, 3, "devices")
     return _single_text(fields, 2, "devices")
@@ -145,7 +109,7 @@ def _device_host_path(raw: int | bytes) -> str:
 
 def _cdi_name(raw: int | bytes) -> str:
     assert isinstance(raw, bytes)
-    return _single_text(_decode(raw, {1: _LEN}, "cdi_devices"), 1, "cdi_devices")
+    return _single_text(_decode(raw, {1: LEN}, "cdi_devices"), 1, "cdi_devices")
 
 
 @dataclass(frozen=True)
@@ -158,7 +122,7 @@ class _AllocResp:
 
 
 def _decode_alloc_resp(blob: bytes) -> _AllocResp:
-    top = _decode(blob, {1: _LEN, 2: _LEN, 3: _LEN, 4: _LEN, 5: _LEN}, "ContainerAllocateResponse")
+    top = _decode(blob, {1: LEN, 2: LEN, 3: LEN, 4: LEN, 5: LEN}, "ContainerAllocateResponse")
     return _AllocResp(
         envs=_map_entries(top.get(1, []), "envs"),
         mounts=tuple(_mount(raw) for raw in top.get(2, [])),
@@ -168,28 +132,18 @@ def _decode_alloc_resp(blob: bytes) -> _AllocResp:
     )
 
 
-def _varint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint_bytes(number << 3 | _LEN) + _varint_bytes(len(payload)) + payload
-
-
 def _string_field(number: int, text: str) -> bytes:
     """proto3 omits an empty string."""
-    return _field(number, text.encode("utf-8")) if text else b""
+    return protowire.field(number, text.encode("utf-8")) if text else b""
 
 
 def _map_field(number: int, pairs: Mapping[str, str]) -> bytes:
     # gogo-generated marshalers write map entries sorted by key, key and value always present.
     return b"".join(
-        _field(number, _field(1, k.encode("utf-8")) + _field(2, pairs[k].encode("utf-8")))
+        protowire.field(
+            number,
+            protowire.field(1, k.encode("utf-8")) + protowire.field(2, pairs[k].encode("utf-8")),
+        )
         for k in sorted(pairs)
     )
 
@@ -209,18 +163,20 @@ def encode_alloc_resp(
     """
     blob = _map_field(1, envs)
     for container_path, host_path, read_only in mounts:
-        flag = _varint_bytes(3 << 3 | _VARINT) + b"\x01" if read_only else b""
-        blob += _field(2, _string_field(1, container_path) + _string_field(2, host_path) + flag)
+        flag = protowire.varint(3 << 3 | VARINT) + b"\x01" if read_only else b""
+        blob += protowire.field(
+            2, _string_field(1, container_path) + _string_field(2, host_path) + flag
+        )
     for container_path, host_path, permissions in devices:
         spec = (
             _string_field(1, container_path)
             + _string_field(2, host_path)
             + _string_field(3, permissions)
         )
-        blob += _field(3, spec)
+        blob += protowire.field(3, spec)
     blob += _map_field(4, annotations)
     for name in cdi_devices:
-        blob += _field(5, _string_field(1, name))
+        blob += protowire.field(5, _string_field(1, name))
     return base64.b64encode(blob).decode("ascii")
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import base64
 import re
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from pyinfra.api import FactBase
 
@@ -27,7 +29,7 @@ from enforcer.model import (
 )
 from enforcer.policy import NodePaths
 from enforcer.shell import render
-from facts import ascend, checkpoint, cri, procfs
+from facts import ascend, checkpoint, cri, podresources, procfs
 from facts.errors import ParseError
 
 NO_LEDGER = "(absent)"  # the ledger section's marker for a node without a ledger file
@@ -60,6 +62,10 @@ class Sections:
     problem: str = ""
 
 
+CLIENT = Path(__file__).with_name("pod_resources_client.py")  # runs on the node, stdlib only
+POD_RESOURCES = "kubelet-pod-resources"
+
+
 class NodeSnapshot(FactBase):
     """
     The whole node in one read: partitions, holders, claim records, ledger, clock.
@@ -69,12 +75,14 @@ class NodeSnapshot(FactBase):
         Sections(complete=True, by_name={"npu-smi-m": Section(rc="0", stdout=...), ...})
     """
 
-    def command(self, paths: NodePaths) -> str:
+    def command(self, paths: NodePaths, pod_resources: bool = False) -> str:
+        """`pod_resources`: also ask the kubelet's pod-resources API (a claim source)."""
         return render(
             "snapshot.sh.j2",
             paths=paths,
             npu_smi=paths.tool("npu-smi"),
             crictl=paths.tool("crictl"),
+            client=base64.b64encode(CLIENT.read_bytes()).decode() if pod_resources else None,
         )
 
     def process(self, output: list[str]) -> Sections:
@@ -92,6 +100,7 @@ COMMANDS = {
     "checkpoint": "cat kubelet_internal_checkpoint",
     "crictl-pods": "crictl pods -o json",
     "crictl-ps": "crictl ps -a -o json",
+    "pod-resources": "pod-resources List on kubelet.sock",
     "ledger": "cat ledger.json",
     "destroyed": "cat destroyed",
     "claim-digest": "sha256sum kubelet_internal_checkpoint",
@@ -156,6 +165,7 @@ class _Reader:
         scope: str = NODE,
         absent=None,
         ok_rcs: tuple[str, ...] = ("0",),
+        unavailable_rcs: tuple[str, ...] = (),
     ):
         """The parsed section, or None after recording why the source could not be read."""
         s = self.sections.by_name.get(name)
@@ -164,7 +174,7 @@ class _Reader:
             return None
         if s.rc in ("absent", "missing") and absent is not None:
             return absent
-        if s.rc in ("absent", "missing"):
+        if s.rc in ("absent", "missing", *unavailable_rcs):
             self.fail(source, "unavailable", s.failure(), scope)
             return None
         if s.rc not in ok_rcs:
@@ -218,6 +228,16 @@ def observe(
     )
     sandboxes = r.read("crictl-pods", "cri", lambda s: cri.parse_pods(s.stdout))
     containers = r.read("crictl-ps", "cri", lambda s: cri.parse_containers(s.stdout))
+    listed = (
+        r.read(
+            "pod-resources",
+            POD_RESOURCES,
+            lambda s: podresources.parse_list_response(podresources.client_message(s.stdout)),
+            unavailable_rcs=("2",),
+        )
+        if "pod-resources" in sections.by_name
+        else None  # not asked: not a claim source
+    )
     ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=NO_LEDGER)
     destroyed = (
         r.read("destroyed", "ledger", lambda s: _destroyed(s.stdout), absent=())
@@ -232,6 +252,8 @@ def observe(
         partitions, processes, devnodes, scan, paths, sandboxes, containers, cgroups or {}
     )
     pods, records = _pods_and_records(entries, sandboxes, containers)
+    more_pods, more_records = _pod_resources(listed, sandboxes)
+    pods, records = pods + more_pods, records + more_records
     keep = set(claim_sources)
     return Observation(
         node=node,
@@ -261,6 +283,43 @@ def _containers(sandboxes, containers) -> tuple[Container, ...] | None:
         for c in containers
         if c.sandbox_id in uid_of  # a container without its sandbox names no owner
     )
+
+
+def _pod_resources(listed, sandboxes) -> tuple[list[Pod], list[OwnerRecord]]:
+    """
+    The kubelet's pod-resources answer names pods by namespace and name: each maps to the UID of
+    the CRI's sandboxes of that name, and its records carry that sandbox's annotations (what the
+    device plugin wrote there: the adapters read device ids and annotations together). Kubelet
+    lists only pods it has admitted and not yet removed: each is alive. A name the CRI does not
+    know, or knows under two UIDs, is not guessed: its records and liveness stand under the name
+    itself, so the devices it names stay claimed.
+    """
+    uids: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for s in sandboxes or ():
+        uids[s.namespace, s.name].add(s.uid)
+    notes = {s.uid: s.annotations for s in sandboxes or ()}
+    pods: list[Pod] = []
+    records: list[OwnerRecord] = []
+    for p in listed or ():
+        found = uids.get((p.namespace, p.name), set())
+        owner = min(found) if len(found) == 1 else f"{p.namespace}/{p.name}"
+        detail = "listed by the kubelet's pod-resources API"
+        if len(found) != 1:
+            detail += f", {len(found)} CRI sandboxes of that name: held by its name"
+        pods.append(Pod(owner, POD_RESOURCES, "alive", p.name, p.namespace, detail))
+        records += [
+            OwnerRecord(
+                owner,
+                POD_RESOURCES,
+                f"pod-resources {p.namespace}/{p.name}/{c.name} {d.resource_name}",
+                d.resource_name,
+                tuple(d.device_ids),
+                annotations=notes.get(owner, ()),
+            )
+            for c in p.containers
+            for d in c.devices
+        ]
+    return pods, records
 
 
 def _destroyed(text: str) -> tuple[str, ...]:

@@ -30,7 +30,8 @@ def host_policy(host) -> Policy:
 
 
 def read_node(host, policy: Policy) -> Observation:
-    sections = host.get_fact(NodeSnapshot, paths=policy.paths)
+    asks = "kubelet-pod-resources" in policy.claim_sources
+    sections = host.get_fact(NodeSnapshot, paths=policy.paths, pod_resources=asks)
     obs = observe(sections, policy.node_name, policy.paths, policy.claim_sources)
     if "kubernetes-api" in policy.claim_sources:
         pod_list = kubeapi.list_pods_once(policy.kubeconfig)  # one LIST per run for all hosts

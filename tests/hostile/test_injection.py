@@ -35,7 +35,7 @@ from enforcer.policy import NodePaths, PolicyError, policy_from_host_data
 from enforcer.shell import UnsafeValue, render
 from facts import ascend, checkpoint, cri, procfs
 from facts.errors import ParseError
-from facts.snapshot import observe, parse_sections
+from facts.snapshot import NodeSnapshot, observe, parse_sections
 from operations.enforce import destroy_command
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -322,9 +322,7 @@ HOSTILE_PATHS = {
 
 COMMANDS = {
     "destroy": lambda paths: destroy_command(orphan(partition()), observation(), paths),
-    "node-read": lambda paths: render(
-        "snapshot.sh.j2", paths=paths, npu_smi="npu-smi", crictl="crictl"
-    ),
+    "node-read": lambda paths: NodeSnapshot().command(paths, pod_resources=True),
     "write-state": lambda paths: render(
         "write-state.sh.j2", paths=paths, ledger="", report="", set_aside=False, stamp=0
     ),
@@ -337,6 +335,7 @@ USES = {
     "lock_path": ("destroy", "write-state"),
     "dev_dir": ("destroy", "node-read"),
     "checkpoint": ("destroy", "node-read"),
+    "pod_resources": ("node-read",),
 }
 
 
@@ -423,7 +422,7 @@ def test_a_state_dir_that_would_escape_rootfs_is_refused():
 )
 def test_sound_host_data_paths_pass_and_render(data):
     policy = policy_from_host_data("n1", data)
-    render("snapshot.sh.j2", paths=policy.paths, npu_smi="npu-smi", crictl="crictl")
+    NodeSnapshot().command(policy.paths, pod_resources=True)
 
 
 # --- 4. record values: never in a command, only base64 in the report and ledger -----------
@@ -549,6 +548,4 @@ def test_a_path_the_policy_accepts_renders_in_every_command_and_one_it_refuses_n
     paths = policy.paths
     for command in COMMANDS.values():
         command(paths)  # no UnsafeValue: what passes the policy passes the shell
-    render(
-        "snapshot.sh.j2", paths=paths, npu_smi=paths.tool("npu-smi"), crictl=paths.tool("crictl")
-    )
+    NodeSnapshot().command(paths, pod_resources=True)

@@ -66,6 +66,7 @@ def test_defaults_match_the_design_table():
         state_dir="/var/lib/partition-enforcer",
         lock_path="/run/lock/partition-enforcer.lock",
         checkpoint="/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint",
+        pod_resources="/var/lib/kubelet/pod-resources/kubelet.sock",
         dev_dir="/dev",
         tools=(),
         command_timeout=30,

@@ -17,7 +17,7 @@ import pytest
 
 from enforcer.policy import NodePaths
 from enforcer.shell import ENV, UnsafeValue, render
-from facts.snapshot import parse_sections
+from facts.snapshot import NodeSnapshot, parse_sections
 
 NPU_SMI = "/usr/local/Ascend/driver/tools/npu-smi"
 CRICTL = "/usr/local/bin/crictl"
@@ -39,10 +39,8 @@ HOSTILE_PATHS = {
 }
 
 
-def snapshot(paths: NodePaths = PATHS) -> str:
-    return render(
-        "snapshot.sh.j2", paths=paths, npu_smi=paths.tool("npu-smi"), crictl=paths.tool("crictl")
-    )
+def snapshot(paths: NodePaths = PATHS, pod_resources: bool = True) -> str:
+    return NodeSnapshot().command(paths, pod_resources=pod_resources)
 
 
 def destroy(**changes: object) -> str:
@@ -261,6 +259,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "checkpoint",
         "crictl-pods",
         "crictl-ps",
+        "pod-resources",
         "ledger",
         "destroyed",
         "claim-digest",
@@ -272,6 +271,9 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "absent",
         "absent",
     )
+    # No kubelet socket under this rootfs: the client says "unavailable" (2) and why.
+    assert rcs["pod-resources"] == "2", sections.by_name["pod-resources"].stderr
+    assert "no socket at" in sections.by_name["pod-resources"].stderr
     assert sections.by_name["devnodes"].stdout == ""
     assert sections.by_name["claim-digest"].stdout == "absent\n"
     assert sections.by_name["clock"].stdout.strip().isdigit()

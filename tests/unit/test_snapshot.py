@@ -13,6 +13,7 @@ from pathlib import Path
 
 from enforcer.model import Holder, Observation, OwnerRecord, Pod, SourceHealth
 from enforcer.policy import NodePaths
+from facts import protowire
 from facts.snapshot import Section, Sections, observe, parse_sections
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -637,3 +638,65 @@ def test_the_destroyed_record_names_identities_and_refuses_anything_else():
     for bad in (f"0 0 101 1 vir02 {BOOT_ID}\n", f"0 0 101 1 vir02 5:x {BOOT_ID}\n"):
         broken = read({"destroyed": ("0", bad, "")})
         assert [(h.source, h.status) for h in broken.health] == [("ledger", "unreadable")]
+
+
+# --- the kubelet's pod-resources API -----------------------------------------------------------
+
+
+def list_answer(*pods: tuple[str, str, str, str, tuple[str, ...]]) -> str:
+    """A ListPodResourcesResponse, base64 as the client prints it: (ns, pod, ctr, res, ids)."""
+    message = b"".join(
+        protowire.field(
+            1,
+            protowire.field(1, name.encode())
+            + protowire.field(2, namespace.encode())
+            + protowire.field(
+                3,
+                protowire.field(1, container.encode())
+                + protowire.field(
+                    2,
+                    protowire.field(1, resource.encode())
+                    + b"".join(protowire.field(2, i.encode()) for i in ids),
+                ),
+            ),
+        )
+        for namespace, name, container, resource, ids in pods
+    )
+    return base64.b64encode(message).decode() + "\n"
+
+
+ASKED = (*SOURCES, "kubelet-pod-resources")
+
+
+def test_pod_resources_names_map_to_the_cri_uid_and_carry_the_sandbox_annotations():
+    answer = list_answer(("ai", "infer-310p-0", "infer", "huawei.com/Ascend310P", ("X-1",)))
+    obs = read({"pod-resources": ("0", answer, "")}, claim_sources=ASKED)
+    mine = [r for r in obs.records if r.source == "kubelet-pod-resources"]
+    assert [(r.owner_uid, r.resource, r.device_ids) for r in mine] == [
+        (READY_UID, "huawei.com/Ascend310P", ("X-1",))
+    ]
+    assert dict(mine[0].annotations)["hami.io/bind-phase"]
+    assert [(p.uid, p.state) for p in obs.pods if p.source == "kubelet-pod-resources"] == [
+        (READY_UID, "alive")
+    ]
+
+
+def test_a_pod_resources_name_the_cri_does_not_know_keeps_its_devices_under_the_name():
+    answer = list_answer(("ai", "train-9", "main", "huawei.com/Ascend310P-2c", ("X-2",)))
+    obs = read({"pod-resources": ("0", answer, "")}, claim_sources=ASKED)
+    assert [r.owner_uid for r in obs.records if r.source == "kubelet-pod-resources"] == [
+        "ai/train-9"
+    ]
+    assert ("ai/train-9", "alive") in [(p.uid, p.state) for p in obs.pods]
+
+
+def test_pod_resources_unavailable_unreadable_and_not_asked():
+    gone = read({"pod-resources": ("2", "", "no socket at kubelet.sock\n")}, claim_sources=ASKED)
+    assert [(h.source, h.status) for h in gone.health] == [("kubelet-pod-resources", "unavailable")]
+    bad = read({"pod-resources": ("0", "not base64!\n", "")}, claim_sources=ASKED)
+    assert [(h.source, h.status) for h in bad.health] == [("kubelet-pod-resources", "unreadable")]
+    failed = read({"pod-resources": ("1", "", "grpc-status 14\n")}, claim_sources=ASKED)
+    assert [(h.source, h.status) for h in failed.health] == [
+        ("kubelet-pod-resources", "unreadable")
+    ]
+    assert not [r for r in read().records if r.source == "kubelet-pod-resources"]
