@@ -700,3 +700,23 @@ def test_pod_resources_unavailable_unreadable_and_not_asked():
         ("kubelet-pod-resources", "unreadable")
     ]
     assert not [r for r in read().records if r.source == "kubelet-pod-resources"]
+
+
+def test_a_pod_resources_name_the_cri_knows_under_two_uids_is_not_guessed():
+    # infer-310p-0 deleted and made again under the same name: both sandboxes still listed.
+    pods = json.loads(PODS)
+    again = json.loads(json.dumps(pods["items"][0]))
+    again["id"] = "f" * 64
+    again["metadata"]["uid"] = "11111111-2222-4333-8444-555555555555"
+    pods["items"].append(again)
+    answer = list_answer(("ai", "infer-310p-0", "infer", "huawei.com/Ascend310P", ("X-1",)))
+    obs = read(
+        {"pod-resources": ("0", answer, ""), "crictl-pods": ("0", json.dumps(pods), "")},
+        claim_sources=ASKED,
+    )
+    assert [r.owner_uid for r in obs.records if r.source == "kubelet-pod-resources"] == [
+        "ai/infer-310p-0"
+    ]
+    said = [p for p in obs.pods if p.source == "kubelet-pod-resources"]
+    assert [(p.uid, p.state) for p in said] == [("ai/infer-310p-0", "alive")]
+    assert "2 CRI sandboxes of that name" in said[0].detail
