@@ -235,8 +235,8 @@ def observe(
             lambda s: podresources.parse_list_response(podresources.client_message(s.stdout)),
             unavailable_rcs=("2",),
         )
-        if "pod-resources" in sections.by_name
-        else None  # not asked: not a claim source
+        if POD_RESOURCES in claim_sources
+        else None  # not asked: not a claim source (a missing section of one asked is unreadable)
     )
     ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=NO_LEDGER)
     destroyed = (

@@ -720,3 +720,8 @@ def test_a_pod_resources_name_the_cri_knows_under_two_uids_is_not_guessed():
     said = [p for p in obs.pods if p.source == "kubelet-pod-resources"]
     assert [(p.uid, p.state) for p in said] == [("ai/infer-310p-0", "alive")]
     assert "2 CRI sandboxes of that name" in said[0].detail
+
+
+def test_pod_resources_asked_but_missing_from_the_read_is_unreadable_not_nothing_claimed():
+    obs = read(claim_sources=ASKED)  # the healthy read has no pod-resources section
+    assert [(h.source, h.status) for h in obs.health] == [("kubelet-pod-resources", "unreadable")]
