@@ -14,9 +14,11 @@ $(READY): pyproject.toml
 	touch $(READY)
 
 # The seed story on an embedded simulated node: zombie vNPUs pending, then destroyed; the
-# running and the starting pod's vNPUs kept, with the reason; the pending pod then fits.
+# running and the starting pod's vNPUs kept, with the reason; the pending pod then fits. Then
+# the MIG story on a simulated H100: a GI whose record the plugin's GC deleted kept, a leak
+# destroyed.
 demo: $(READY)
-	rm -rf $(NODE)
+	rm -rf $(NODE) $(NODE)-h100
 	$(BIN)/python -m enforcer.sim.namespace -- $(BIN)/python -m enforcer.sim.demo $(NODE)
 
 lint: $(READY)
@@ -27,7 +29,7 @@ test: $(READY) lint
 	$(BIN)/pytest -n 2
 
 clean:
-	rm -rf $(VENV) $(NODE) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(NODE) $(NODE)-h100 .pytest_cache .ruff_cache
 
 # Issue 7: the model-based lifecycle test at scale (in-process driver), with its counts.
 .PHONY: bench

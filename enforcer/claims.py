@@ -16,26 +16,107 @@ Ascend device plugins record ownership in different conventions (../shared/RECOR
   makes that vNPU at Allocate, before any container, so its age says nothing.
 - Any other record on an Ascend resource, or one that cannot be read, is device-wide with no
   template (every vNPU on the node counts), as many as it names devices, or all of them.
+
+NVIDIA MIG, by DESIGN.md's generic rule: a record (device id, env value, annotation) that holds
+a MIG device UUID claims that partition exactly (NVIDIA's plugin: kubelet device ids and
+`NVIDIA_VISIBLE_DEVICES`); one that holds a GPU UUID claims a partition on that GPU, count-aware
+(gpustack's device ids `<group>:<GPU UUID>:<slot>`, annotations): that is what keeps a partition
+whose ownership record was deleted while its pod lives. A `nvidia.com/mig-<profile>` record that
+names neither claims partitions of that profile on any GPU. An ownership record of the `markers`
+source names its partition by MIG UUID and by GI on its GPU. No MIG partition is made with the
+owner's container (plugins make them at Allocate, or before): their age says nothing.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from enforcer.model import VNPU, Claim, Holder, OwnerRecord, Partition, Pod
+from enforcer.model import MIG, VNPU, Claim, Holder, OwnerRecord, Partition, Pod
 
 ASCEND_RESOURCE = re.compile(r"^huawei\.com/(Ascend\w*|npu-core)(-\dc)?$")
 REAL_VNPU = re.compile(r"^Ascend\w+-\d+c-(\d+)-(\d+)(?:_\d+)?$")  # <type>-<n>c-<vnpu>-<phy>
 VOLCANO_VNPU = re.compile(r"^(\d+)-(vir\w+)$")  # <phy>-<template>
 TEMPLATE = re.compile(r"^vir\w+$")
+_HEX_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+MIG_UUID = re.compile(rf"MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/[0-9]+/[0-9]+", re.ASCII)
+GPU_UUID = re.compile(rf"GPU-{_HEX_UUID}", re.ASCII)
+# NVIDIA's plugin names a profile's resource with '.' for '+' (`1g.10gb+me`: `mig-1g.10gb.me`).
+MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-([0-9]+g\.[0-9]+gb(?:\.[a-z]+)*)$", re.ASCII)
 
 
 def claims_from_records(records: Iterable[OwnerRecord]) -> tuple[Claim, ...]:
-    return tuple(claim for record in records for claim in _ascend_claims(record))
+    return tuple(
+        claim for record in records for claim in (*_ascend_claims(record), *_mig_claims(record))
+    )
+
+
+def _mig_claims(record: OwnerRecord) -> list[Claim]:
+    if record.source == "markers":
+        return _marker_claims(record)
+    texts = [*record.device_ids, *(v for _, v in record.envs), *(v for _, v in record.annotations)]
+    named = sorted({u for t in texts for u in MIG_UUID.findall(t)})
+    claims = [
+        Claim(
+            record.owner_uid,
+            record.source,
+            "exact",
+            f"{record.where}: {u}",
+            kind=MIG,
+            uuid=u,
+        )
+        for u in named
+    ]
+    rest = [MIG_UUID.sub("", t) for t in texts]
+    per_id = Counter(g for d in rest[: len(record.device_ids)] for g in set(GPU_UUID.findall(d)))
+    for gpu in sorted({g for t in rest for g in GPU_UUID.findall(t)}):
+        count = per_id.get(gpu, 1)
+        what = f"{count} partition(s) on {gpu}"
+        claims.append(_on_gpu(record, "device-wide", f"gpu:{gpu}", None, count, what))
+    resource = MIG_RESOURCE.match(record.resource)
+    if resource and not claims:
+        profile = resource[1]
+        count = len(record.device_ids) or None
+        claims.append(_on_gpu(record, "device-wide", None, profile, count, record.resource))
+    return claims
+
+
+def _marker_claims(record: OwnerRecord) -> list[Claim]:
+    """A device plugin's ownership record names its partition: MIG UUID, and GI on its card."""
+    notes = dict(record.annotations)
+    if notes.get("vendor") != "nvidia":
+        return []  # T-Head and Hygon partitions are not managed yet
+    return [
+        Claim(
+            record.owner_uid,
+            record.source,
+            "exact",
+            record.where,
+            kind=MIG,
+            accelerator=f"gpu:{notes['card']}",
+            partition_id=notes.get("gi"),
+            uuid=uuid,
+        )
+        for uuid in record.device_ids
+    ]
+
+
+def _on_gpu(
+    record: OwnerRecord, scope, accelerator: str | None, profile: str | None, count, what: str
+) -> Claim:
+    return Claim(
+        record.owner_uid,
+        record.source,
+        scope,
+        f"{record.where}: {what}",
+        kind=MIG,
+        accelerator=accelerator,
+        profile=profile,
+        count=count,
+    )
 
 
 def _ascend_claims(record: OwnerRecord) -> list[Claim]:
@@ -160,7 +241,7 @@ def protect(
     for claim in claims:
         if claim.scope == "exact":
             for p in partitions:
-                if _matches(claim, p) and p.id == claim.partition_id:
+                if _matches(claim, p) and (p.id == claim.partition_id or claim.uuid in p.uuids):
                     protected[p.key].append(claim)
     mine = defaultdict(set)  # what each owner holds or claims exactly
     for h in holders:
@@ -217,8 +298,13 @@ def _matches(claim: Claim, p: Partition) -> bool:
     return (
         claim.kind == p.kind
         and claim.accelerator in (None, p.accelerator)
-        and (claim.profile is None or claim.scope == "exact" or claim.profile == p.profile)
+        and (claim.profile is None or claim.scope == "exact" or _same(claim.profile, p.profile))
     )
+
+
+def _same(profile: str, printed: str) -> bool:
+    """A claim's profile is the one printed, as a resource name spells it ('+' written '.')."""
+    return profile.replace("+", ".") == printed.replace("+", ".")
 
 
 __all__ = ["VNPU", "claims_from_records", "owner_liveness", "protect"]

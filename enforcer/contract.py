@@ -10,19 +10,36 @@ from dataclasses import replace
 
 from enforcer.claims import claims_from_records, owner_liveness, protect
 from enforcer.ledger import Entry, Ledger
-from enforcer.model import NODE, Claim, Container, Holder, Observation, Partition, Pod, Verdict
+from enforcer.model import (
+    MIG,
+    NODE,
+    VNPU,
+    Claim,
+    Container,
+    Holder,
+    Observation,
+    Partition,
+    Pod,
+    Verdict,
+)
 from enforcer.policy import Policy
 
-TOOL_SOURCES = ("npu-smi", "proc-fd", "node")  # always required: the partitions and their holders
+# Always required: the partitions and their holders.
+TOOL_SOURCES = ("npu-smi", "nvidia-smi", "proc-fd", "node")
+# What rule 2's evidence names, by kind.
+WITNESSES = {
+    VNPU: "npu-smi status/container columns, process table and fd scan",
+    MIG: "nvidia-smi process table and fd scan of the capability devices",
+}
 
 
 def everything_was_read(p: Partition, obs: Observation, policy: Policy) -> str | None:
-    """Rule 1: every required source answered ok for P's accelerator and for the node."""
+    """Rule 1: every required source answered ok for the node, P's kind and P's accelerator."""
     required = set(policy.required_sources) | set(TOOL_SOURCES)
     failed = [
         h
         for h in obs.health
-        if h.status != "ok" and h.source in required and h.scope in (NODE, p.accelerator)
+        if h.status != "ok" and h.source in required and h.scope in (NODE, p.kind, p.accelerator)
     ]
     if not failed:
         return None
@@ -51,9 +68,33 @@ def not_claimed(
 
 
 def not_pinned(p: Partition, policy: Policy) -> str | None:
-    """Rule 4: host data pins it."""
+    """Rule 4: host data pins it, or declares it in the static MIG geometry."""
     pins = [s for s in policy.pinned if s.matches(p)]
-    return f"pinned by host data: {pins[0]}" if pins else None
+    if pins:
+        return f"pinned by host data: {pins[0]}"
+    if _declared(p) in policy.mig_geometry:
+        return f"declared by enforcer_mig_geometry: {p.profile} at placement {_declared(p)[2]}"
+    return None
+
+
+def drift(obs: Observation, policy: Policy) -> list[str]:
+    """Rule 4's report: declared GPU instances that are not there, on GPUs nvidia-smi listed."""
+    listed = {f"gpu:{g.uuid}" for g in obs.gpus}
+    there = {_declared(p) for p in obs.partitions}
+    return [
+        f"{gpu}: {profile} at placement {start} is declared (enforcer_mig_geometry), not there"
+        for gpu, profile, start in policy.mig_geometry
+        if f"gpu:{gpu}" in listed and (gpu, profile, start) not in there
+    ]
+
+
+def _declared(p: Partition) -> tuple[str, str, int] | None:
+    """A GPU instance as the static geometry names one: GPU UUID, profile, placement start."""
+    fields = dict(p.identity_fields)
+    if p.kind != MIG or "placement" not in fields:
+        return None
+    start = fields["placement"].split(":")[0]
+    return (fields["gpu"], p.profile, int(start)) if start.isdigit() else None
 
 
 def proven_over_time(entry: Entry, policy: Policy, now: float) -> str | None:
@@ -117,7 +158,7 @@ def decide(
         if before and now - before.last_observed > policy.max_observation_gap_seconds:
             entry = entry.restarted()
         verdict, entry = _judge(p, obs, policy, protected, names, entry, now)
-        if verdict.status in ("pending", "orphan") and p.key in passed_over:
+        if verdict.status in ("pending", "orphan", "destroy-failed") and p.key in passed_over:
             notes = passed_over[p.key]
             reason = "; ".join((verdict.reason, *notes))
             verdict = replace(verdict, reason=reason, evidence=verdict.evidence + notes)
@@ -179,16 +220,20 @@ def _judge(
     else:
         entry = replace(entry, streak_runs=entry.streak_runs + 1)
     waiting = proven_over_time(entry, policy, now)
-    retry = (
-        f"; retry after {entry.destroy_attempts} failed attempt(s)"
-        if entry.destroy_attempts
-        else ""
-    )
     evidence = (
-        "no holder: npu-smi status/container columns, process table and fd scan",
+        f"no holder: {WITNESSES.get(p.kind, 'fd scan')}",
         "no live claim in " + ", ".join(policy.claim_sources),
     )
-    status, reason = ("pending", waiting) if waiting else ("orphan", "proven orphaned" + retry)
+    if waiting:
+        status, reason = "pending", waiting
+    elif entry.destroy_attempts:  # refused ("in use by another client"), or never ran: again
+        n = entry.destroy_attempts
+        status, reason = (
+            "destroy-failed",
+            f"proven orphaned; still listed after {n} destroy attempt(s): retry",
+        )
+    else:
+        status, reason = "orphan", "proven orphaned"
     span = now - (entry.streak_start or now)
     return Verdict(
         p, status, reason, evidence, entry.streak_runs, span, entry.destroy_attempts
@@ -315,14 +360,16 @@ def _destroyed(unlisted: dict[str, Entry], obs: Observation, policy: Policy) -> 
 
 def _confirmed_gone(e: Entry, obs: Observation, policy: Policy) -> bool:
     """
-    Its chip's listing was read whole and does not show it. A chip missing from a chip map that
-    lists others (a cut-short `npu-smi info -m` still parses) proves nothing about its vNPUs.
+    Its accelerator is listed, and its listing was read whole and does not show it. A chip
+    missing from a chip map (a cut-short `npu-smi info -m` still parses), or a GPU from
+    nvidia-smi's list, proves nothing about its partitions.
     """
     stub = _stub(e)
-    chips = {c.accelerator for c in obs.chips}
-    if chips and stub.accelerator not in chips:
-        return False
-    return not everything_was_read(stub, obs, policy)
+    listed = {a.accelerator for a in (*obs.chips, *obs.gpus)}
+    if stub.key in {p.key for p in obs.partitions}:
+        return False  # its place holds another identity: what is left of it (a GI whose
+        # compute instances alone were destroyed), or a successor; gone once the place is free
+    return stub.accelerator in listed and not everything_was_read(stub, obs, policy)
 
 
 def _stub(e: Entry) -> Partition:

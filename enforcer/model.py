@@ -12,10 +12,13 @@ from typing import Literal
 
 # Source health, as DESIGN.md defines it.
 Health = Literal["ok", "unreadable", "unavailable", "stale"]
-# The scope a failed source poisons: one accelerator ("npu:<card>:<chip>") or the whole node.
+# The scope a failed source poisons: one accelerator ("npu:<card>:<chip>", "gpu:<GPU UUID>"),
+# every partition of one kind (its tool: "ascend-vnpu", "nvidia-mig"), or the whole node.
 NODE = "node"
 
 VNPU = "ascend-vnpu"
+MIG = "nvidia-mig"
+KINDS = (VNPU, MIG)
 NO_CONTAINER = "000000000000"  # npu-smi's Container ID for a vNPU no container is using
 
 
@@ -44,6 +47,20 @@ class Chip:
 
 
 @dataclass(frozen=True)
+class Gpu:
+    """A GPU nvidia-smi lists, by the UUID that claims and ownership records name."""
+
+    index: int
+    uuid: str
+    name: str
+    mig: bool  # MIG mode enabled: it can carry GPU instances
+
+    @property
+    def accelerator(self) -> str:
+        return f"gpu:{self.uuid}"
+
+
+@dataclass(frozen=True)
 class Partition:
     """
     One hardware slice. `identity_fields` are every field the tool prints that makes it *this*
@@ -51,9 +68,9 @@ class Partition:
     """
 
     kind: str
-    accelerator: str  # "npu:<card>:<chip>"
-    id: str  # unique on its accelerator: the vNPU id
-    profile: str  # template name
+    accelerator: str  # "npu:<card>:<chip>", "gpu:<GPU UUID>"
+    id: str  # unique on its accelerator: the vNPU id, the GPU instance id
+    profile: str  # template name, MIG profile
     identity_fields: tuple[tuple[str, str], ...]
     usage: tuple[tuple[str, str], ...] = ()
 
@@ -69,6 +86,11 @@ class Partition:
 
     def usage_value(self, name: str) -> str:
         return dict(self.usage).get(name, "")
+
+    @property
+    def uuids(self) -> tuple[str, ...]:
+        """The UUIDs the tool prints for it (MIG device UUIDs): records name partitions by them."""
+        return tuple(u for u in dict(self.identity_fields).get("mig_uuids", "").split(",") if u)
 
 
 @dataclass(frozen=True)
@@ -125,7 +147,8 @@ class OwnerRecord:
 class Claim:
     """
     A record that `owner_uid` is entitled to partitions. `scope`:
-    exact (names `partition_id` on `accelerator`, or on any accelerator when it is None),
+    exact (names `partition_id` on `accelerator`, or on any accelerator when it is None; or a
+    partition by one of its `uuid`s),
     placement (an accelerator and a profile, `count` of them), device-wide (any accelerator of
     `kind`, `count` of them, of `profile` when it is set). Placement and device-wide claims are
     count-aware: see `enforcer.claims`.
@@ -140,6 +163,7 @@ class Claim:
     partition_id: str | None = None
     profile: str | None = None
     count: int | None = 1  # None: every matching partition (a record that could not be read)
+    uuid: str | None = None
     # The partitions are made when the owner's container is created (ascend-docker-runtime), so
     # one that existed before the owner had a container cannot be the owner's.
     made_with_container: bool = False
@@ -156,6 +180,7 @@ class Observation:
     boot_id: str
     now: float
     chips: tuple[Chip, ...] = ()
+    gpus: tuple[Gpu, ...] = ()
     partitions: tuple[Partition, ...] = ()
     holders: tuple[Holder, ...] = ()
     records: tuple[OwnerRecord, ...] = ()
@@ -195,4 +220,5 @@ class Verdict:
 
     @property
     def is_orphan(self) -> bool:
-        return self.status == "orphan"
+        """Proven orphaned: destroyed in this run (again, after a failed attempt)."""
+        return self.status in ("orphan", "destroy-failed")

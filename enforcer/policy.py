@@ -65,6 +65,7 @@ class NodePaths:
     dev_dir: str
     tools: tuple[tuple[str, str], ...]
     command_timeout: int
+    marker_roots: tuple[tuple[str, str], ...] = ()  # (path under rootfs, layout)
 
     @classmethod
     def from_rootfs(
@@ -77,6 +78,7 @@ class NodePaths:
         lock_path: str = DEFAULTS["enforcer_lock_path"],
         tools: Mapping[str, str] | None = None,
         command_timeout: int = DEFAULTS["enforcer_command_timeout_seconds"],
+        marker_roots: tuple[Any, ...] = (),
     ) -> NodePaths:
         """Node paths as host data gives them: state dir and lock path are prefixed here."""
         return cls(
@@ -90,6 +92,12 @@ class NodePaths:
             dev_dir=under(rootfs, "/dev"),
             tools=tuple(sorted((tools or {}).items())),
             command_timeout=command_timeout,
+            marker_roots=tuple(
+                (under(rootfs, r), "gpustack")
+                if isinstance(r, str)
+                else (under(rootfs, r["path"]), r["layout"])
+                for r in marker_roots
+            ),
         )
 
     def under(self, path: str) -> str:
@@ -145,6 +153,8 @@ class Policy:
     vm_metadata_roots: tuple[Any, ...]
     pinned: tuple[PinSelector, ...]
     paths: NodePaths
+    # Static MIG geometry: (GPU UUID, profile, placement start) of each declared GPU instance.
+    mig_geometry: tuple[tuple[str, str, int], ...] = ()
 
     def is_pinned(self, partition: Partition) -> bool:
         return any(selector.matches(partition) for selector in self.pinned)
@@ -181,6 +191,11 @@ def _build(host_name: str, d: Mapping[str, Any]) -> Policy:
         marker_roots=tuple(d["enforcer_marker_roots"]),
         vm_metadata_roots=tuple(d["enforcer_vm_metadata_roots"]),
         pinned=tuple(_selector(item) for item in d["enforcer_pinned"]),
+        mig_geometry=tuple(
+            (gpu, gi["profile"], gi["start"])
+            for gpu, declared in sorted(d["enforcer_mig_geometry"].items())
+            for gi in declared
+        ),
         paths=NodePaths.from_rootfs(
             d["enforcer_rootfs"],
             procfs=d["enforcer_procfs"],
@@ -189,6 +204,7 @@ def _build(host_name: str, d: Mapping[str, Any]) -> Policy:
             lock_path=d["enforcer_lock_path"],
             tools=d["enforcer_tools"],
             command_timeout=int(d["enforcer_command_timeout_seconds"]),
+            marker_roots=tuple(d["enforcer_marker_roots"]),
         ),
     )
 

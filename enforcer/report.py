@@ -15,8 +15,14 @@ SCHEMA = json.loads((Path(__file__).parent.parent / "schemas" / "report.schema.j
 
 
 def build(
-    host: str, obs: Observation, verdicts: Sequence[Verdict], mode: str, ledger_note: str
+    host: str,
+    obs: Observation,
+    verdicts: Sequence[Verdict],
+    mode: str,
+    ledger_note: str,
+    drift: Sequence[str] = (),
 ) -> dict:
+    """`drift`: declared partitions (static geometry) that are not there."""
     breaker = next((v.reason for v in verdicts if v.status == "breaker"), None)
     report = {
         "version": 1,
@@ -32,6 +38,7 @@ def build(
             for h in obs.health
         ],
         "summary": dict(sorted(Counter(v.status for v in verdicts).items())),
+        "drift": list(drift),
         "verdicts": [_verdict(v, obs.boot_id) for v in verdicts],
     }
     jsonschema.validate(report, SCHEMA)
@@ -70,12 +77,13 @@ def table(report: dict) -> str:
     lines += [f"  source {s['source']} [{s['scope']}] {s['status']}: {s['reason']}" for s in bad]
     if report["ledger"] != "ok":
         lines.append(f"  ledger: {report['ledger']}")
+    lines += [f"  drift: {d}" for d in report.get("drift", ())]
     rows = [("PARTITION", "PROFILE", "VERDICT", "STREAK", "REASON")]
     for v in report["verdicts"]:
         p, streak = v["partition"], v["streak"]
         status = v["status"]
-        if status == "orphan" and mode != "converge":
-            status = "orphan (would destroy)"
+        if status in ("orphan", "destroy-failed") and mode != "converge":
+            status += " (would destroy)"
         rows.append(
             (
                 f"{p['kind']} {p['accelerator']} {p['id']}",

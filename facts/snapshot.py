@@ -15,6 +15,7 @@ from pathlib import Path
 from pyinfra.api import FactBase
 
 from enforcer.model import (
+    MIG,
     NO_CONTAINER,
     NODE,
     VNPU,
@@ -29,8 +30,9 @@ from enforcer.model import (
 )
 from enforcer.policy import NodePaths
 from enforcer.shell import render
-from facts import ascend, checkpoint, cri, podresources, procfs
+from facts import ascend, checkpoint, cri, markers, podresources, procfs
 from facts.errors import ParseError
+from facts.mig import mig_holders, observe_mig
 
 NO_LEDGER = "(absent)"  # the ledger section's marker for a node without a ledger file
 SHOWN_LINES = 3  # lines of a failed command's output that go into its health reason
@@ -64,6 +66,7 @@ class Sections:
 
 CLIENT = Path(__file__).with_name("pod_resources_client.py")  # runs on the node, stdlib only
 POD_RESOURCES = "kubelet-pod-resources"
+MARKERS = "markers"
 
 
 class NodeSnapshot(FactBase):
@@ -81,6 +84,7 @@ class NodeSnapshot(FactBase):
             "snapshot.sh.j2",
             paths=paths,
             npu_smi=paths.tool("npu-smi"),
+            nvidia_smi=paths.tool("nvidia-smi"),
             crictl=paths.tool("crictl"),
             client=base64.b64encode(CLIENT.read_bytes()).decode() if pod_resources else None,
         )
@@ -94,10 +98,17 @@ COMMANDS = {
     "clock": "date +%s",
     "npu-smi-m": "npu-smi info -m",
     "npu-smi-info": "npu-smi info",
-    "devnodes": "stat /dev/vdavinci*",
+    "nvidia-smi-list": "nvidia-smi -L",
+    "nvidia-smi-lgi": "nvidia-smi mig -lgi",
+    "nvidia-smi-lci": "nvidia-smi mig -lci",
+    "nvidia-smi": "nvidia-smi",
+    "nvidia-caps": "cat /proc/driver/nvidia-caps/mig-minors",
+    "nvidia-gpus": "grep '' /proc/driver/nvidia/gpus/*/information",
+    "devnodes": "stat /dev/vdavinci* /dev/nvidia-caps/nvidia-cap*",
     "fd-scan": "the /proc fd scan",
     "holder-cgroups": "grep '' /proc/<pid>/cgroup of the fd holders",
     "checkpoint": "cat kubelet_internal_checkpoint",
+    "markers": "the ownership records under the marker roots",
     "crictl-pods": "crictl pods -o json",
     "crictl-ps": "crictl ps -a -o json",
     "pod-resources": "pod-resources List on kubelet.sock",
@@ -188,19 +199,27 @@ class _Reader:
 
 
 def observe(
-    sections: Sections | None, node: str, paths: NodePaths, claim_sources: Sequence[str]
+    sections: Sections | None,
+    node: str,
+    paths: NodePaths,
+    claim_sources: Sequence[str],
+    kinds: Sequence[str] | None = None,
 ) -> Observation:
+    """
+    `kinds`: the partition kinds host data names (None: those whose tool the node has; a tool
+    host data gives the path of is one the node must have).
+    """
     if sections is None or not sections.complete:
         why = sections.problem if sections else "the node read failed"
         return Observation(node, "", 0.0, health=(SourceHealth("node", "unreadable", NODE, why),))
     r = _Reader(sections)
     boot_id = r.read("boot-id", "node", lambda s: _one_line(s.stdout, "boot id")) or ""
     now = r.read("clock", "node", lambda s: _seconds(_one_line(s.stdout, "clock"))) or 0.0
-    chips = r.read("npu-smi-m", "npu-smi", lambda s: ascend.parse_chip_map(s.stdout)) or ()
-    partitions = _vnpus(r, chips)
-    processes = r.read("npu-smi-info", "npu-smi", lambda s: ascend.parse_process_table(s.stdout))
+    chips, vnpus, processes = _ascend(r, _wanted(VNPU, "npu-smi", kinds, paths), kinds)
+    wants_mig = _wanted(MIG, "nvidia-smi", kinds, paths)
+    mig = observe_mig(r, wants_mig) if _manages(MIG, kinds) else ([], [], [])
     devnodes = r.read("devnodes", "proc-fd", lambda s: procfs.parse_devnodes(s.stdout))
-    partitions = _with_devnodes(partitions, devnodes, paths)
+    vnpus = _with_devnodes(vnpus, devnodes, paths)
     # find and xargs exit non-zero when a process vanishes or cannot be inspected mid-scan:
     # the parser judges every stderr line instead.
     scan = r.read(
@@ -238,6 +257,7 @@ def observe(
         if POD_RESOURCES in claim_sources
         else None  # not asked: not a claim source (a missing section of one asked is unreadable)
     )
+    marked = _markers(r, paths) if MARKERS in claim_sources else []
     ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=NO_LEDGER)
     destroyed = (
         r.read("destroyed", "ledger", lambda s: _destroyed(s.stdout), absent=())
@@ -248,19 +268,22 @@ def observe(
     if sandboxes is None or containers is None:
         sandboxes, containers = None, None
 
-    holders = _holders(
-        partitions, processes, devnodes, scan, paths, sandboxes, containers, cgroups or {}
+    cgroups = cgroups or {}
+    holders = _holders(vnpus, processes, devnodes, scan, paths, sandboxes, containers, cgroups)
+    holders += mig_holders(
+        r, mig, devnodes, scan, paths.dev_dir, lambda pid: _cgroup_owner(cgroups.get(pid, ()))
     )
     pods, records = _pods_and_records(entries, sandboxes, containers)
     more_pods, more_records = _pod_resources(listed, sandboxes)
-    pods, records = pods + more_pods, records + more_records
+    pods, records = pods + more_pods, records + more_records + marked
     keep = set(claim_sources)
     return Observation(
         node=node,
         boot_id=boot_id,
         now=now,
         chips=tuple(chips),
-        partitions=tuple(partitions),
+        gpus=tuple(mig[0]),
+        partitions=(*vnpus, *mig[1]),
         holders=tuple(holders),
         records=tuple(x for x in records if x.source in keep),
         pods=tuple(p for p in pods if p.source in keep),
@@ -270,6 +293,86 @@ def observe(
         destroyed=tuple(destroyed or ()),
         devnodes={k: f"{v.dev_ino}:{v.rdev}" for k, v in (devnodes or {}).items()},
         containers=_containers(sandboxes, containers),
+    )
+
+
+def _manages(kind: str, kinds: Sequence[str] | None) -> bool:
+    return kinds is None or kind in kinds
+
+
+def _wanted(kind: str, tool: str, kinds: Sequence[str] | None, paths: NodePaths) -> bool:
+    """Host data says the node has this kind: it names the kind, or the tool's path."""
+    return kind in (kinds or ()) or tool in dict(paths.tools)
+
+
+def _ascend(r: _Reader, wanted: bool, kinds) -> tuple[list[Chip], list[Partition], list]:
+    """Chips, vNPUs and npu-smi's process list; none on a node without npu-smi, unless wanted."""
+    chip_map = r.sections.by_name.get("npu-smi-m")
+    if not _manages(VNPU, kinds) or (chip_map and chip_map.rc == "missing" and not wanted):
+        return [], [], []
+    chips = r.read("npu-smi-m", "npu-smi", lambda s: ascend.parse_chip_map(s.stdout), VNPU) or []
+    processes = r.read(
+        "npu-smi-info", "npu-smi", lambda s: ascend.parse_process_table(s.stdout), VNPU
+    )
+    return chips, _vnpus(r, chips), processes or []
+
+
+def _markers(r: _Reader, paths: NodePaths) -> list[OwnerRecord]:
+    """
+    The ownership records of the marker roots, each naming a pod and its partition. A root that
+    is not there makes the source unavailable, one that cannot be listed unreadable (for every
+    MIG partition); a record that cannot be read is unreadable for its GPU only.
+    """
+    if not paths.marker_roots:
+        r.fail(MARKERS, "unavailable", "no marker roots are configured (enforcer_marker_roots)")
+        return []
+    trees = r.read(MARKERS, MARKERS, lambda s: _marker_trees(s.stdout, len(paths.marker_roots)))
+    found: list[OwnerRecord] = []
+    for (root, layout), (rc, text) in zip(paths.marker_roots, trees or (), strict=False):
+        if rc != "0":
+            status = "unavailable" if rc == "absent" else "unreadable"
+            r.fail(MARKERS, status, f"marker root {root}: {rc}", MIG)
+            continue
+        try:
+            records, bad = markers.parse_marker_listing(text, layout)
+        except ParseError as error:
+            r.fail(MARKERS, "unreadable", f"marker root {root}: {error}", MIG)
+            continue
+        for b in bad:
+            scope = f"gpu:{b.card}" if b.card else MIG
+            r.fail(MARKERS, "unreadable", f"{root}/{b.path}: {b.reason}", scope)
+        found += [_marker_record(root, m) for m in records]
+    return found
+
+
+def _marker_trees(text: str, roots: int) -> list[tuple[str, str]]:
+    """The `markers` section: per root, `root <n> <rc>` then its record lines."""
+    trees: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        words = line.split(" ")
+        if words[0] == "root" and len(words) == 3 and words[1] == str(len(trees)):
+            trees.append((words[2], []))
+        elif trees and words[0] != "root":
+            trees[-1][1].append(line)
+        else:
+            raise ParseError("not a marker tree line", line)
+    if len(trees) != roots:
+        raise ParseError(f"expected {roots} marker roots, read {len(trees)}", text[:80])
+    return [(rc, "".join(f"{x}\n" for x in lines)) for rc, lines in trees]
+
+
+def _marker_record(root: str, m: markers.Marker) -> OwnerRecord:
+    """A marker as an owner record: the MIG device it names, on its card, by GI when recorded."""
+    notes = [("card", m.card), ("profile", m.profile), ("vendor", m.vendor)]
+    if m.gi is not None:
+        notes.append(("gi", str(m.gi)))
+    return OwnerRecord(
+        m.pod_uid,
+        MARKERS,
+        f"marker {root}/{m.path}",
+        f"{m.vendor}-mig",
+        (m.mig_uuid,),
+        annotations=tuple(notes),
     )
 
 
@@ -324,18 +427,22 @@ def _pod_resources(listed, sandboxes) -> tuple[list[Pod], list[OwnerRecord]]:
 
 def _destroyed(text: str) -> tuple[str, ...]:
     """
-    The identities the guarded destroy verified gone:
-    `card chip vnpu vgroup template devnode boot` (devnode: the node's dev:ino).
+    The identities the guarded destroy verified gone: a vNPU's
+    `card chip vnpu vgroup template devnode boot` (devnode: the node's dev:ino), any other
+    partition's `identity <base64 of its identity>`.
     """
     found = []
     for n, line in enumerate(text.splitlines(), start=1):
         words = line.split(" ")
+        if words[0] == "identity" and len(words) == 2:
+            found.append(_identity(words[1], line, n))
+            continue
         if (
             len(words) != 7
             or not all(w.isascii() and w.isdigit() for w in words[:3])
             or not re.fullmatch(r"[0-9]+:[0-9]+", words[5], re.ASCII)
         ):
-            raise ParseError("not a destroyed-vNPU record", line, n)
+            raise ParseError("not a destroyed-partition record", line, n)
         card, chip, vnpu, vgroup, template, devnode, boot = words
         fields = (
             ("card", card),
@@ -347,6 +454,16 @@ def _destroyed(text: str) -> tuple[str, ...]:
         )
         found.append(Partition(VNPU, f"npu:{card}:{chip}", vnpu, template, fields).identity(boot))
     return tuple(found)
+
+
+def _identity(encoded: str, line: str, n: int) -> str:
+    try:
+        identity = base64.b64decode(encoded, validate=True).decode("ascii")
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ParseError(f"not a base64 identity: {error}", line, n) from error
+    if not identity.isprintable():
+        raise ParseError("not a printable identity", line, n)
+    return identity
 
 
 def _one_line(text: str, what: str) -> str:
@@ -368,7 +485,7 @@ def _vnpus(r: _Reader, chips: Sequence[Chip]) -> list[Partition]:
     expected = {f"npu-smi-vnpu:{c.card}:{c.chip}": c for c in chips}
     extra = [n for n in r.sections.by_name if n.startswith("npu-smi-vnpu:") and n not in expected]
     if extra:
-        r.fail("npu-smi", "unreadable", f"vNPU tables for chips not in the chip map: {extra}")
+        r.fail("npu-smi", "unreadable", f"vNPU tables for chips not in the chip map: {extra}", VNPU)
     for name, c in expected.items():
         table = r.read(
             name,

@@ -11,7 +11,7 @@ from pyinfra.api.exceptions import DeployError
 
 from enforcer import ledger as ledgers
 from enforcer import report as reports
-from enforcer.contract import decide
+from enforcer.contract import decide, drift
 from enforcer.model import Observation
 from enforcer.policy import HOST_DATA_KEYS, Policy, PolicyError, policy_from_host_data
 from facts import kubeapi
@@ -32,7 +32,7 @@ def host_policy(host) -> Policy:
 def read_node(host, policy: Policy) -> Observation:
     asks = "kubelet-pod-resources" in policy.claim_sources
     sections = host.get_fact(NodeSnapshot, paths=policy.paths, pod_resources=asks)
-    obs = observe(sections, policy.node_name, policy.paths, policy.claim_sources)
+    obs = observe(sections, policy.node_name, policy.paths, policy.claim_sources, policy.kinds)
     if "kubernetes-api" in policy.claim_sources:
         pod_list = kubeapi.list_pods_once(policy.kubeconfig)  # one LIST per run for all hosts
         pods, records, health = kubeapi.for_node(pod_list, policy.node_name)
@@ -83,7 +83,7 @@ def converge(host) -> None:
     ledger, note = _ledger(obs)
     verdicts, next_ledger = decide(obs, ledger, policy, obs.now)
     mode = "dry" if "--dry" in sys.argv else policy.mode  # pyinfra does not tell a deploy
-    report = reports.build(host.name, obs, verdicts, mode, note)
+    report = reports.build(host.name, obs, verdicts, mode, note, drift(obs, policy))
     print(reports.table(report), flush=True)
     if any(h.source == "node" and h.status != "ok" for h in obs.health):
         return  # no boot id or clock: nothing can be recorded, nothing is destroyed

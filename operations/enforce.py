@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pyinfra import host
 from pyinfra.api import operation
 
-from enforcer.model import VNPU, Observation, Verdict
+from enforcer.model import MIG, VNPU, Observation, Partition, Verdict
 from enforcer.policy import NodePaths
 from enforcer.shell import decimal, render
 
@@ -54,6 +54,8 @@ def destroy_orphans(verdicts: Sequence[Verdict], obs: Observation, paths: NodePa
 
 def destroy_command(v: Verdict, obs: Observation, paths: NodePaths) -> str:
     p = v.partition
+    if p.kind == MIG:
+        return _destroy_mig(p, obs, paths)
     if p.kind != VNPU:
         raise ValueError(f"no destroy for partition kind {p.kind}")
     fields = dict(p.identity_fields)
@@ -71,6 +73,25 @@ def destroy_command(v: Verdict, obs: Observation, paths: NodePaths) -> str:
         vnpu_template=fields["template"],
         devnode=f"{paths.dev_dir}/vdavinci{fields['vnpu']}",
         devnode_ino=fields["devnode"],
+        boot_id=obs.boot_id,
+        digest=obs.claim_digest,
+    )
+
+
+def _destroy_mig(p: Partition, obs: Observation, paths: NodePaths) -> str:
+    """A GPU instance: its compute instances first, then itself (nvidia-smi refuses otherwise)."""
+    fields = dict(p.identity_fields)
+    computes = fields["cis"].split()
+    return render(
+        "destroy-mig.sh.j2",
+        paths=paths,
+        nvidia_smi=paths.tool("nvidia-smi"),
+        gpu_uuid=fields["gpu"],
+        gi=decimal(fields["gi"]),
+        expected=[fields["profile"], fields["profile_id"], fields["placement"]],
+        computes=computes,
+        ci_ids=[decimal(c.split(":")[0]) for c in computes],
+        identity=_b64(p.identity(obs.boot_id)),
         boot_id=obs.boot_id,
         digest=obs.claim_digest,
     )

@@ -1,11 +1,12 @@
 """
-`make demo`: the seed story on a simulated 310P node, converged by the real pyinfra CLI.
+`make demo`: the seed story on a simulated 310P node, then the MIG story on a simulated H100 node
+(enforcer.sim.mig_story), each converged by the real pyinfra CLI.
 
-Runs inside the node's own PID namespace (python -m enforcer.sim.namespace -- ...), so the fd
-scan sees the node's processes only. The story: infer-a runs on vNPU 100; two zombies (101, 102)
-were left by failed container creates of a deleted pod; infer-b is admitted; train-c waits for
-four AI cores. After the first run infer-b's container is created and the runtime makes its vNPU,
-which no process opens.
+Runs inside its own PID and mount namespace (python -m enforcer.sim.namespace -- ...), so the fd
+scan sees the nodes' processes only. The seed story: infer-a runs on vNPU 100; two zombies (101,
+102) were left by failed container creates of a deleted pod; infer-b is admitted; train-c waits
+for four AI cores. After the first run infer-b's container is created and the runtime makes its
+vNPU, which no process opens.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import time
 from pathlib import Path
 
 from enforcer.report import table
-from enforcer.sim import scenario
+from enforcer.sim import mig_story, scenario
+from enforcer.sim.namespace import mount_proc_driver
 from enforcer.sim.node import SimNode
 from enforcer.sim.show import render_summary
 
@@ -38,10 +40,10 @@ def say(text: str) -> None:
     print(f"\n=== {text}", flush=True)
 
 
-def enforce(node: Path, run: int) -> None:
-    """One `pyinfra -y inventories/demo.py deploy.py`; its full output goes to a log file."""
+def enforce(node: Path, run: int, inventory: str = "demo.py") -> None:
+    """One `pyinfra -y inventories/<inventory> deploy.py`; its full output goes to a log file."""
     pyinfra = str(Path(sys.executable).with_name("pyinfra"))
-    argv = [pyinfra, "-y", str(REPO / "inventories" / "demo.py"), "deploy.py"]
+    argv = [pyinfra, "-y", str(REPO / "inventories" / inventory), "deploy.py"]
     log = node / f"pyinfra-run-{run}.log"
     with log.open("w") as out:
         done = subprocess.run(
@@ -78,7 +80,31 @@ def main(node_dir: str, runs: int = 5) -> int:
     print(f"vNPU {made} (vir04) created for train-c")
     print(render_summary(node, node.state()))
     SimNode(node_path).unhold_all()
+    mig(node_path.with_name(f"{node_path.name}-h100"), runs)
     return 0
+
+
+def mig(node_path: Path, runs: int) -> None:
+    """The MIG story: a GC-deleted record, a partition not opened yet, a true leak."""
+    node, gis = mig_story.build(node_path)
+    mount_proc_driver(node_path)  # this namespace's /proc/driver: the simulated GPU's
+    node.hold_mig(0, gis["a"], detach=True, pod_uid=mig_story.LLM_A)
+    say(
+        f"the H100 node: llm-a runs on GI {gis['a']}; llm-b was granted GI {gis['b']}, and the "
+        f"device plugin's GC deleted its ownership record; GI {gis['leak']} leaked from a failed "
+        "create"
+    )
+    print(render_summary(node, node.state()))
+    for run in range(1, runs + 1):
+        say(f"partition-enforcer run {run} of {runs} on the H100 node")
+        enforce(node_path, run, "demo_mig.py")
+        print("GPU instances now:", sorted(int(g["id"]) for g in node.gpu_instances(0)))
+        if run == 2:
+            node.hold_mig(0, gis["b"], detach=True, pod_uid=mig_story.LLM_B)
+            node.set_pod_state(mig_story.LLM_B, "Running")
+            say(f"llm-b's container runs and opens GI {gis['b']}")
+        time.sleep(1)
+    node.unhold_all()
 
 
 if __name__ == "__main__":

@@ -12,8 +12,11 @@ inside a fresh namespace (the demo).
 
 A holder that is a pod's process says so where kubelet and the runtime put it: the agent
 bind-mounts a file with the pod container's cgroup line (`<node>/cgroups/<pid>`) over the
-holder's /proc/<pid>/cgroup. Only the agent mounts, and only as the namespace's PID 1: in its own
-mount namespace, never the host's.
+holder's /proc/<pid>/cgroup. A node with GPUs has the NVIDIA driver's procfs files in
+`<node>/proc-driver`; the agent bind-mounts that folder over /proc/driver when it starts, so
+/proc/driver/nvidia-caps/mig-minors and /proc/driver/nvidia/gpus/*/information read as on a real
+node. Only the agent mounts, and only as the namespace's PID 1: in its own mount namespace, never
+the host's.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from enforcer.sim.node import SimNode
+from enforcer.sim.node import PROC_DRIVER, SimNode
 
 CGROUPS = "cgroups"  # <node>/cgroups/<pid>: the cgroup file bind-mounted over a pod holder's
 
@@ -60,7 +63,11 @@ class NodeNamespace:
             str(self.node_dir),
         ]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.call(op="ping")
+        try:
+            self.call(op="ping")
+        except NamespaceError:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -98,16 +105,31 @@ class NodeNamespace:
         """
         return int(self.call(op="hold", vnpu=vnpu_id, pod=pod_uid)["pid"])
 
+    def hold_mig(
+        self, gpu: int, gi: int, ci: int = 0, pod_uid: str | None = None, *, listed: bool = True
+    ) -> int:
+        """
+        A process in the namespace with the CI's capability file and /dev/nvidia<minor> open
+        (SimNode.hold_mig); with `pod_uid`, in that pod's (first) container's cgroup.
+        """
+        answer = self.call(op="hold_mig", gpu=gpu, gi=gi, ci=ci, pod=pod_uid, listed=listed)
+        return int(answer["pid"])
+
     def unhold(self, pid: int) -> None:
         self.call(op="unhold", pid=pid)
 
 
 def _agent(node_dir: Path) -> None:
     holders: dict[int, subprocess.Popen[bytes]] = {}
+    try:
+        mount_proc_driver(node_dir)
+        broken = None
+    except OSError as error:
+        broken = f"start: {type(error).__name__}: {error}"
     for line in sys.stdin:
         request = json.loads(line)
         try:
-            answer = _serve(node_dir, request, holders)
+            answer = {"error": broken} if broken else _serve(node_dir, request, holders)
         except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as error:
             answer = {"error": f"{request.get('op')}: {type(error).__name__}: {error}"}
         sys.stdout.write(json.dumps(answer) + "\n")
@@ -131,9 +153,13 @@ def _serve(node_dir: Path, request: dict[str, Any], holders: dict) -> dict[str, 
             check=False,
         )
         return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
-    if op == "hold":
+    if op in ("hold", "hold_mig"):
         node, uid = SimNode(node_dir), request.get("pod")
-        proc = node.hold(int(request["vnpu"]), pod_uid=uid)
+        if op == "hold":
+            proc = node.hold(int(request["vnpu"]), pod_uid=uid)
+        else:
+            gpu, gi, ci = (int(request[k]) for k in ("gpu", "gi", "ci"))
+            proc = node.hold_mig(gpu, gi, ci, pod_uid=uid, listed=bool(request["listed"]))
         holders[proc.pid] = proc
         if uid is not None:
             try:
@@ -159,6 +185,22 @@ def pod_cgroup(uid: str, container_id: str) -> str:
     qos = "kubepods.slice/kubepods-burstable.slice"
     pod = f"kubepods-burstable-pod{uid.replace('-', '_')}.slice"
     return f"0::/{qos}/{pod}/cri-containerd-{container_id}.scope\n"
+
+
+def mount_proc_driver(node_dir: Path) -> None:
+    """
+    Bind-mount the node's procfs files (mig-minors, gpus/*/information) over /proc/driver, in
+    this namespace only: as its PID 1 (the agent, or a command run by `-- CMD`, like the demo).
+    """
+    source = node_dir / PROC_DRIVER
+    if not source.is_dir():
+        return  # no GPUs: the namespace's own /proc/driver
+    if os.getpid() != 1:  # the agent is PID 1 of its namespace; anywhere else is not ours
+        raise OSError(f"not in the node's namespace (pid {os.getpid()}): refusing to mount")
+    argv = ["mount", "--bind", str(source), "/proc/driver"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise OSError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
 
 
 def _enter_pod(node: SimNode, pid: int, uid: str) -> None:

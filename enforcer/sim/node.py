@@ -1,11 +1,22 @@
 """
-One simulated Ascend node in a folder (docs/INTERNALS.md, "The simulated node").
+One simulated Ascend and/or NVIDIA MIG node in a folder (docs/INTERNALS.md, "The simulated node").
 
-`<node>/state.json` is the whole truth: chips, vNPUs, processes, pods (the CRI view), kubelet
-checkpoint entries and injected faults. The tools in `<node>/bin/` and this class read and change
-it under an fcntl lock on `<node>/state.lock`, so the enforcer's destroy and a test's mutation can
-run at the same time without losing either. Every change re-renders the kubelet checkpoint, and
-each vNPU has a regular file `<node>/rootfs/dev/vdavinci<id>` that holder processes keep open.
+`<node>/state.json` is the whole truth: chips, vNPUs, GPUs with their GPU and compute instances,
+processes, pods (the CRI view), kubelet checkpoint entries and injected faults. The tools in
+`<node>/bin/` and this class read and change it under an fcntl lock on `<node>/state.lock`, so the
+enforcer's destroy and a test's mutation can run at the same time without losing either. Every
+change re-renders the kubelet checkpoint, and each vNPU has a regular file
+`<node>/rootfs/dev/vdavinci<id>` that holder processes keep open.
+
+A node with GPUs also has (MIG logic in enforcer/sim/mig.py):
+
+    <node>/bin/nvidia-smi                           (npu-smi only when there are chips)
+    <node>/rootfs/dev/nvidia<minor>                  one regular file per GPU
+    <node>/rootfs/dev/nvidia-caps/nvidia-cap<N>      config (1), monitor (2), and the access
+                                                     capability of every existing GI and CI
+    <node>/proc-driver/nvidia-caps/mig-minors        bind-mounted over /proc/driver by the
+    <node>/proc-driver/nvidia/gpus/<bus>/information   namespace agent (namespace.py)
+    <node>/rootfs/var/lib/gpustack/operator/pods/... gpustack MIG markers (`write_marker`)
 """
 
 from __future__ import annotations
@@ -16,9 +27,11 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from enforcer.model import NO_CONTAINER
+from enforcer.sim import mig
+from enforcer.sim.mig import MigError
 from facts.checkpoint import CheckpointEntry, render_checkpoint
 
 State = dict[str, Any]
@@ -35,7 +50,13 @@ STATE_FILE = "state.json"
 LOCK_FILE = "state.lock"
 CHECKPOINT = "rootfs/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 LAYOUT_DIRS = ("bin", "rootfs/dev", "rootfs/var/lib/partition-enforcer", "rootfs/run/lock")
-TOOLS = {"npu-smi": "enforcer.sim.npu_smi", "crictl": "enforcer.sim.crictl"}
+TOOLS = {
+    "npu-smi": "enforcer.sim.npu_smi",
+    "crictl": "enforcer.sim.crictl",
+    "nvidia-smi": "enforcer.sim.nvidia_smi",
+}
+PROC_DRIVER = "proc-driver"  # <node>/proc-driver: what the namespace agent mounts on /proc/driver
+GPUSTACK_PODS = "/var/lib/gpustack/operator/pods"  # gpustack's OperatorPodsDir
 PROCFS = Path("/proc")
 
 # npu-smi exits with its NPU error code (negative, base -9000); the shell sees code & 0xFF.
@@ -48,6 +69,19 @@ EXIT_NOT_SUPPORT = -9255 & 0xFF  # 217
 FAULT_POINTS = {
     "npu-smi": ("info", "info-m", "info-vnpu", "create-vnpu", "destroy-vnpu"),
     "crictl": ("pods", "ps"),
+    "nvidia-smi": (
+        "list",
+        "table",
+        "query",
+        "lgip",
+        "lgipp",
+        "lgi",
+        "lci",
+        "cgi",
+        "cci",
+        "dci",
+        "dgi",
+    ),
 }
 _OVERRIDE_KEYS = {"exit": int, "stdout": str, "stderr": str, "hang_seconds": (int, float)}
 
@@ -69,6 +103,16 @@ P310P3: dict[str, Any] = {
     "aicore_total": 8,
     "memory_gb": 24,
     "templates": {"vir01": 1, "vir02": 2, "vir04": 4},
+}
+# One NVIDIA H100 80GB HBM3 in MIG mode, as SimNode.create takes a GPU (gpus=(H100,)). The UUID
+# is the prickle-exporter capture's card; mig.gpu_state fills in the rest.
+H100: dict[str, Any] = {
+    "index": 0,
+    "uuid": "GPU-0d0831da-0c98-2717-6446-8acd91d39b65",
+    "name": "NVIDIA H100 80GB HBM3",
+    "bus_id": "00000000:16:00.0",
+    "memory_mib": 81559,
+    "mig": True,
 }
 
 
@@ -244,26 +288,61 @@ class SimNode:
         path: Path | str,
         chips: Sequence[Mapping[str, Any]],
         *,
+        gpus: Sequence[Mapping[str, Any]] = (),
         boot_id: str | None = None,
         npu_smi_version: str = "25.5.2",
         mcu: bool = True,
+        driver_version: str = "580.173.02",
+        cuda_version: str = "13.0",
+        nvidia_smi_time: str | None = None,
     ) -> SimNode:
-        """Lay out a new node folder (it must not hold a node yet) with `chips` and no vNPUs."""
+        """
+        Lay out a new node folder (it must not hold a node yet) with `chips` and no vNPUs, and
+        `gpus` (specs like `H100`) with no GPU instances. `nvidia_smi_time` fixes the default
+        table's timestamp line ("Wed Jul 29 18:17:43 2026"); None prints the time of the call.
+        """
         root = Path(path).resolve()
         if (root / STATE_FILE).exists():
             raise FileExistsError(f"{root} already holds a simulated node")
+        gpu_states = [mig.gpu_state(g, i, driver_version) for i, g in enumerate(gpus)]
+        mig.check_gpus(gpu_states)
         for sub in (*LAYOUT_DIRS, Path(CHECKPOINT).parent):
             (root / sub).mkdir(parents=True, exist_ok=True)
         state = _new_state(
             [chip_state(c, i) for i, c in enumerate(chips)], boot_id, npu_smi_version, mcu
         )
+        state["gpus"] = gpu_states
+        state["nvidia"] = {
+            "driver_version": driver_version,
+            "cuda_version": cuda_version,
+            "time": nvidia_smi_time,
+        }
         _write_atomic(root / STATE_FILE, json.dumps(state, indent=1))
+        wanted = {"crictl": True, "npu-smi": bool(chips), "nvidia-smi": bool(gpus)}
         for tool, module in TOOLS.items():
-            _write_tool(root, tool, module)
+            if wanted[tool]:
+                _write_tool(root, tool, module)
         node = cls(root)
+        if gpu_states:
+            node._lay_out_gpus(gpu_states)
         with node._mutate():
             pass  # renders the (empty) checkpoint
         return node
+
+    def _lay_out_gpus(self, gpus: Sequence[State]) -> None:
+        """The GPUs' device files and the driver's procfs files (mig-minors, information)."""
+        caps = self.rootfs / "dev" / "nvidia-caps"
+        caps.mkdir(parents=True, exist_ok=True)
+        for minor in (1, 2):  # config and monitor: nvidia-modprobe makes them with MIG
+            (caps / f"nvidia-cap{minor}").write_bytes(b"")
+        proc = self.path / PROC_DRIVER
+        (proc / "nvidia-caps").mkdir(parents=True, exist_ok=True)
+        _write_atomic(proc / "nvidia-caps" / "mig-minors", mig.render_mig_minors())
+        for gpu in gpus:
+            (self.rootfs / "dev" / f"nvidia{gpu['minor']}").write_bytes(b"")
+            info = proc / "nvidia" / "gpus" / mig.proc_bus_dir(gpu["bus_id"]) / "information"
+            info.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomic(info, mig.render_information(gpu))
 
     @property
     def rootfs(self) -> Path:
@@ -284,10 +363,14 @@ class SimNode:
         The device node goes with its vNPU. Moved aside rather than unlinked: the next node made
         at this id gets a new inode, as devtmpfs gives one (a disk file system reuses inodes).
         """
+        self._retire(self.devfile(vnpu_id))
+
+    def _retire(self, path: Path) -> None:
+        """Move a device file to `<node>/dev-gone/<name>.<ns>` (see `_retire_devfile`)."""
         gone = self.path / "dev-gone"
         gone.mkdir(exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
-            self.devfile(vnpu_id).rename(gone / f"vdavinci{vnpu_id}.{time.time_ns()}")
+            path.rename(gone / f"{path.name}.{time.time_ns()}")
 
     @contextmanager
     def _locked(self, mode: int) -> Iterator[None]:
@@ -440,6 +523,9 @@ class SimNode:
                 proc.wait(timeout=5)
         with self._mutate() as state:
             state["processes"] = [p for p in state["processes"] if p["pid"] != proc.pid]
+            if "gpu_processes" in state:
+                gpu = [p for p in state["gpu_processes"] if p["pid"] != proc.pid]
+                state["gpu_processes"] = gpu
 
     def unhold_all(self) -> list[int]:
         """End every holder this node started (also detached ones); returns their pids."""
@@ -454,11 +540,20 @@ class SimNode:
                 _wait_gone(proc["pid"])
                 killed.append(proc["pid"])
             state["processes"].remove(proc)
+        for proc in [p for p in state.get("gpu_processes", []) if p["holder"]]:
+            if self._is_holder(proc):
+                os.kill(proc["pid"], signal.SIGKILL)
+                _wait_gone(proc["pid"])
+                killed.append(proc["pid"])
+            state["gpu_processes"].remove(proc)
         return killed
 
     def _is_holder(self, proc: Mapping[str, Any]) -> bool:
-        """Still our holder: alive with its device file open (a reused pid is not ours)."""
-        target = str(self.devfile(proc["vnpu"]))
+        """
+        Still our holder: alive with its device file open (a reused pid is not ours): a vNPU's
+        device file, or for a `hold_mig` holder its CI's capability file (where it was made).
+        """
+        target = proc["cap"] if proc.get("cap") else str(self.devfile(proc["vnpu"]))
         return _alive(proc["pid"]) and target in _fd_targets(PROCFS / str(proc["pid"]))
 
     def add_process(self, card: int, chip: int, pid: int, name: str, memory_mb: int) -> None:
@@ -477,12 +572,299 @@ class SimNode:
             )
 
     def remove_process(self, pid: int) -> None:
+        """Drop a listed process (npu-smi's or nvidia-smi's) with this pid."""
         with self._mutate() as state:
             state["processes"] = [p for p in state["processes"] if p["pid"] != pid]
+            if "gpu_processes" in state:
+                state["gpu_processes"] = [p for p in state["gpu_processes"] if p["pid"] != pid]
 
     def listed_processes(self, state: State) -> list[State]:
         """The process table npu-smi prints: holders only while they still hold their device."""
         return [p for p in state["processes"] if p.get("vnpu") is None or self._is_holder(p)]
+
+    # --- GPUs and MIG (logic in enforcer/sim/mig.py) --------------------------------------------
+
+    def gpu_devfile(self, gpu_minor: int) -> Path:
+        """`<rootfs>/dev/nvidia<minor>`, the GPU's device file."""
+        return self.rootfs / "dev" / f"nvidia{gpu_minor}"
+
+    def _cap_path(self, gpu: Mapping[str, Any], gi: int, ci: int | None = None) -> Path:
+        minor = mig.cap_minor(gpu["minor"], gi, ci)
+        return self.rootfs / "dev" / "nvidia-caps" / f"nvidia-cap{minor}"
+
+    def cap_file(self, gpu: int, gi: int, ci: int | None = None) -> Path:
+        """The access capability file of GI `gi` (`ci` None) or of its CI `ci` on GPU `gpu`."""
+        return self._cap_path(mig.gpu_at(self.state(), gpu), gi, ci)
+
+    def create_gi(
+        self, gpu: int, profile: str | int, *, ci: bool = True, start: int | None = None
+    ) -> int:
+        """
+        A GPU instance of `profile` (id, "1g.10gb" or "MIG 1g.10gb") on GPU index `gpu`, at the
+        slot the driver picks (or `start`), with its whole-GI compute instance when `ci` (-C).
+        Returns its GI id; raises nvidia-smi's refusal (MigError) when it cannot be made.
+        """
+        with self._mutate() as state:
+            g = mig.mig_gpu(state, gpu)
+            gp = mig.find_profile(g, profile)
+            if gp is None:
+                line = f"Unable to create a GPU instance on GPU {gpu:2d} using profile {profile}"
+                raise MigError(f"{line}: {mig.INVALID}", mig.INVALID, mig.EXIT_INVALID_ARGUMENT)
+            new = mig.create_gi(g, gp, start)
+            self._cap_path(g, new["id"]).write_bytes(b"")
+            if ci:
+                self._new_ci(g, new, None)
+            return int(new["id"])
+
+    def create_ci(self, gpu: int, gi: int, profile: str | int | None = None) -> int:
+        """A compute instance in GI `gi` (`profile` None: the whole GI); returns its CI id."""
+        with self._mutate() as state:
+            g = mig.mig_gpu(state, gpu)
+            return self._new_ci(g, mig.gi_at(g, gi), profile)
+
+    def _new_ci(self, gpu: State, gi: State, profile: str | int | None) -> int:
+        cp = mig.find_ci_profile(mig.profile_of(gpu, gi), profile)
+        if cp is None:
+            raise MigError(
+                f"Unable to create a compute instance on GPU {gpu['index']:2d} GPU instance ID "
+                f"{gi['id']:2d} using profile {profile}: {mig.INVALID}",
+                mig.INVALID,
+                mig.EXIT_INVALID_ARGUMENT,
+            )
+        new = mig.create_ci(gpu, gi, cp)
+        self._cap_path(gpu, gi["id"], new["id"]).write_bytes(b"")
+        return int(new["id"])
+
+    def destroy_ci(self, gpu: int, gi: int, ci: int, *, honor_faults: bool = False) -> None:
+        """
+        Destroy a compute instance, or raise nvidia-smi's refusal: "In use by another client"
+        while a listed process runs on it or a live process has its capability file open.
+        `honor_faults` applies fail_gis of `dci` (the nvidia-smi tool passes it).
+        """
+        with self._mutate() as state:
+            g = mig.mig_gpu(state, gpu)
+            inst = mig.ci_at(g, gi, ci)
+            failing = _mig_fails(state, "dci") if honor_faults else []
+            cap = self._cap_path(g, gi, ci)
+            listed = [
+                p
+                for p in self.listed_gpu_processes(state)
+                if (p["gpu"], p["gi"], p["ci"]) == (gpu, gi, ci)
+            ]
+            if [gpu, gi] in failing or listed or pids_holding(cap):
+                raise MigError(
+                    f"Unable to destroy compute instance ID {ci:2d} from GPU {gpu:2d} "
+                    f"GPU instance ID {gi:2d}: {mig.IN_USE}",
+                    mig.IN_USE,
+                    mig.EXIT_IN_USE,
+                )
+            mig.gi_at(g, gi)["cis"].remove(inst)
+            self._retire(cap)
+
+    def destroy_gi(self, gpu: int, gi: int, *, honor_faults: bool = False) -> None:
+        """
+        Destroy a GPU instance, or raise nvidia-smi's refusal: "In use by another client" while
+        it has compute instances, a listed process or a live process with its capability file
+        open. `honor_faults` applies fail_gis of `dgi` (the nvidia-smi tool passes it).
+        """
+        with self._mutate() as state:
+            g = mig.mig_gpu(state, gpu)
+            inst = mig.gi_at(g, gi)
+            failing = _mig_fails(state, "dgi") if honor_faults else []
+            cap = self._cap_path(g, gi)
+            listed = [
+                p for p in self.listed_gpu_processes(state) if (p["gpu"], p["gi"]) == (gpu, gi)
+            ]
+            if inst["cis"] or [gpu, gi] in failing or listed or pids_holding(cap):
+                raise MigError(
+                    f"Unable to destroy GPU instance ID {gi:2d} from GPU {gpu:2d}: {mig.IN_USE}",
+                    mig.IN_USE,
+                    mig.EXIT_IN_USE,
+                )
+            g["gis"].remove(inst)
+            self._retire(cap)
+
+    def mig_uuid(self, gpu: int, gi: int, ci: int) -> str:
+        """The MIG device UUID a CI at (GPU, GI id, CI id) has (and any successor there will)."""
+        return mig.mig_uuid(mig.gpu_at(self.state(), gpu), gi, ci)
+
+    def gpu_instances(self, gpu: int) -> list[State]:
+        """
+        GPU `gpu`'s instances in -lgi order: each GI's stored fields plus "name" (its profile),
+        its CIs with "name" and "uuid" (the MIG device UUID).
+        """
+        g = mig.gpu_at(self.state(), gpu)
+        found = []
+        for gi in mig.listed_gis(g):
+            gp = mig.profile_of(g, gi)
+            cis = [
+                {
+                    **ci,
+                    "name": mig.ci_profile_of(gp, ci).name,
+                    "uuid": mig.mig_uuid(g, gi["id"], ci["id"]),
+                }
+                for ci in sorted(gi["cis"], key=lambda c: c["id"])
+            ]
+            found.append({**gi, "name": gp.name, "cis": cis})
+        return found
+
+    def hold_mig(
+        self,
+        gpu: int,
+        gi: int,
+        ci: int = 0,
+        *,
+        lifetime: float = 600,
+        detach: bool = False,
+        pod_uid: str | None = None,
+        listed: bool = True,
+        memory_mib: int = 512,
+    ) -> subprocess.Popen[bytes]:
+        """
+        Start a real process (`sleep`, bounded by `lifetime` seconds) with the CI's capability
+        file and `/dev/nvidia<minor>` open, as a CUDA process on a MIG device has; nvidia-smi
+        lists it (type C) on that GI/CI while it holds them when `listed` (an unlisted one is
+        a leaked handle, seen only by the fd scan). `detach`, `pod_uid`: as `hold()`.
+        """
+        with self._mutate() as state:
+            g = mig.mig_gpu(state, gpu)
+            mig.ci_at(g, gi, ci)
+            cap = self._cap_path(g, gi, ci)
+            with open(cap, "rb") as cap_fd, open(self.gpu_devfile(g["minor"]), "rb") as dev_fd:
+                proc = subprocess.Popen(
+                    ["sleep", str(max(1, int(lifetime)))],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    pass_fds=(cap_fd.fileno(), dev_fd.fileno()),
+                    start_new_session=detach,
+                )
+            state["gpu_processes"].append(
+                {
+                    "gpu": gpu,
+                    "gi": gi,
+                    "ci": ci,
+                    "pid": proc.pid,
+                    "name": "sleep",
+                    "memory_mib": memory_mib,
+                    "type": "C",
+                    "holder": True,
+                    "listed": listed,
+                    "cap": str(cap),
+                    "pod_uid": pod_uid,
+                }
+            )
+        return proc
+
+    def add_gpu_process(
+        self,
+        gpu: int,
+        gi: int | None,
+        ci: int | None,
+        pid: int,
+        name: str,
+        memory_mib: int = 512,
+        type: str = "C",  # noqa: A002 - nvidia-smi's column name
+    ) -> None:
+        """A process row nvidia-smi lists (any pid, nothing started); gi/ci None print N/A."""
+        with self._mutate() as state:
+            g = mig.gpu_at(state, gpu)
+            if gi is not None:
+                mig.ci_at(g, gi, 0 if ci is None else ci)
+            state["gpu_processes"].append(
+                {
+                    "gpu": gpu,
+                    "gi": gi,
+                    "ci": ci,
+                    "pid": pid,
+                    "name": name,
+                    "memory_mib": memory_mib,
+                    "type": type,
+                    "holder": False,
+                    "listed": True,
+                    "cap": None,
+                    "pod_uid": None,
+                }
+            )
+
+    def gpu_holders(self, state: State) -> list[State]:
+        """The `hold_mig` holders still holding their CI (listed in nvidia-smi or not)."""
+        return [p for p in state.get("gpu_processes", []) if p["holder"] and self._is_holder(p)]
+
+    def listed_gpu_processes(self, state: State) -> list[State]:
+        """The processes nvidia-smi lists: added ones, and listed holders while they hold."""
+        return [
+            p
+            for p in state.get("gpu_processes", [])
+            if not p["holder"] or (p["listed"] and self._is_holder(p))
+        ]
+
+    def set_readings(
+        self, gpu: int, *, gi_memory_used_mib: Mapping[int, int] | None = None, **readings: Any
+    ) -> None:
+        """
+        Fix what the default table shows for GPU `gpu` (mig.READINGS: temp_c, power_w, ...,
+        memory_used_mib) and, per existing GI id, the GI's used memory, to reproduce a capture.
+        """
+        unknown = set(readings) - set(mig.READINGS)
+        if unknown:
+            raise ValueError(f"unknown readings {sorted(unknown)}; have {sorted(mig.READINGS)}")
+        with self._mutate() as state:
+            g = mig.gpu_at(state, gpu)
+            g.update(readings)
+            for gi, used in (gi_memory_used_mib or {}).items():
+                mig.gi_at(g, gi)["memory_used_mib"] = used
+
+    # --- gpustack's MIG markers ------------------------------------------------------------------
+
+    def marker_dir(self, pod_uid: str, root: str = GPUSTACK_PODS) -> Path:
+        """`<rootfs><root>/<podUID>`: a pod's work tree in gpustack's device plugin."""
+        return self.rootfs / root.lstrip("/") / pod_uid
+
+    def write_marker(
+        self,
+        pod_uid: str,
+        container: str,
+        gpu: int,
+        gi: int,
+        ci: int = 0,
+        *,
+        root: str = GPUSTACK_PODS,
+    ) -> Path:
+        """
+        gpustack's ownership marker for the MIG device (GPU, GI, CI), as its writeMarker makes
+        it: `<root>/<podUID>/c-<container>/nvidia-mig-<GPU UUID>.json`, Go json.Marshal of
+        migMarker (compact, declaration order), temp file + chmod 0644 + rename.
+        """
+        g = mig.gpu_at(self.state(), gpu)
+        inst = mig.gi_at(g, gi)
+        mig.ci_at(g, gi, ci)
+        gp = mig.profile_of(g, inst)
+        record = {
+            "podUID": pod_uid,
+            "container": container,
+            "card": g["uuid"],
+            "profile": gp.name,
+            "giID": gi,
+            "ciID": ci,
+            "migUUID": mig.mig_uuid(g, gi, ci),
+            "computeSlices": gp.compute,
+            "start": inst["start"],
+            "length": inst["size"],
+        }
+        folder = self.marker_dir(pod_uid, root) / f"c-{container}"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"nvidia-mig-{g['uuid']}.json"
+        handle, tmp = tempfile.mkstemp(prefix=".nvidia-mig-", suffix=".tmp", dir=folder)
+        with os.fdopen(handle, "w") as out:
+            out.write(_go_json(record))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+        return path
+
+    def remove_marker_dir(self, pod_uid: str, root: str = GPUSTACK_PODS) -> None:
+        """gpustack's GC of a pod gone from the live set: `<root>/<podUID>` removed."""
+        shutil.rmtree(self.marker_dir(pod_uid, root), ignore_errors=True)
 
     # --- pods (the CRI view) ----------------------------------------------------------------------
 
@@ -607,14 +989,21 @@ class SimNode:
 
     def reboot(self) -> str:
         """
-        A reboot: new boot id, holders killed, every vNPU lost (no vnpu-cfg-recover), sandboxes
-        NOTREADY and containers EXITED. The checkpoint file survives. Returns the new boot id.
+        A reboot: new boot id, holders killed, every vNPU and MIG GPU/compute instance lost (no
+        vnpu-cfg-recover; MIG mode stays, its instances do not), sandboxes NOTREADY and
+        containers EXITED. The checkpoint file survives. Returns the new boot id.
         """
         with self._mutate() as state:
             self._kill_holders(state)
             for vnpu in state["vnpus"]:
                 self._retire_devfile(vnpu["id"])
-            state.update(vnpus=[], processes=[], boot_id=str(uuid.uuid4()))
+            for gpu in state.get("gpus", []):  # MIG instances do not survive a reboot
+                for gi in gpu["gis"]:
+                    for ci in gi["cis"]:
+                        self._retire(self._cap_path(gpu, gi["id"], ci["id"]))
+                    self._retire(self._cap_path(gpu, gi["id"]))
+                gpu["gis"] = []
+            state.update(vnpus=[], processes=[], gpu_processes=[], boot_id=str(uuid.uuid4()))
             for pod in state["pods"]:
                 _reboot_pod(pod)
             return state["boot_id"]
@@ -624,13 +1013,17 @@ class SimNode:
         Make `tool subcommand` answer wrongly. Keys: exit, stdout, stderr (replace the answer
         when any is given), hang_seconds (sleep first). For npu-smi destroy-vnpu also
         fail_ids=[ids] (refused as in use though free) and lie_ids=[ids] (success printed,
-        vNPU kept).
+        vNPU kept). For nvidia-smi dgi / dci also fail_gis=[(gpu, gi)]: destroying that GPU
+        instance (dgi) or its compute instances (dci) is refused "In use by another client".
         """
         if subcommand not in FAULT_POINTS.get(tool, ()):
             raise ValueError(f"no fault point {tool} {subcommand}; have {FAULT_POINTS}")
         fail, lie = spec.pop("fail_ids", None), spec.pop("lie_ids", None)
         if (fail or lie) and (tool, subcommand) != ("npu-smi", "destroy-vnpu"):
             raise ValueError("fail_ids/lie_ids are faults of npu-smi destroy-vnpu only")
+        fail_gis = [[int(g), int(gi)] for g, gi in spec.pop("fail_gis", None) or ()]
+        if fail_gis and (tool, subcommand) not in (("nvidia-smi", "dgi"), ("nvidia-smi", "dci")):
+            raise ValueError("fail_gis is a fault of nvidia-smi dgi and dci only")
         _check_override(spec)
         with self._mutate() as state:
             faults = state["faults"]
@@ -638,6 +1031,10 @@ class SimNode:
                 faults["tools"].setdefault(tool, {})[subcommand] = spec
             faults["destroy_fail"] = sorted(set(faults["destroy_fail"]) | set(fail or ()))
             faults["destroy_lies"] = sorted(set(faults["destroy_lies"]) | set(lie or ()))
+            if fail_gis:
+                mig_fail = faults.setdefault("mig_fail", {"dgi": [], "dci": []})
+                merged = {tuple(x) for x in mig_fail[subcommand]} | {tuple(x) for x in fail_gis}
+                mig_fail[subcommand] = [list(x) for x in sorted(merged)]
 
     def clear_faults(self) -> None:
         with self._mutate() as state:
@@ -668,6 +1065,8 @@ def _new_state(chips: list[State], boot_id: str | None, version: str, mcu: bool)
         "chips": chips,
         "vnpus": [],
         "processes": [],
+        "gpus": [],
+        "gpu_processes": [],
         "pods": [],
         "checkpoint": [],
         "registered": {},
@@ -676,7 +1075,17 @@ def _new_state(chips: list[State], boot_id: str | None, version: str, mcu: bool)
 
 
 def _no_faults() -> State:
-    return {"tools": {}, "destroy_fail": [], "destroy_lies": []}
+    return {"tools": {}, "destroy_fail": [], "destroy_lies": [], "mig_fail": {"dgi": [], "dci": []}}
+
+
+def _mig_fails(state: State, subcommand: str) -> list[list[int]]:
+    return list(state["faults"].get("mig_fail", {}).get(subcommand, []))
+
+
+def _go_json(record: Mapping[str, Any]) -> str:
+    """encoding/json's Marshal: compact, UTF-8 kept, <, > and & escaped as \\u003c etc."""
+    text = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def _check_override(spec: Mapping[str, Any]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from enforcer.sim import mig
 from enforcer.sim.node import State
 
 if TYPE_CHECKING:
@@ -35,6 +36,28 @@ def _chip_lines(node: SimNode, state: State) -> list[str]:
     return lines
 
 
+def _gpu_lines(node: SimNode, state: State) -> list[str]:
+    lines = []
+    holders = {(p["gpu"], p["gi"], p["ci"]): p["pid"] for p in node.gpu_holders(state)}
+    for gpu in state.get("gpus", []):
+        mode = "MIG on" if gpu["mig"] else "MIG off"
+        lines.append(
+            f"gpu {gpu['index']} {gpu['name']} {gpu['uuid']} (minor {gpu['minor']}, "
+            f"{gpu['bus_id']}): {mode}, {len(gpu['gis'])} GPU instance(s)"
+        )
+        for gi in mig.listed_gis(gpu):
+            gp = mig.profile_of(gpu, gi)
+            lines.append(f"  gi {gi['id']} {gp.name} {gi['start']}:{gi['size']}")
+            for ci in sorted(gi["cis"], key=lambda c: c["id"]):
+                held = holders.get((gpu["index"], gi["id"], ci["id"]))
+                lines.append(
+                    f"    ci {ci['id']} {mig.ci_profile_of(gp, ci).name} "
+                    f"{mig.mig_uuid(gpu, gi['id'], ci['id'])}"
+                    + (f", held by pid {held}" if held else "")
+                )
+    return lines
+
+
 def _pod_lines(state: State) -> list[str]:
     lines = [f"pods: {len(state['pods'])}"]
     for pod in state["pods"]:
@@ -59,18 +82,25 @@ def _checkpoint_lines(state: State) -> list[str]:
 def _fault_lines(state: State) -> list[str]:
     faults = state["faults"]
     points = [f"{tool} {sub}" for tool, subs in faults["tools"].items() for sub in subs]
-    if not (points or faults["destroy_fail"] or faults["destroy_lies"]):
+    mig_fails = {k: v for k, v in faults.get("mig_fail", {}).items() if v}
+    if not (points or faults["destroy_fail"] or faults["destroy_lies"] or mig_fails):
         return ["faults: none"]
-    return [
+    line = (
         f"faults: answers {points or '-'}, destroy fails {faults['destroy_fail'] or '-'}, "
         f"destroy lies {faults['destroy_lies'] or '-'}"
-    ]
+    )
+    return [line + (f", MIG destroy fails {mig_fails}" if mig_fails else "")]
 
 
 def render_summary(node: SimNode, state: State) -> str:
-    head = f"node {node.path} boot {state['boot_id']} npu-smi {state['npu_smi_version']}"
+    head = f"node {node.path} boot {state['boot_id']}"
+    if state["chips"]:
+        head += f" npu-smi {state['npu_smi_version']}"
+    if state.get("gpus"):
+        head += f" nvidia driver {state['nvidia']['driver_version']}"
     body = [
         *_chip_lines(node, state),
+        *_gpu_lines(node, state),
         *_pod_lines(state),
         *_checkpoint_lines(state),
         *_fault_lines(state),

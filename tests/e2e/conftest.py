@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from enforcer.sim import mig_story
 from enforcer.sim.namespace import NodeNamespace
 from enforcer.sim.node import SimNode
 
@@ -32,6 +33,13 @@ class Enforced:
         found = [v for v in self.report["verdicts"] if v["partition"]["id"] == str(vnpu)]
         assert found, f"no verdict for vNPU {vnpu}:\n{self.output}"
         return found[-1]["status"]
+
+    def statuses(self, partition: int) -> list[str]:
+        """Every verdict under that id: a partition listed now, and an entry of one gone."""
+        assert self.report, self.output
+        return [
+            v["status"] for v in self.report["verdicts"] if v["partition"]["id"] == str(partition)
+        ]
 
     def reason(self, vnpu: int) -> str:
         assert self.report
@@ -104,3 +112,30 @@ def seed_node(tmp_path, namespaces):
         )
         assert built.returncode == 0, built.stderr
         yield Node(ns, path, write_inventory(tmp_path / "inventory.py", path))
+
+
+class MigNode(Node):
+    """The H100 node; `gis`: its GPU instances by name in the story (a, b, leak)."""
+
+    gis: dict[str, int]
+
+    def instances(self) -> set[int]:
+        return {int(g["id"]) for g in self.sim.gpu_instances(0)}
+
+
+@pytest.fixture
+def mig_node(tmp_path, namespaces):
+    """The MIG story's H100 node (enforcer.sim.mig_story), in its own namespace."""
+    path = tmp_path / "node"
+    _, gis = mig_story.build(path)
+    with NodeNamespace(path) as ns:
+        inventory = write_inventory(
+            tmp_path / "inventory.py",
+            path,
+            enforcer_tools=mig_story.tools(path),
+            **mig_story.HOST_DATA,
+        )
+        node = MigNode(ns, path, inventory)
+        node.gis = gis
+        ns.hold_mig(0, gis["a"], 0, mig_story.LLM_A)  # llm-a's process, in its pod's cgroup
+        yield node

@@ -88,7 +88,9 @@ def test_a_failed_destroy_is_retried_and_reported(seed_node):
     assert "destroy vnpu 101 failed" in failed.output
     assert seed_node.vnpus() >= {101} and 102 not in seed_node.vnpus()
     retry = seed_node.enforce()
-    assert retry.verdict(101) == "orphan" and "retry after 1 failed" in retry.reason(101)
+    assert retry.verdict(101) == "destroy-failed" and "after 1 destroy attempt(s)" in retry.reason(
+        101
+    )
     seed_node.sim.clear_faults()
     retry = seed_node.enforce()
     assert 101 not in seed_node.vnpus()

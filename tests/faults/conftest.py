@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-from e2e.conftest import seed_node  # noqa: F401 (fixture, shared)
+from e2e.conftest import mig_node, seed_node  # noqa: F401 (fixtures, shared)
 
 
 @pytest.fixture(autouse=True)

@@ -109,7 +109,9 @@ def test_dropped_after_the_ledger_write_before_the_destroy(seed_node, tmp_path):
     assert 101 in seed_node.vnpus()
     retry = seed_node.enforce()
     assert retry.rc == 0, retry.output
-    assert retry.verdict(101) == "orphan" and "retry after 2 failed" in retry.reason(101)
+    assert retry.verdict(101) == "destroy-failed" and "after 2 destroy attempt(s)" in retry.reason(
+        101
+    )
     assert seed_node.vnpus() == {LIVE, infer_b}
     assert seed_node.enforce().verdict(101) == "destroyed"
 
@@ -167,7 +169,7 @@ def test_clock_going_backwards_restarts_every_streak_and_keeps_destroy_attempts(
         if n == 0:
             assert run.report["ledger"].startswith("clock went backwards")
             assert run.verdict(102) == "destroyed"  # its listing was read whole: confirmed
-    assert run.verdict(101) == "orphan" and "retry after 1 failed" in run.reason(101)
+    assert run.verdict(101) == "destroy-failed" and "after 1 destroy attempt(s)" in run.reason(101)
     assert 101 not in seed_node.vnpus()
 
 

@@ -10,6 +10,7 @@ from enforcer.model import (
     NO_CONTAINER,
     NODE,
     VNPU,
+    Chip,
     Container,
     Holder,
     Observation,
@@ -51,8 +52,13 @@ def vnpu(
     )
 
 
+CHIPS = (Chip(0, 0, 0, "310P3"), Chip(0, 1, 1, "310P3"))
+
+
 def node(*partitions: Partition, now: float = T0, boot: str = BOOT, **more) -> Observation:
-    return Observation("n1", boot, now, partitions=partitions, health=OK, **more)
+    return Observation(
+        "n1", boot, now, partitions=partitions, **({"chips": CHIPS, "health": OK} | more)
+    )
 
 
 def policy(**data):
@@ -88,6 +94,11 @@ def status(verdicts, vid) -> str:
     return verdicts[str(vid)].status
 
 
+def proven(verdicts, vid) -> bool:
+    """Proven orphaned: destroyed in the run (again, when a run before already tried)."""
+    return verdicts[str(vid)].is_orphan
+
+
 # Rule 1: everything was read.
 
 
@@ -111,14 +122,14 @@ def test_everything_was_read_failure_on_one_chip_spares_the_others():
     health = OK + (SourceHealth("npu-smi", "unreadable", "npu:0:1", "garbage"),)
     v, _ = runs(lambda i: replace(node(vnpu(102), vnpu(118, chip=1)), health=health), 4)
     assert status(v, 118) == "inconclusive"
-    assert status(v, 102) == "orphan"
+    assert proven(v, 102)
 
 
 def test_everything_was_read_a_source_not_required_does_not_block():
     health = OK[:4] + (SourceHealth("cri", "unavailable", NODE, "crictl not found"),)
     pol = policy(required_sources=["kubelet-checkpoint"])
     v, _ = runs(lambda i: replace(node(vnpu(102)), health=health), 4, pol=pol)
-    assert status(v, 102) == "orphan"
+    assert proven(v, 102)
 
 
 # Rule 2: not held.
@@ -163,7 +174,7 @@ def test_not_claimed_exact_claim_of_huaweis_plugin_keeps_its_vnpu():
     )
     alive = Pod("pod-a", "cri", "alive", "a", "default", "sandbox ready")
     v, _ = runs(lambda i: node(vnpu(102), vnpu(103), records=(real,), pods=(alive,)), 6)
-    assert status(v, 102) == "claimed" and status(v, 103) == "orphan"
+    assert status(v, 102) == "claimed" and proven(v, 103)
 
 
 def ctr(uid: str, attempt: int = 0, name: str = "main") -> Container:
@@ -179,7 +190,7 @@ def test_not_claimed_starting_pod_keeps_what_appeared_after_its_container_and_lo
 
     v, _ = runs(at, 6)
     assert status(v, 104) == "claimed"
-    assert status(v, 102) == status(v, 103) == "orphan"
+    assert proven(v, 102) and proven(v, 103)
     assert (
         "not pod pod-b's (kubelet-checkpoint): listed in run 1, before its containers "
         "appeared (run 2)" in v["102"].evidence
@@ -205,7 +216,7 @@ def test_not_claimed_a_retry_releases_the_vnpu_of_the_failed_attempt():
         return node(*parts, records=(hami("pod-b"),), containers=attempts)
 
     v, _ = runs(at, 7)
-    assert status(v, 103) == "claimed" and status(v, 102) == "orphan"
+    assert status(v, 103) == "claimed" and proven(v, 102)
 
 
 def test_not_claimed_when_which_is_the_owners_cannot_be_told_all_are_kept():
@@ -226,7 +237,7 @@ def test_not_claimed_an_unread_container_listing_proves_nothing_about_its_run():
         return node(*parts, records=(hami("pod-b"),), containers=listing)
 
     v, _ = runs(at, 6)
-    assert status(v, 103) == "claimed" and status(v, 102) == "orphan"
+    assert status(v, 103) == "claimed" and proven(v, 102)
 
 
 def test_not_claimed_appearance_is_counted_in_runs_so_a_clock_jump_moves_nothing():
@@ -241,7 +252,7 @@ def test_not_claimed_appearance_is_counted_in_runs_so_a_clock_jump_moves_nothing
         verdicts, ledger = decide(obs, load(dump(ledger)), pol, now)
         v = {x.partition.id: x for x in verdicts}
         assert i == 0 or status(v, 104) == "claimed"
-    assert status(v, 102) == "orphan"
+    assert proven(v, 102)
 
 
 def test_not_claimed_a_vnpu_made_before_any_container_says_nothing_by_its_age():
@@ -267,7 +278,7 @@ def test_not_claimed_an_owner_that_holds_its_vnpu_protects_no_other():
     running = vnpu(100, container="3f2a9c1d7e6b", status="1")
     holder = Holder(running.key, "npu-smi-status", None, "Status 1", owner_uid="pod-a")
     v, _ = runs(lambda i: node(running, vnpu(102), records=(hami("pod-a"),), holders=(holder,)), 4)
-    assert status(v, 100) == "held" and status(v, 102) == "orphan"
+    assert status(v, 100) == "held" and proven(v, 102)
 
 
 def test_not_claimed_a_held_vnpu_nobody_can_be_tied_to_does_not_satisfy_a_claim():
@@ -279,7 +290,7 @@ def test_not_claimed_a_held_vnpu_nobody_can_be_tied_to_does_not_satisfy_a_claim(
 
 def test_not_claimed_other_template_is_not_protected():
     v, _ = runs(lambda i: node(vnpu(102, "vir04"), records=(hami("pod-b", "vir02"),)), 4)
-    assert status(v, 102) == "orphan"
+    assert proven(v, 102)
 
 
 def test_not_claimed_owner_known_to_no_source_may_still_be_coming():
@@ -294,7 +305,7 @@ def test_not_claimed_owner_the_api_lists_no_more_is_gone():
     v, _ = runs(
         lambda i: replace(node(vnpu(102), records=(hami("pod-gone"),)), health=health), 4, pol=pol
     )
-    assert status(v, 102) == "orphan"
+    assert proven(v, 102)
 
 
 def test_not_claimed_any_one_source_saying_alive_keeps_it():
@@ -342,7 +353,7 @@ def test_not_claimed_the_same_allocation_seen_by_two_sources_is_counted_once():
         return node(*parts, records=(hami("pod-b"), note), pods=(alive,), containers=containers)
 
     v, _ = runs(at, 5)
-    assert status(v, 103) == "claimed" and status(v, 102) == "orphan"
+    assert status(v, 103) == "claimed" and proven(v, 102)
 
 
 # Rule 4: not pinned.
@@ -351,7 +362,7 @@ def test_not_claimed_the_same_allocation_seen_by_two_sources_is_counted_once():
 def test_not_pinned_host_data_pin_is_never_touched():
     pol = policy(pinned=[{"kind": "ascend-vnpu", "id": "102"}])
     v, _ = runs(lambda i: node(vnpu(102), vnpu(103)), 6, pol=pol)
-    assert status(v, 102) == "pinned" and status(v, 103) == "orphan"
+    assert status(v, 102) == "pinned" and proven(v, 103)
 
 
 # Rule 5: proven over time.
@@ -363,7 +374,7 @@ def test_proven_over_time_needs_both_runs_and_seconds():
     v, _ = runs(lambda i: node(vnpu(102)), 5, step=60)  # 5 runs but 240 s of 600
     assert status(v, 102) == "pending" and "240/600 s" in v["102"].reason
     v, _ = runs(lambda i: node(vnpu(102)), 3, step=300)
-    assert status(v, 102) == "orphan"
+    assert proven(v, 102)
 
 
 def test_proven_over_time_missing_ledger_is_a_first_observation():
@@ -423,7 +434,7 @@ def test_not_implausible_too_many_destroys_trip_the_breaker():
     v, _ = runs(lambda i: node(*many), 4)
     assert {x.status for x in v.values()} == {"breaker"}
     v, _ = runs(lambda i: node(*many), 4, pol=policy(breaker="off"))
-    assert {x.status for x in v.values()} == {"orphan"}
+    assert all(x.is_orphan for x in v.values())
 
 
 def test_not_implausible_a_few_destroys_pass():
@@ -436,7 +447,7 @@ def test_not_implausible_a_few_destroys_pass():
         ),
         4,
     )
-    assert status(v, 102) == "orphan" and status(v, 103) == "orphan"
+    assert proven(v, 102) and proven(v, 103)
 
 
 def test_not_implausible_a_source_that_went_silent_while_nothing_was_due_still_trips():
@@ -445,7 +456,7 @@ def test_not_implausible_a_source_that_went_silent_while_nothing_was_due_still_t
     v, ledger = runs(lambda i: node(vnpu(102), pods=(alive,) if i == 0 else ()), 4)
     assert status(v, 102) == "breaker"
     v, ledger = runs(lambda i: node(vnpu(102)), 1, ledger=ledger, pol=policy(breaker="off"))
-    assert status(v, 102) == "orphan" and ledger.live_owners["cri"] == 0
+    assert proven(v, 102) and ledger.live_owners["cri"] == 0
 
 
 def test_not_implausible_an_unreadable_source_keeps_its_last_count():
@@ -461,7 +472,7 @@ def test_not_implausible_an_unreadable_source_keeps_its_last_count():
 
 def test_verified_after_destroy_counts_once_the_listing_no_longer_shows_it():
     v, ledger = runs(lambda i: node(vnpu(102)), 3)
-    assert status(v, 102) == "orphan"
+    assert proven(v, 102)
     assert ledger.entries[vnpu(102).identity(BOOT)].destroy_attempts == 1
     v, ledger = runs(lambda i: node(), 1, ledger=ledger)
     assert status(v, 102) == "destroyed" and not ledger.entries
@@ -470,7 +481,7 @@ def test_verified_after_destroy_counts_once_the_listing_no_longer_shows_it():
 def test_verified_after_a_failed_destroy_is_retried_and_counted():
     _, ledger = runs(lambda i: node(vnpu(102)), 3)
     v, ledger = runs(lambda i: node(vnpu(102)), 1, ledger=ledger)
-    assert status(v, 102) == "orphan" and "retry after 1 failed" in v["102"].reason
+    assert status(v, 102) == "destroy-failed" and "after 1 destroy attempt(s)" in v["102"].reason
     assert ledger.entries[vnpu(102).identity(BOOT)].destroy_attempts == 2
 
 
@@ -484,7 +495,7 @@ def test_verified_after_an_unreadable_listing_proves_nothing_and_forgets_nothing
 
 def test_plan_mode_decides_but_records_no_destroy():
     v, ledger = runs(lambda i: node(vnpu(102)), 3, pol=policy(mode="plan"))
-    assert status(v, 102) == "orphan"
+    assert proven(v, 102)
     assert ledger.entries[vnpu(102).identity(BOOT)].destroy_attempts == 0
 
 
@@ -514,7 +525,7 @@ def test_not_claimed_records_that_disagree_on_when_the_vnpu_was_made_pass_over_n
     v, _ = runs(at, 5)
     assert status(v, 102) == status(v, 103) == "claimed"
     hami_alone = runs(lambda i: replace(at(i), records=(hami("pod-b"),)), 5)[0]
-    assert status(hami_alone, 102) == "orphan"
+    assert proven(hami_alone, 102)
 
 
 def test_not_claimed_what_one_counted_claim_keeps_does_not_count_for_another_of_its_owner():

@@ -11,7 +11,16 @@ from hypothesis import strategies as st
 
 from enforcer.contract import decide
 from enforcer.ledger import Ledger, dump, load
-from enforcer.model import VNPU, Holder, Observation, OwnerRecord, Partition, Pod, SourceHealth
+from enforcer.model import (
+    VNPU,
+    Chip,
+    Holder,
+    Observation,
+    OwnerRecord,
+    Partition,
+    Pod,
+    SourceHealth,
+)
 from enforcer.policy import policy_from_host_data
 
 BOOT = "b0a7c1d2-0000-4000-8000-000000000001"
@@ -68,6 +77,7 @@ def observation(parts, held, claimed, broken, now) -> Observation:
         "n1",
         BOOT,
         now,
+        chips=(Chip(0, 0, 0, "310P3"), Chip(0, 1, 1, "310P3")),
         partitions=tuple(parts),
         holders=holders,
         records=records,

@@ -41,6 +41,7 @@ def test_schema_is_valid_draft_2020_12_and_names_every_key_of_the_table():
         "enforcer_marker_roots", "enforcer_vm_metadata_roots", "enforcer_pinned",
         "enforcer_rootfs", "enforcer_procfs", "enforcer_sysfs", "enforcer_tools",
         "enforcer_state_dir", "enforcer_lock_path", "enforcer_command_timeout_seconds",
+        "enforcer_mig_geometry",  # the MIG issue's static geometry
     }  # fmt: skip
     assert set(HOST_DATA_KEYS) == table
     assert not SCHEMA.get("required")

@@ -185,7 +185,8 @@ def test_the_node_read_renders_every_value_shlex_quoted():
     script = snapshot()
     assert f"tool npu-smi-m {shlex.quote(NPU_SMI)} info -m\n" in script
     assert f"tool crictl-pods {shlex.quote(CRICTL)} pods -o json\n" in script
-    assert "set -- /srv/n1/dev/vdavinci*\n" in script
+    devs = "for f in /srv/n1/dev/vdavinci* /srv/n1/dev/nvidia-caps/nvidia-cap*; do\n"
+    assert devs in script
     checkpoint = "/srv/n1/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
     assert f'elif cp {checkpoint} "$records" 2>"$err"; then run checkpoint cat "$records"' in script
     assert "file ledger /srv/n1/var/lib/partition-enforcer/ledger.json\n" in script
@@ -253,6 +254,12 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "clock",
         "npu-smi-m",
         "npu-smi-info",
+        "nvidia-smi-list",
+        "nvidia-smi-lgi",
+        "nvidia-smi-lci",
+        "nvidia-smi",
+        "nvidia-caps",
+        "nvidia-gpus",
         "devnodes",
         "fd-scan",
         "holder-cgroups",

@@ -238,13 +238,13 @@ def test_a_vnpu_table_that_does_not_parse_makes_its_chip_unreadable_with_command
     assert [p.key for p in obs.partitions] == [KEY.format(i) for i in (100, 101, 102)]
 
 
-def test_a_vnpu_table_for_a_chip_not_in_the_chip_map_makes_npu_smi_unreadable_node_wide():
+def test_a_vnpu_table_for_a_chip_not_in_the_chip_map_makes_npu_smi_unreadable_for_every_vnpu():
     obs = read({"npu-smi-vnpu:2:0": ("0", EMPTY_TABLE, "")})
     assert obs.health == (
         SourceHealth(
             "npu-smi",
             "unreadable",
-            "node",
+            "ascend-vnpu",
             "vNPU tables for chips not in the chip map: ['npu-smi-vnpu:2:0']",
         ),
     )
@@ -264,7 +264,7 @@ def test_a_tool_that_exited_non_zero_is_named_with_its_exit_code_and_first_lines
         SourceHealth(
             "npu-smi",
             "unreadable",
-            "node",
+            "ascend-vnpu",
             "npu-smi info -m exited 3: "
             "dcmi model initialized failed, because the device is used. ret is -8020 |  | "
             "second line",
@@ -277,7 +277,7 @@ def test_a_tool_that_exited_non_zero_is_named_with_its_exit_code_and_first_lines
 def test_a_tool_that_timed_out_shows_its_stderr_before_its_stdout():
     obs = read({"npu-smi-info": ("124", "partial\n", "Terminated\n")})
     assert obs.health == (
-        SourceHealth("npu-smi", "unreadable", "node", "npu-smi info exited 124: Terminated"),
+        SourceHealth("npu-smi", "unreadable", "ascend-vnpu", "npu-smi info exited 124: Terminated"),
     )
     assert by_source(obs, "npu-smi-processes") == []
 

@@ -1,0 +1,293 @@
+"""
+gpustack's MIG ownership markers, read from the node read's listing of the per-pod tree.
+
+Writer (gpustack/gpustack-operator, pkg/devicemanager/allocator/{nvidia,thead,hygon}/mig.go):
+one record per container per card at `<root>/<podUID>/c-<container>/<vendor>-mig-<card>.json`,
+`json.Marshal` of a flat struct (no omitempty), published by write-then-rename. The node read
+prints one line per such file, `<b64 relative path> <b64 bytes>`, or `<b64 relative path> !`
+when the file could not be read.
+
+A record that cannot be read whole is an `Unreadable`, attributed to the card its file name names
+(as gpustack's own reader attributes a corrupt marker), so the caller fails closed on that card
+alone. A listing that is not the node read's shape raises ParseError: nothing in it can be trusted.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from facts.errors import ParseError
+
+LAYOUTS = ("gpustack",)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """One readable ownership record: `pod_uid`/`container` own partition `mig_uuid` on `card`."""
+
+    vendor: str  # "nvidia", "thead", "hygon"
+    pod_uid: str
+    container: str
+    card: str  # accelerator UUID (GPU-..., or the vendor's card UUID)
+    profile: str
+    gi: int | None  # None only when the record lacks the key (gpustack would read it as 0)
+    ci: int | None
+    mig_uuid: str
+    start: int | None  # placement start/length when recorded
+    length: int | None
+    path: str  # relative path, the evidence
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A marker file whose ownership cannot be known; the caller holds `card` closed."""
+
+    card: str | None  # the accelerator it concerns (from its file name), None if unknown
+    path: str
+    reason: str
+
+
+_STR, _U32, _I32 = "string", "uint32", "int32"
+_RANGES = {_U32: (0, 2**32), _I32: (-(2**31), 2**31)}
+
+# The Go structs' json tags and types (migMarker in each vendor's mig.go).
+_COMMON = {
+    "podUID": _STR,
+    "container": _STR,
+    "card": _STR,
+    "profile": _STR,
+    "giID": _U32,
+    "ciID": _U32,
+    "migUUID": _STR,
+    "start": _I32,
+    "length": _I32,
+}
+_FIELDS: Mapping[str, Mapping[str, str]] = {
+    "nvidia": {**_COMMON, "computeSlices": _I32},
+    "thead": {**_COMMON, "profileID": _U32, "computeSlices": _I32},
+    "hygon": {**_COMMON, "pciBusID": _STR, "profileID": _U32, "confPath": _STR},
+}
+# What each vendor's parseMarker refuses as "incomplete record" when empty or absent.
+_REQUIRED: Mapping[str, tuple[str, ...]] = {
+    "nvidia": ("podUID", "card", "profile", "migUUID"),
+    "thead": ("podUID", "card", "profile", "migUUID"),
+    "hygon": ("podUID", "card", "pciBusID", "profile", "migUUID", "confPath"),
+}
+
+_POD_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_CONTAINER = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # DNS-1123 label
+_MARKER_NAME = re.compile(r"(?P<vendor>.*?)-mig-(?P<card>.*)\.json", re.DOTALL)
+_CARD = re.compile(r"[!-~]+")  # printable ASCII; a name with anything else names no card
+# The writer's temp file (nvidia/mig.go and thead/mig.go writeMarker: os.CreateTemp(dir,
+# ".<vendor>-mig-*.tmp"), Go filling "*" with decimal digits, then chmod and rename). One is left
+# only when gpustack died before the rename, so it was never a published record. Later writers
+# use osx.DurableWrite, whose temp naming is not in the sources read: not recognised here.
+_WRITER_TEMP = re.compile(r"\.(nvidia|thead)-mig-[0-9]+\.tmp")
+
+
+class _Place(NamedTuple):
+    pod_uid: str
+    container: str
+    vendor: str
+    card: str
+    path: str
+
+
+_JSON_TYPES = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+
+
+class _Bad(Exception):
+    """A record that cannot be read whole; the message is the Unreadable reason."""
+
+
+# --- the listing -------------------------------------------------------------------------------
+
+
+def _lines(text: str) -> list[str]:
+    body = text.removesuffix("\n")
+    return body.split("\n") if body else []
+
+
+def _unb64(field: str, what: str, line: str, lineno: int) -> bytes:
+    try:
+        return base64.b64decode(field, validate=True)
+    except (binascii.Error, ValueError) as err:  # ValueError: non-ASCII text
+        raise ParseError(f"markers: {what} is not base64", line, lineno) from err
+
+
+def _split(line: str, lineno: int) -> tuple[str, bytes | None]:
+    """(relative path, file bytes or None for `!`)."""
+    fields = line.split(" ")
+    if len(fields) != 2:
+        raise ParseError("markers: not '<b64 path> <b64 content>|!'", line, lineno)
+    try:
+        path = _unb64(fields[0], "path", line, lineno).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ParseError("markers: path is not UTF-8", line, lineno) from err
+    content = None if fields[1] == "!" else _unb64(fields[1], "content", line, lineno)
+    return path, content
+
+
+def _place(path: str, line: str, lineno: int) -> _Place | None:
+    """Where the file sits in the tree; None for the writer's temp file."""
+    parts = path.split("/")
+    if len(parts) != 3:
+        raise ParseError("markers: path is not <podUID>/c-<container>/<file>", line, lineno)
+    pod_uid, ctr_dir, name = parts
+    if not _POD_UID.fullmatch(pod_uid):
+        raise ParseError(f"markers: {pod_uid!r} is not a pod UID", line, lineno)
+    if not (ctr_dir.startswith("c-") and _CONTAINER.fullmatch(ctr_dir[2:])):
+        raise ParseError(f"markers: {ctr_dir!r} is not c-<container name>", line, lineno)
+    if _WRITER_TEMP.fullmatch(name):
+        return None
+    found = _MARKER_NAME.fullmatch(name)
+    if not found:
+        raise ParseError(f"markers: {name!r} is not <vendor>-mig-<card>.json", line, lineno)
+    return _Place(pod_uid, ctr_dir[2:], found["vendor"], found["card"], path)
+
+
+# --- one record --------------------------------------------------------------------------------
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Go keeps the last of a repeated key; the writer never repeats one, so refuse it."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _Bad(f"duplicate key {key!r}")
+        seen.add(key)
+    return dict(pairs)
+
+
+def _reject_constant(name: str) -> Any:
+    raise _Bad(f"{name} is not JSON json.Marshal writes")
+
+
+def _load(raw: bytes) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise _Bad(f"not UTF-8 ({err.reason} at byte {err.start})") from err
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+    except json.JSONDecodeError as err:
+        raise _Bad(f"not JSON ({err.msg} at line {err.lineno} column {err.colno})") from err
+    except (ValueError, RecursionError) as err:  # a number over int()'s digit limit, deep nesting
+        raise _Bad(f"not JSON json.Marshal writes ({type(err).__name__})") from err
+    if not isinstance(value, dict):
+        raise _Bad(f"not a JSON object but {_JSON_TYPES.get(type(value), 'a number')}")
+    return value
+
+
+def _typed(name: str, value: Any, kind: str) -> str | int:
+    """Go's decoder fails on a wrong type; a bool, float or string is never an int here."""
+    if kind == _STR:
+        if isinstance(value, str):
+            return value
+    elif type(value) is int and _RANGES[kind][0] <= value < _RANGES[kind][1]:
+        return value
+    raise _Bad(f"field {name!r} is not a {kind}: {repr(value)[:40]}")
+
+
+def _known_fields(record: dict[str, Any], fields: Mapping[str, str]) -> dict[str, Any]:
+    """
+    The record's known fields, type-checked. Go matches keys case-insensitively, so a key that
+    folds onto a field without being it would be read by gpustack as that field: refused.
+    """
+    folded = {name.casefold(): name for name in fields}
+    values: dict[str, Any] = {}
+    for key, value in record.items():
+        name = folded.get(key.casefold())
+        if name is None:
+            continue  # a field a newer writer added
+        if key != name:
+            raise _Bad(f"key {key!r} would be read by gpustack as {name!r}")
+        values[name] = _typed(name, value, fields[name])
+    return values
+
+
+def _check_required(values: dict[str, Any], vendor: str) -> None:
+    for name in _REQUIRED[vendor]:
+        if name not in values:
+            raise _Bad(f"missing field {name!r}")
+        if values[name] == "":
+            raise _Bad(f"field {name!r} is empty")
+
+
+def _check_place(values: dict[str, Any], place: _Place) -> None:
+    """The record must agree with where it sits, or its owner and card are both in doubt."""
+    if values["card"] != place.card:
+        raise _Bad(f"card field {values['card']!r} is not the file name's card {place.card!r}")
+    if values["podUID"] != place.pod_uid:
+        raise _Bad(f"podUID field {values['podUID']!r} is not its directory {place.pod_uid!r}")
+    if "container" in values and values["container"] != place.container:
+        raise _Bad(
+            f"container field {values['container']!r} is not its directory {place.container!r}"
+        )
+
+
+def _marker(place: _Place, content: bytes | None) -> Marker:
+    if place.vendor not in _FIELDS:
+        raise _Bad(f"unknown vendor {place.vendor!r}")
+    if content is None:
+        raise _Bad("the node could not read the file")
+    values = _known_fields(_load(content), _FIELDS[place.vendor])
+    _check_required(values, place.vendor)
+    _check_place(values, place)
+    return Marker(
+        vendor=place.vendor,
+        pod_uid=place.pod_uid,
+        container=place.container,
+        card=place.card,
+        profile=values["profile"],
+        gi=values.get("giID"),
+        ci=values.get("ciID"),
+        mig_uuid=values["migUUID"],
+        start=values.get("start"),
+        length=values.get("length"),
+        path=place.path,
+    )
+
+
+def _entry(place: _Place, content: bytes | None) -> Marker | Unreadable:
+    card = place.card if _CARD.fullmatch(place.card) else None
+    if card is None:
+        return Unreadable(None, place.path, f"file name names no card ({place.card!r})")
+    try:
+        return _marker(place, content)
+    except _Bad as bad:
+        return Unreadable(card, place.path, str(bad))
+
+
+def parse_marker_listing(
+    text: str, layout: str = "gpustack"
+) -> tuple[list[Marker], list[Unreadable]]:
+    """
+    The markers of one root's listing, and the files among them that could not be read whole.
+    Raises ParseError when the listing itself is not the node read's shape.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown marker layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    markers: list[Marker] = []
+    unreadable: list[Unreadable] = []
+    seen: set[str] = set()
+    for lineno, line in enumerate(_lines(text), start=1):
+        path, content = _split(line, lineno)
+        if path in seen:
+            raise ParseError("markers: path listed twice", line, lineno)
+        seen.add(path)
+        place = _place(path, line, lineno)
+        if place is None:
+            continue
+        entry = _entry(place, content)
+        if isinstance(entry, Marker):
+            markers.append(entry)
+        else:
+            unreadable.append(entry)
+    return markers, unreadable

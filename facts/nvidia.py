@@ -1,0 +1,654 @@
+"""
+Strict parsers for NVIDIA MIG state: `nvidia-smi -L`, `nvidia-smi mig -lgi` and `-lci`, the default
+`nvidia-smi` tables, /proc/driver/nvidia-caps/mig-minors and /proc/driver/nvidia/gpus/*/information.
+
+Table layouts follow real captures (R450 to R580); cells are matched by their `|` separators and
+headers by their text, never by column offsets (widths change between driver releases). The two
+procfs files follow the driver's own printf formats (open-gpu-kernel-modules nv-caps.c and
+nv-procfs.c). Numbers are ASCII digits only ([0-9], never \\d). Any line that is not part of the
+layout raises ParseError: the caller marks the source unreadable instead of reading partial output.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from facts.errors import ParseError
+
+_N = r"[0-9]+"
+_MAX_DIGITS = 18
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_GPU_UUID = rf"GPU-{_UUID}"
+# R470+: MIG-<uuid>; R450: MIG-<GPU UUID>/<GI>/<CI>.
+_MIG_UUID = rf"MIG-(?:{_UUID}|(?P<parent>{_GPU_UUID})/{_N}/{_N})"
+# "1g.10gb", "1g.10gb+me", "1g.24gb+me.all", "1g.24gb-me", "1g.24gb+gfx"; CIs add "1c.".
+_GI_PROFILE = r"[0-9]+g\.[0-9]+gb(?:[+-][a-z]+(?:\.[a-z]+)*)*"
+_PROFILE = rf"(?:[0-9]+c\.)?{_GI_PROFILE}"
+_NO_DEVICES = "No devices were found"
+_NO_MIG = "No MIG-enabled devices found."
+
+
+def _num(digits: str) -> int:
+    """Digits a pattern matched as an int: more than the tool prints is a ParseError, not
+    int()'s ValueError past 4300 digits."""
+    if len(digits) > _MAX_DIGITS:
+        raise ParseError(f"number with more than {_MAX_DIGITS} digits", digits[:40])
+    return int(digits)
+
+
+def _opt(digits: str | None) -> int | None:
+    return None if digits is None or digits == "N/A" else _num(digits)
+
+
+class _Lines:
+    """The output's numbered lines, read one at a time; `fail` names the line read last.
+
+    Only "\\n" ends a line and only spaces are trimmed (the tool pads with them): a stray control
+    character stays inside its line and fails that line's pattern."""
+
+    def __init__(self, text: str, tool: str) -> None:
+        lines = [line.rstrip(" ") for line in text.split("\n")]
+        while lines and not lines[-1]:
+            lines.pop()
+        self.items = list(enumerate(lines, start=1))
+        self.pos = 0
+        self.tool = tool
+        self.last: tuple[int, str] = (0, "")
+
+    def peek(self) -> str | None:
+        return self.items[self.pos][1] if self.pos < len(self.items) else None
+
+    def take(self, what: str) -> str:
+        if self.pos >= len(self.items):
+            raise ParseError(f"{self.tool}: output ends before {what}")
+        self.last = self.items[self.pos]
+        self.pos += 1
+        return self.last[1]
+
+    def expect(self, pattern: re.Pattern[str], what: str) -> re.Match[str]:
+        match = pattern.fullmatch(self.take(what))
+        if match is None:
+            raise self.fail(f"expected {what}")
+        return match
+
+    def fail(self, what: str) -> ParseError:
+        return ParseError(f"{self.tool}: {what}", self.last[1], self.last[0])
+
+    def only(self, messages: tuple[str, ...]) -> bool:
+        """Whether the whole output is one of the tool's "nothing to list" messages."""
+        if len(self.items) == 1 and self.items[0][1] in messages:
+            self.take("")
+            return True
+        return False
+
+    def end(self) -> None:
+        if self.peek() is not None:
+            self.take("")
+            raise self.fail("unexpected line after the output")
+
+
+_SPACES = re.compile(" +")
+
+
+def _cells(line: str) -> tuple[str, ...] | None:
+    """The cells of a `| a | b |` line with runs of spaces squeezed, or None when it is not one."""
+    if len(line) < 2 or line[0] != "|" or line[-1] != "|":
+        return None
+    return tuple(_SPACES.sub(" ", cell).strip(" ") for cell in line[1:-1].split("|"))
+
+
+_Head = tuple[tuple[str, ...], ...]  # one header: the cells of each of its lines
+
+
+def _head(lines: _Lines, variants: tuple[_Head, ...], what: str) -> int:
+    """Read a header that must be one of `variants` (all of the same height); its index."""
+    alive = list(range(len(variants)))
+    for i in range(len(variants[0])):
+        cells = _cells(lines.take(what))
+        alive = [v for v in alive if variants[v][i] == cells]
+        if not alive:
+            raise lines.fail(f"expected {what}")
+    return alive[0]
+
+
+_BORDER = re.compile(r"\+-+\+")
+_RULE = re.compile(r"\|=+\|")
+
+# --- nvidia-smi -L -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """`nvidia-smi -L`: "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0d08...)"."""
+
+    index: int
+    name: str
+    uuid: str
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """`nvidia-smi -L`: "  MIG 1g.10gb     Device  1: (UUID: MIG-8443...)" under its GPU."""
+
+    gpu: int
+    profile: str
+    device: int
+    uuid: str
+
+
+_GPU_LINE = re.compile(rf"GPU (?P<index>{_N}): (?P<name>[ -~]+?) \(UUID: (?P<uuid>{_GPU_UUID})\)")
+_MIG_LINE = re.compile(
+    rf"  MIG (?P<profile>{_PROFILE}) +Device +(?P<device>{_N}): \(UUID: (?P<uuid>{_MIG_UUID})\)"
+)
+
+
+def parse_gpu_list(text: str) -> tuple[list[Gpu], list[MigDevice]]:
+    """`nvidia-smi -L`: each GPU, and the MIG devices listed under it (one per compute instance)."""
+    lines = _Lines(text, "nvidia-smi -L")
+    gpus: list[Gpu] = []
+    migs: list[MigDevice] = []
+    if lines.only((_NO_DEVICES,)):
+        return gpus, migs
+    if lines.peek() is None:
+        raise ParseError("nvidia-smi -L: empty output")
+    while lines.peek() is not None:
+        line = lines.take("a GPU line")
+        if gpu := _GPU_LINE.fullmatch(line):
+            row = Gpu(_num(gpu["index"]), gpu["name"], gpu["uuid"])
+            if any(g.index == row.index or g.uuid == row.uuid for g in gpus):
+                raise lines.fail("GPU listed twice")
+            gpus.append(row)
+        elif (mig := _MIG_LINE.fullmatch(line)) and gpus:
+            device = MigDevice(gpus[-1].index, mig["profile"], _num(mig["device"]), mig["uuid"])
+            if mig["parent"] not in (None, gpus[-1].uuid):
+                raise lines.fail("R450 MIG UUID of another GPU")
+            if any((m.gpu, m.device) == (device.gpu, device.device) for m in migs):
+                raise lines.fail("MIG device listed twice")
+            if any(m.uuid == device.uuid for m in migs):
+                raise lines.fail("MIG UUID listed twice")
+            migs.append(device)
+        else:
+            raise lines.fail("not a GPU or MIG device line")
+    return gpus, migs
+
+
+# --- nvidia-smi mig -lgi / -lci ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuInstance:
+    """`nvidia-smi mig -lgi`: one GPU instance and its placement (start:size in memory slices)."""
+
+    gpu: int
+    profile: str
+    profile_id: int
+    gi: int
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ComputeInstance:
+    """`nvidia-smi mig -lci`: one compute instance; no placement in the older layout."""
+
+    gpu: int
+    gi: int
+    profile: str
+    profile_id: int
+    ci: int
+    start: int | None
+    size: int | None
+
+
+# Printed instead of a table when there is nothing to list (public R535 captures).
+_NO_GI = "No GPU instances found: Not Found"
+_NO_CI = "No compute instances found: Not Found"
+_LGI_HEADS: tuple[_Head, ...] = (
+    (("GPU instances:",), ("GPU Name Profile Instance Placement",), ("ID ID Start:Size",)),
+)
+_LGI_ROW = re.compile(
+    rf"\| +(?P<gpu>{_N}) +MIG (?P<profile>{_GI_PROFILE}) +(?P<profile_id>{_N}) +(?P<gi>{_N})"
+    rf" +(?P<start>{_N}):(?P<size>{_N}) +\|"
+)
+_LCI_HEADS: tuple[_Head, ...] = (
+    (
+        ("Compute instances:",),
+        ("GPU GPU Name Profile Instance Placement",),
+        ("Instance ID ID Start:Size",),
+        ("ID",),
+    ),
+    (("Compute instances:",), ("GPU GPU Name Profile Instance",), ("Instance ID ID",), ("ID",)),
+)
+_LCI_ROW = r"\| +(?P<gpu>{n}) +(?P<gi>{n}) +MIG (?P<profile>{p}) +(?P<profile_id>{n}) +(?P<ci>{n})"
+_LCI_ROWS = (  # with the Placement column, without it (older drivers), as the header says
+    re.compile(_LCI_ROW.format(n=_N, p=_PROFILE) + rf" +(?P<start>{_N}):(?P<size>{_N}) +\|"),
+    re.compile(_LCI_ROW.format(n=_N, p=_PROFILE) + r" +\|"),
+)
+# GI profile id -> the compute slices its name may give, from `mig -lgip` of each MIG GPU: the ids
+# are per GPU family. A100/H100/H200/B200: 0=7g 5=4g 9=3g 14=2g 15,19,20=1g (shared samples, lgipp).
+# A30 and RTX PRO 6000 (4 slices): 0=4g 5=2g 6=2g+me 14=1g 21=1g+me (public -lgip captures).
+_GI_SLICES = {
+    0: {7, 4},
+    5: {4, 2},
+    6: {2},
+    9: {3},
+    14: {2, 1},
+    15: {1},
+    19: {1},
+    20: {1},
+    21: {1},
+}
+
+
+def _instance_rows(
+    text: str,
+    tool: str,
+    empty: tuple[str, ...],
+    heads: tuple[_Head, ...],
+    rows: tuple[re.Pattern[str], ...],
+) -> Iterator[tuple[_Lines, re.Match[str]]]:
+    """The rows of a `mig -lgi`/`-lci` box (a `+---+` border after each), none when the whole
+    output is a "nothing found" message. Each row is yielded before the next line is read, so
+    the caller's `fail` names it."""
+    lines = _Lines(text, tool)
+    if lines.only((_NO_MIG, *empty)):
+        return
+    lines.expect(_BORDER, "the top border")
+    row = rows[_head(lines, heads, "the column titles")]
+    lines.expect(_RULE, "the ==== rule")
+    while True:
+        yield lines, lines.expect(row, "an instance row")
+        lines.expect(_BORDER, "the border below a row")
+        if lines.peek() is None:
+            return
+
+
+def parse_gpu_instances(text: str) -> list[GpuInstance]:
+    """`nvidia-smi mig -lgi`. A profile name whose slice count contradicts a well-known profile
+    id is rejected: that is a hand-edited listing, not the tool's."""
+    found: list[GpuInstance] = []
+    for lines, m in _instance_rows(text, "mig -lgi", (_NO_GI,), _LGI_HEADS, (_LGI_ROW,)):
+        gi = GpuInstance(
+            _num(m["gpu"]),
+            m["profile"],
+            _num(m["profile_id"]),
+            _num(m["gi"]),
+            _num(m["start"]),
+            _num(m["size"]),
+        )
+        slices = _num(gi.profile.split("g.", 1)[0])
+        if slices not in _GI_SLICES.get(gi.profile_id, {slices}):
+            raise lines.fail(f"profile ID {gi.profile_id} is never a {slices}g profile")
+        if any((g.gpu, g.gi) == (gi.gpu, gi.gi) for g in found):
+            raise lines.fail("GPU instance listed twice")
+        found.append(gi)
+    return found
+
+
+def parse_compute_instances(text: str) -> list[ComputeInstance]:
+    """`nvidia-smi mig -lci`: compute instances, with their placement when the driver prints it."""
+    found: list[ComputeInstance] = []
+    empty = (_NO_CI, _NO_GI)  # no GI at all: no CI either
+    for lines, m in _instance_rows(text, "mig -lci", empty, _LCI_HEADS, _LCI_ROWS):
+        placement = m.groupdict()
+        ci = ComputeInstance(
+            _num(m["gpu"]),
+            _num(m["gi"]),
+            m["profile"],
+            _num(m["profile_id"]),
+            _num(m["ci"]),
+            _opt(placement.get("start")),
+            _opt(placement.get("size")),
+        )
+        if any((c.gpu, c.gi, c.ci) == (ci.gpu, ci.gi, ci.ci) for c in found):
+            raise lines.fail("compute instance listed twice")
+        found.append(ci)
+    return found
+
+
+# --- nvidia-smi (default tables) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    """A GPU of the default table; mig_mode is its "MIG M." cell: Enabled, Disabled or N/A."""
+
+    index: int
+    name: str
+    bus_id: str
+    mig_mode: str
+
+
+@dataclass(frozen=True)
+class MigDeviceRow:
+    """A row of the "MIG devices:" table: one compute instance."""
+
+    gpu: int
+    gi: int
+    ci: int
+    device: int
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A row of the "Processes:" table; gi/ci None where nvidia-smi prints N/A. The name is what
+    nvidia-smi shows: possibly cut to "...tail", possibly a deleted binary's path."""
+
+    gpu: int
+    gi: int | None
+    ci: int | None
+    pid: int
+    type: str
+    name: str
+
+
+@dataclass(frozen=True)
+class SmiTable:
+    gpus: list[GpuRow]
+    mig_devices: list[MigDeviceRow]
+    processes: list[GpuProcess]
+
+
+# The timestamp is optional: docs cut it, and nothing here reads it.
+_TIMESTAMP = re.compile(
+    r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-3][0-9] [0-2][0-9]:[0-5][0-9]:[0-6][0-9] [0-9]{4}"
+)
+_BANNER = re.compile(
+    r"\| NVIDIA-SMI [0-9.]+ +Driver Version: [0-9.]+ +CUDA Version: (?:[0-9.]+|N/A) +\|"
+)
+_BANNER_SPLIT = re.compile(r"[|+]-+\+-+\+-+[|+]")  # "|---+" in older drivers, "+---+" in R580
+_GPU_HEADS: tuple[_Head, ...] = (
+    (
+        ("GPU Name Persistence-M", "Bus-Id Disp.A", "Volatile Uncorr. ECC"),
+        ("Fan Temp Perf Pwr:Usage/Cap", "Memory-Usage", "GPU-Util Compute M."),
+        ("", "", "MIG M."),
+    ),
+)
+_GPU_RULE = re.compile(r"\|=+\+=+\+=+\|")
+_GPU_BORDER = re.compile(r"\+-+\+-+\+-+\+")
+_NA = r"(?:[0-9]+|N/A)"
+_MIB_PAIR = r"[0-9]+MiB */ *[0-9]+MiB"
+_GPU_ROW = re.compile(
+    rf"\| +(?P<index>{_N}) +(?P<name>[ -~]+?) +(?:On|Off) *"
+    r"\| +(?P<bus>[0-9A-F]{4,8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-9A-F]) +(?:On|Off) *"
+    r"\| +(?:[0-9]+|On|Off|N/A) *\|"
+)
+_GPU_ROW_2 = re.compile(  # fan, temperature, perf state, power | memory | utilisation, mode
+    r"\| +(?:[0-9]+%|N/A|ERR!) +(?:[0-9]+C|N/A|ERR!) +(?:P[0-9]+|N/A|ERR!)"
+    r" +(?:[0-9]+W|N/A|ERR!) */ *(?:[0-9]+W|N/A|ERR!) *"
+    rf"\| +(?:{_MIB_PAIR}|N/A) *"
+    r"\| +(?:[0-9]+%|N/A|ERR!) +(?:Default|E\. Process|E\. Thread|Prohibited) *\|"
+)
+_GPU_ROW_3 = re.compile(r"\| +\| +\| +(?P<mig>Enabled|Disabled|N/A) *\|")
+_MIG_TITLE = re.compile(r"\| MIG devices: +\|")
+_MIG_BORDER = re.compile(r"\+-+\+-+\+-+\+-+\+")
+_MIG_SHARED = re.compile(r"\+-+\+ +\+-+\+-+\+")  # between CIs of one GI: the memory cell spans
+_MIG_HEADS: tuple[_Head, ...] = (
+    (  # MIG user guide examples (driver not stated): no BAR1 line
+        ("GPU GI CI MIG", "Memory-Usage", "Vol", "Shared"),
+        ("ID ID Dev", "", "SM Unc", "CE ENC DEC OFA JPG"),
+        ("", "", "ECC", ""),
+    ),
+    (  # R450 to R570 captures: a BAR1 line under each row
+        ("GPU GI CI MIG", "Memory-Usage", "Vol", "Shared"),
+        ("ID ID Dev", "BAR1-Usage", "SM Unc", "CE ENC DEC OFA JPG"),
+        ("", "", "ECC", ""),
+    ),
+    (  # R580: "Shared" Memory-Usage and BAR1-Usage
+        ("GPU GI CI MIG", "Shared Memory-Usage", "Vol", "Shared"),
+        ("ID ID Dev", "Shared BAR1-Usage", "SM Unc", "CE ENC DEC OFA JPG"),
+        ("", "", "ECC", ""),
+    ),
+)
+_MIG_RULE = re.compile(r"\|=+\+=+\+=+\+=+\|")
+_MIG_ROW = re.compile(
+    rf"\| +(?P<gpu>{_N}) +(?P<gi>{_N}) +(?P<ci>{_N}) +(?P<device>{_N}) +"
+    rf"\| *(?P<memory>{_MIB_PAIR}|N/A)? *\| +{_NA} +{_NA} *\|(?: +{_NA}){{5}} *\|"
+)
+_MIG_BAR1 = re.compile(rf"\| +\| *(?P<bar1>{_MIB_PAIR}|N/A)? *\| +\| +\|")
+_NO_MIG_DEVICES = re.compile(r"\| +No MIG devices found +\|")
+_PROCESS_HEADS: tuple[_Head, ...] = (
+    (("Processes:",), ("GPU GI CI PID Type Process name GPU Memory",), ("ID ID Usage",)),
+)
+_PROCESS_ROW = re.compile(
+    rf"\| +(?P<gpu>{_N}) +(?P<gi>{_N}|N/A) +(?P<ci>{_N}|N/A) +(?P<pid>{_N})"
+    r" +(?P<type>[CGM](?:\+[CGM])*) +(?P<name>[^\x00-\x1f\x7f]*?) +(?:[0-9]+MiB|N/A) *\|"
+)
+_NO_PROCESSES = re.compile(r"\| +No running processes found +\|")
+_BLANK = re.compile("")
+
+
+def _gpu_table(lines: _Lines) -> dict[int, GpuRow]:
+    """The banner box and GPU table: three lines per GPU, a border after each, then a blank."""
+    lines.expect(_BORDER, "the top border")
+    lines.expect(_BANNER, "the NVIDIA-SMI banner")
+    lines.expect(_BANNER_SPLIT, "the border below the banner")
+    _head(lines, _GPU_HEADS, "the GPU table header")
+    lines.expect(_GPU_RULE, "the ==== rule")
+    gpus: dict[int, GpuRow] = {}
+    while not gpus or lines.peek() != "":
+        first = lines.expect(_GPU_ROW, "a GPU row")
+        lines.expect(_GPU_ROW_2, "the second line of a GPU row")
+        mode = lines.expect(_GPU_ROW_3, "the MIG M. line of a GPU row")["mig"]
+        gpu = GpuRow(_num(first["index"]), first["name"], first["bus"], mode)
+        if gpu.index in gpus or any(g.bus_id == gpu.bus_id for g in gpus.values()):
+            raise lines.fail("GPU listed twice")
+        gpus[gpu.index] = gpu
+        lines.expect(_GPU_BORDER, "the border below a GPU")
+    lines.take("")
+    return gpus
+
+
+def _mig_row(lines: _Lines, gpus: dict[int, GpuRow], shared: MigDeviceRow | None) -> MigDeviceRow:
+    """One MIG device; `shared`: the row above when a spanning border joins them (same GI, and
+    the memory cell is printed on the first CI only)."""
+    m = lines.expect(_MIG_ROW, "a MIG device row")
+    row = MigDeviceRow(_num(m["gpu"]), _num(m["gi"]), _num(m["ci"]), _num(m["device"]))
+    if (m["memory"] is None) != (shared is not None):
+        raise lines.fail("memory cell does not match the border above")
+    if shared is not None and (shared.gpu, shared.gi) != (row.gpu, row.gi):
+        raise lines.fail("a shared memory cell across two GPU instances")
+    if row.gpu not in gpus or gpus[row.gpu].mig_mode != "Enabled":
+        raise lines.fail("MIG device on a GPU not listed with MIG enabled")
+    return row
+
+
+def _mig_table(lines: _Lines, gpus: dict[int, GpuRow]) -> list[MigDeviceRow]:
+    """The "MIG devices:" table, printed when any GPU is in MIG mode, then a blank line."""
+    lines.expect(_BORDER, "the MIG devices table")
+    lines.expect(_MIG_TITLE, "the MIG devices title")
+    lines.expect(_MIG_BORDER, "the border below the title")
+    bar1 = _head(lines, _MIG_HEADS, "the MIG devices header") > 0
+    lines.expect(_MIG_RULE, "the ==== rule")
+    rows: list[MigDeviceRow] = []
+    if _NO_MIG_DEVICES.fullmatch(lines.peek() or ""):
+        lines.take("")
+        lines.expect(_BORDER, "the border below 'No MIG devices found'")
+        lines.expect(_BLANK, "a blank line after the MIG devices table")
+        return rows
+    shared: MigDeviceRow | None = None
+    while not rows or shared is not None or lines.peek() != "":
+        row = _mig_row(lines, gpus, shared)
+        if any((r.gpu, r.gi, r.ci) == (row.gpu, row.gi, row.ci) for r in rows):
+            raise lines.fail("MIG device listed twice")
+        if any((r.gpu, r.device) == (row.gpu, row.device) for r in rows):
+            raise lines.fail("MIG device index listed twice")
+        rows.append(row)
+        # A row with memory has a BAR1 line; a shared row's is blank or absent (no capture shows).
+        if bar1 and (shared is None or _MIG_BAR1.fullmatch(lines.peek() or "")):
+            bar1_line = lines.expect(_MIG_BAR1, "the BAR1 line of a MIG device")
+            if bar1_line["bar1"] is None and shared is None:
+                raise lines.fail("BAR1 cell missing")
+        border = lines.take("the border below a MIG device")
+        shared = row if _MIG_SHARED.fullmatch(border) else None
+        if shared is None and not _MIG_BORDER.fullmatch(border):
+            raise lines.fail("expected the border below a MIG device")
+    lines.take("")
+    return rows
+
+
+def _process_rows(lines: _Lines) -> list[tuple[tuple[int, str], GpuProcess]]:
+    """The Processes table: its rows (with where each was read), or its no-process line."""
+    lines.expect(_BORDER, "the Processes table")
+    _head(lines, _PROCESS_HEADS, "the Processes header")
+    lines.expect(_RULE, "the ==== rule")
+    rows = []
+    if _NO_PROCESSES.fullmatch(lines.peek() or ""):
+        lines.take("")
+    else:
+        while not rows or not _BORDER.fullmatch(lines.peek() or ""):
+            m = lines.expect(_PROCESS_ROW, "a process row")
+            process = GpuProcess(
+                _num(m["gpu"]), _opt(m["gi"]), _opt(m["ci"]), _num(m["pid"]), m["type"], m["name"]
+            )
+            if any(p == process for _, p in rows):
+                raise lines.fail("process listed twice")
+            rows.append((lines.last, process))
+    lines.expect(_BORDER, "the border closing the Processes table")
+    return rows
+
+
+def parse_processes(text: str) -> list[GpuProcess]:
+    """The "Processes:" table of `nvidia-smi` alone (as documentation shows it)."""
+    lines = _Lines(text, "nvidia-smi")
+    rows = _process_rows(lines)
+    lines.end()
+    return [p for _, p in rows]
+
+
+def _check_process(p: GpuProcess, gpus: dict[int, GpuRow], migs: list[MigDeviceRow]) -> str:
+    """Why a process row does not fit the tables above it ("" when it does)."""
+    if p.gpu not in gpus:
+        return "process on a GPU not listed"
+    if p.gi is None:
+        return "CI without GI" if p.ci is not None else ""
+    if not any((m.gpu, m.gi) == (p.gpu, p.gi) for m in migs):
+        return "process on a GPU instance not in the MIG devices table"
+    if p.ci is not None and not any((m.gpu, m.gi, m.ci) == (p.gpu, p.gi, p.ci) for m in migs):
+        return "process on a compute instance not in the MIG devices table"
+    return ""
+
+
+def parse_smi(text: str) -> SmiTable:
+    """
+    The default `nvidia-smi` output: [timestamp,] banner and GPU table, the MIG devices table
+    (required exactly when a GPU is in MIG mode), then the Processes table, which must be closed:
+    a cut output never reads as "no processes". Every MIG device must be on a MIG-enabled GPU
+    listed above it, and every process on a listed GPU and, when it names them, a listed GI/CI.
+    """
+    lines = _Lines(text, "nvidia-smi")
+    if lines.only((_NO_DEVICES,)):
+        return SmiTable([], [], [])
+    if _TIMESTAMP.fullmatch(lines.peek() or ""):
+        lines.take("")
+    gpus = _gpu_table(lines)
+    enabled = any(g.mig_mode == "Enabled" for g in gpus.values())
+    migs = _mig_table(lines, gpus) if enabled else []
+    rows = _process_rows(lines)
+    lines.end()
+    for (lineno, line), process in rows:
+        if why := _check_process(process, gpus, migs):
+            raise ParseError(f"nvidia-smi: {why}", line, lineno)
+    return SmiTable(list(gpus.values()), migs, [p for _, p in rows])
+
+
+# --- /proc/driver/nvidia-caps/mig-minors -------------------------------------------------------
+
+# nv-caps.c nv_procfs_read_mig_minors: "%s %d\n" for mig/config and mig/monitor, then
+# "gpu%d/%s %d\n" for every gpu0-31 x gi0-14 x (access, ci0-7/access), whether it exists or not.
+_MINOR_LINE = re.compile(
+    rf"(?:(?P<global>config|monitor)|gpu(?P<gpu>{_N})/gi(?P<gi>{_N})(?:/ci(?P<ci>{_N}))?/access)"
+    rf" (?P<minor>{_N})"
+)
+
+
+def parse_mig_minors(text: str) -> dict[int, tuple[int, int, int | None]]:
+    """
+    /proc/driver/nvidia-caps/mig-minors: capability device minor (/dev/nvidia-caps/nvidia-cap<N>)
+    -> (GPU device minor, GI id, CI id or None for the GI's own access file). The config and
+    monitor lines must be there (they open every real file) and are not returned.
+    """
+    lines = _Lines(text, "mig-minors")
+    found: dict[int, tuple[int, int, int | None]] = {}
+    names: set[str] = set()
+    minors: set[int] = set()
+    while lines.peek() is not None:
+        m = _MINOR_LINE.fullmatch(lines.take(""))
+        if m is None:
+            raise lines.fail("not a capability line")
+        name, minor = lines.last[1].rpartition(" ")[0], _num(m["minor"])
+        if name in names or minor in minors:
+            raise lines.fail("capability or minor listed twice")
+        names.add(name)
+        minors.add(minor)
+        if m["global"] is None:
+            found[minor] = (_num(m["gpu"]), _num(m["gi"]), _opt(m["ci"]))
+    if not {"config", "monitor"} <= names:
+        raise ParseError("mig-minors: no config/monitor line: not the driver's file")
+    return found
+
+
+# --- /proc/driver/nvidia/gpus/*/information (grep -H '' output) -------------------------------
+
+_BUS = r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]"
+_INFO_PATH = re.compile(rf"(?P<path>/[!-~]*/gpus/(?P<bus>{_BUS})/information):(?P<content>.*)")
+# nv-procfs.c nv_procfs_read_gpu_info, separators included; BAR lines only in debug builds,
+# "Blacklisted" instead of "GPU Excluded" and no "GPU Firmware" in older drivers.
+_INFO_CONTENT = re.compile(
+    r"Model: \t\t [ -~]+"
+    r"|IRQ:   \t\t [0-9]+"
+    rf"|GPU UUID: \t (?P<uuid>{_GPU_UUID})"
+    r"|Video BIOS: \t [ -~]+"
+    r"|Bus Type: \t PCIe?"
+    r"|DMA Size: \t [0-9]+ bits"
+    r"|DMA Mask: \t 0x[0-9a-f]+"
+    rf"|Bus Location: \t (?P<bus>{_BUS})"
+    rf"|Device Minor: \t (?P<minor>{_N})"
+    r"|GPU Firmware: \t [!-~]+"
+    r"|BAR[0-9]+: \t\t 0x[0-9a-f]+ \([0-9]+MB\)"
+    r"|(?:GPU Excluded|Blacklisted):\t (?:Yes|No)"
+)
+
+
+def _gpu_file(path: str, values: dict[str, str], into: dict[int, str]) -> None:
+    """Add one GPU's minor -> UUID, once its file is read to the end."""
+    if "uuid" not in values or "minor" not in values:
+        raise ParseError(f"gpus information: {path} lacks its GPU UUID or Device Minor line")
+    minor = _num(values["minor"])
+    if minor in into or values["uuid"] in into.values():
+        raise ParseError(f"gpus information: {path} repeats another GPU's minor or UUID")
+    into[minor] = values["uuid"]
+
+
+def parse_gpu_information(text: str) -> dict[int, str]:
+    """
+    `grep -H '' /proc/driver/nvidia/gpus/*/information`: GPU device minor (/dev/nvidia<N>) ->
+    GPU UUID. Each file's lines must be contiguous, each key once, and its Bus Location must be
+    the directory's name. No output (no GPU directory) is no GPU.
+    """
+    lines = _Lines(text, "gpus information")
+    found: dict[int, str] = {}
+    done: set[str] = set()
+    path, keys, values = "", set(), {}
+    while lines.peek() is not None:
+        where = _INFO_PATH.fullmatch(lines.take(""))
+        content = _INFO_CONTENT.fullmatch(where["content"]) if where else None
+        if where is None or content is None:
+            raise lines.fail("not a known line of a GPU's information file")
+        if where["path"] != path:
+            if path:
+                _gpu_file(path, values, found)
+                done.add(path)
+            if where["path"] in done:
+                raise lines.fail("information file split in two")
+            path, keys, values = where["path"], set(), {}
+        key = where["content"].split(":", 1)[0]
+        if key in keys or content["bus"] not in (None, where["bus"]):
+            raise lines.fail("key repeated, or Bus Location not the directory's")
+        keys.add(key)
+        values.update({g: v for g, v in content.groupdict().items() if v is not None})
+    if path:
+        _gpu_file(path, values, found)
+    return found

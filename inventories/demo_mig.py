@@ -1,0 +1,24 @@
+"""
+The embedded simulated H100 node of `make demo` (enforcer.sim.mig_story), reached with pyinfra's
+@local connector. DEMO_NODE names its folder.
+"""
+
+import os
+from pathlib import Path
+
+from enforcer.sim import mig_story
+
+node = Path(os.environ.get("DEMO_NODE", "demo-node-h100")).resolve()
+
+hosts = [
+    (
+        "@local",
+        {
+            **mig_story.HOST_DATA,
+            "enforcer_rootfs": str(node / "rootfs"),
+            "enforcer_tools": mig_story.tools(node),
+            "enforcer_grace_seconds": int(os.environ.get("DEMO_GRACE_SECONDS", "2")),
+            "enforcer_grace_runs": 3,
+        },
+    )
+]

@@ -1,0 +1,201 @@
+"""
+The node read on a MIG node: real nvidia-smi output (the captured H100 "mixed" samples) and the
+gpustack ownership records, turned into GPU instances, holders and owner records.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from samples import sample
+from unit.test_snapshot import b64, node_read
+
+from enforcer.model import MIG, Observation, SourceHealth
+from enforcer.policy import NodePaths
+from facts.snapshot import observe, parse_sections
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+PATHS = NodePaths.from_rootfs("/srv/n1", marker_roots=("/var/lib/gpustack/operator/pods",))
+GPU = "GPU-0d0831da-0c98-2717-6446-8acd91d39b65"
+MIXED = "H100-80GB-MIG-mixed-3g40gb-1c-plus-1g10gb_prickle-exporter.txt"
+POD = "3f1c9a52-7d4e-4b8a-9c21-5e6f7a8b9c0d"
+KEY = f"{MIG}/gpu:{GPU}/{{}}"
+# /proc/driver/nvidia/gpus/*/information of this H100 (device minor 0), as grep -H prints it.
+INFORMATION = "".join(
+    f"/proc/driver/nvidia/gpus/0000:00:09.0/information:{line}\n"
+    for line in (
+        "Model: \t\t NVIDIA H100 80GB HBM3",
+        "IRQ:   \t\t 10",
+        f"GPU UUID: \t {GPU}",
+        "Video BIOS: \t 96.00.99.00.01",
+        "Bus Type: \t PCIe",
+        "DMA Size: \t 52 bits",
+        "DMA Mask: \t 0xfffffffffffff",
+        "Bus Location: \t 0000:00:09.0",
+        "Device Minor: \t 0",
+        "GPU Firmware: \t N/A",
+        "GPU Excluded:\t No",
+    )
+)
+# GI 13's access capability is minor 3 + 13 * 9 = 120, its CI 0's 121 (mig-minors).
+CAPS = (
+    "/srv/n1/dev/nvidia-caps/nvidia-cap1|5:900:f0:1|character special file\n"
+    "/srv/n1/dev/nvidia-caps/nvidia-cap120|5:901:f0:78|character special file\n"
+    "/srv/n1/dev/nvidia-caps/nvidia-cap121|5:902:f0:79|character special file\n"
+)
+
+
+def mig_sections(**changes) -> dict:
+    sections = {
+        "npu-smi-m": ("missing", "", ""),
+        "npu-smi-info": ("missing", "", ""),
+        "npu-smi-vnpu:0:0": None,
+        "npu-smi-vnpu:0:1": None,
+        "npu-smi-vnpu:1:0": None,
+        "npu-smi-vnpu:1:1": None,
+        "nvidia-smi-list": ("0", sample(f"nvidia-smi_-L_{MIXED}"), ""),
+        "nvidia-smi-lgi": ("0", sample(f"nvidia-smi_mig-lgi_{MIXED}"), ""),
+        "nvidia-smi-lci": ("0", sample(f"nvidia-smi_mig-lci_{MIXED}"), ""),
+        "nvidia-smi": ("0", sample(f"nvidia-smi_default_{MIXED}"), ""),
+        "nvidia-caps": (
+            "0",
+            (FIXTURES / "nvidia/mig-minors_nv-caps-table-32-gpus.txt").read_text(),
+            "",
+        ),
+        "nvidia-gpus": ("0", INFORMATION, ""),
+        "devnodes": ("0", CAPS, ""),
+        "fd-scan": ("0", "", ""),
+        "markers": ("0", "root 0 0\n", ""),
+    }
+    return sections | changes
+
+
+def read(sources=("kubelet-checkpoint", "cri", "markers"), **changes) -> Observation:
+    lines = node_read(mig_sections(**changes))
+    return observe(parse_sections(lines), "h100", PATHS, sources)
+
+
+def marker_line(path: str, record: dict | bytes) -> str:
+    data = record if isinstance(record, bytes) else json.dumps(record).encode()
+    return f"{b64(path)} {base64.b64encode(data).decode()}"
+
+
+def record(gi: int = 13, card: str = GPU, pod: str = POD) -> dict:
+    return {
+        "podUID": pod,
+        "container": "vllm",
+        "card": card,
+        "profile": "1g.10gb",
+        "giID": gi,
+        "ciID": 0,
+        "migUUID": "MIG-ee6996fb-86fb-5405-83f0-b20887da1bb3",
+        "computeSlices": 1,
+        "start": 6,
+        "length": 1,
+    }
+
+
+def test_a_mig_node_gives_each_gpu_instance_with_its_compute_instances_and_uuids():
+    obs = read()
+    assert [h for h in obs.health if h.status != "ok"] == []
+    assert [g.accelerator for g in obs.gpus] == [f"gpu:{GPU}"]
+    assert [(p.id, p.profile) for p in obs.partitions] == [
+        ("13", "1g.10gb"),
+        ("1", "3g.40gb"),
+        ("11", "1g.10gb+me"),
+    ]
+    gi1 = dict(obs.partitions[1].identity_fields)
+    assert gi1["placement"] == "0:4" and gi1["cis"] == "0:1c.3g.40gb:2:1"
+    assert obs.partitions[1].uuids == ("MIG-5ff0d535-9a82-5af6-80df-768b9d3ac092",)
+
+
+def test_processes_nvidia_smi_lists_hold_their_gpu_instance():
+    held = {(h.partition_key, h.pid) for h in read().holders}
+    assert held == {(KEY.format(1), pid) for pid in (23804, 23806, 23808)}
+
+
+def test_an_open_capability_device_holds_its_gpu_instance_and_config_holds_nothing():
+    scan = (
+        "/proc/777/fd/5|1048:30:f0:79|character special file\n"  # GI 13's CI 0, in a container
+        "/proc/778/fd/3|1048:31:f0:1|character special file\n"  # config: no instance
+    )
+    obs = read(**{"fd-scan": ("0", scan, "")})
+    fds = [(h.partition_key, h.pid) for h in obs.holders if h.source == "proc-fd"]
+    assert fds == [(KEY.format(13), 777)]
+
+
+def test_a_capability_the_minor_table_does_not_know_makes_mig_holders_unreadable():
+    obs = read(**{"nvidia-caps": ("absent", "", "")})
+    assert (
+        SourceHealth(
+            "proc-fd",
+            "unreadable",
+            MIG,
+            "/srv/n1/dev/nvidia-caps/nvidia-cap120: no GPU instance known for it",
+        )
+        in obs.health
+    )
+
+
+def test_nvidia_smi_outputs_that_disagree_make_that_gpu_unreadable():
+    lgi = sample(f"nvidia-smi_mig-lgi_{MIXED}")
+    fewer = "".join(lgi.splitlines(keepends=True)[:-2])  # GI 11 destroyed between two commands
+    obs = read(**{"nvidia-smi-lgi": ("0", fewer, "")})
+    (bad,) = [h for h in obs.health if h.status != "ok"]
+    assert (bad.source, bad.scope) == ("nvidia-smi", f"gpu:{GPU}")
+    assert obs.partitions == ()
+
+
+def test_a_node_without_nvidia_smi_is_not_a_mig_node_unless_host_data_names_mig():
+    missing = {
+        n: ("missing", "", "")
+        for n in ("nvidia-smi-list", "nvidia-smi-lgi", "nvidia-smi-lci", "nvidia-smi")
+    }
+    lines = node_read(mig_sections(**missing))
+    obs = observe(parse_sections(lines), "h100", PATHS, ("cri",))
+    assert obs.partitions == () and [h for h in obs.health if h.status != "ok"] == []
+    wanted = observe(parse_sections(lines), "h100", PATHS, ("cri",), kinds=(MIG,))
+    assert ("nvidia-smi", "unavailable", MIG) in {
+        (h.source, h.status, h.scope) for h in wanted.health
+    }
+
+
+def test_markers_become_owner_records_naming_the_pod_and_its_mig_device():
+    path = f"{POD}/c-vllm/nvidia-mig-{GPU}.json"
+    obs = read(**{"markers": ("0", f"root 0 0\n{marker_line(path, record())}\n", "")})
+    (r,) = [r for r in obs.records if r.source == "markers"]
+    assert (r.owner_uid, r.device_ids) == (POD, ("MIG-ee6996fb-86fb-5405-83f0-b20887da1bb3",))
+    assert dict(r.annotations)["gi"] == "13"
+
+
+def test_an_unreadable_marker_is_unreadable_for_its_gpu_only():
+    path = f"{POD}/c-vllm/nvidia-mig-{GPU}.json"
+    obs = read(**{"markers": ("0", f"root 0 0\n{marker_line(path, b'{not json')}\n", "")})
+    (bad,) = [h for h in obs.health if h.status != "ok"]
+    assert (bad.source, bad.status, bad.scope) == ("markers", "unreadable", f"gpu:{GPU}")
+
+
+def test_a_marker_root_that_is_absent_is_unavailable_and_one_not_listed_unreadable():
+    absent = read(**{"markers": ("0", "root 0 absent\n", "")})
+    assert [(h.status, h.scope) for h in absent.health if h.source == "markers"] == [
+        ("unavailable", MIG)
+    ]
+    broken = read(**{"markers": ("0", "root 0 1\n", "")})
+    assert [(h.status, h.scope) for h in broken.health if h.source == "markers"] == [
+        ("unreadable", MIG)
+    ]
+    cut = read(**{"markers": ("0", "", "")})  # not even the root line: the listing was cut
+    assert [h.status for h in cut.health if h.source == "markers"] == ["unreadable"]
+
+
+def test_markers_not_a_claim_source_are_not_read():
+    obs = observe(
+        parse_sections(node_read(mig_sections(markers=("0", "garbage", "")))),
+        "h100",
+        replace(PATHS, marker_roots=()),
+        ("cri",),
+    )
+    assert not any(h.source == "markers" for h in obs.health)
