@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 NODE ?= demo-node
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint clean fleet
 
 $(READY): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,13 +25,24 @@ lint: $(READY)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Whole files per worker: the fleet tests share one fleet (a module fixture on fixed addresses).
+# (xdist's loadgroup does not group under pytest 9.)
 test: $(READY) lint
-	$(BIN)/pytest -n 2
+	$(BIN)/pytest -n 2 --dist loadfile
+
+# N simulated nodes behind their own sshd, on 127.0.0.11...; Ctrl-C tears them down (root).
+N ?= 5
+fleet: $(READY)
+	rm -rf fleet
+	$(BIN)/python tests/fleet/harness.py $(N) fleet
 
 clean:
-	rm -rf $(VENV) $(NODE) $(NODE)-h100 .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(NODE) $(NODE)-h100 fleet .pytest_cache .ruff_cache
 
-# Issue 7: the model-based lifecycle test at scale (in-process driver), with its counts.
+# Issue 7: the model-based lifecycle test at scale (in-process driver), with its counts; issue 5:
+# decide() on synthetic nodes, and a converge run's cost over SSH on the fleet (root).
 .PHONY: bench
 bench: $(READY)
 	$(BIN)/python bench/lifecycle.py --histories 10000
+	$(BIN)/python bench/decide.py
+	$(BIN)/python bench/fleet.py

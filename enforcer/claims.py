@@ -38,6 +38,7 @@ from dataclasses import replace
 from enforcer.model import MIG, VNPU, Claim, Holder, OwnerRecord, Partition, Pod
 
 ASCEND_RESOURCE = re.compile(r"^huawei\.com/(Ascend\w*|npu-core)(-\dc)?$")
+ASCEND_NOTES = ("huawei.com/", "hami.io/Ascend")  # annotation keys Ascend records use
 REAL_VNPU = re.compile(r"^Ascend\w+-\d+c-(\d+)-(\d+)(?:_\d+)?$")  # <type>-<n>c-<vnpu>-<phy>
 VOLCANO_VNPU = re.compile(r"^(\d+)-(vir\w+)$")  # <phy>-<template>
 TEMPLATE = re.compile(r"^vir\w+$")
@@ -70,9 +71,11 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
         )
         for u in named
     ]
-    rest = [MIG_UUID.sub("", t) for t in texts]
-    per_id = Counter(g for d in rest[: len(record.device_ids)] for g in set(GPU_UUID.findall(d)))
-    for gpu in sorted({g for t in rest for g in GPU_UUID.findall(t)}):
+    rest = [MIG_UUID.sub("", t) for t in texts] if named else texts
+    gpus = sorted({g for t in rest for g in GPU_UUID.findall(t)})
+    ids = rest[: len(record.device_ids)]
+    per_id = Counter(g for d in ids for g in set(GPU_UUID.findall(d))) if gpus else Counter()
+    for gpu in gpus:
         count = per_id.get(gpu, 1)
         what = f"{count} partition(s) on {gpu}"
         claims.append(_on_gpu(record, "device-wide", f"gpu:{gpu}", None, count, what))
@@ -120,10 +123,10 @@ def _on_gpu(
 
 
 def _ascend_claims(record: OwnerRecord) -> list[Claim]:
-    envs, notes = dict(record.envs), dict(record.annotations)
-    ascend_notes = [k for k in notes if k.startswith(("huawei.com/", "hami.io/Ascend"))]
+    ascend_notes = any(k.startswith(ASCEND_NOTES) for k, _ in record.annotations)
     if not ASCEND_RESOURCE.match(record.resource) and not ascend_notes:
         return []
+    envs, notes = dict(record.envs), dict(record.annotations)
     if "huawei.com/AscendReal" in notes:
         return _real_devices(record, notes["huawei.com/AscendReal"])
     real = [d for d in record.device_ids if REAL_VNPU.match(d)]
@@ -221,6 +224,54 @@ def owner_liveness(uid: str, pods: Sequence[Pod]) -> tuple[bool, str]:
     return True, "no source has seen it yet: it may still be coming"
 
 
+def exact_claims(
+    partitions: Sequence[Partition], claims: Sequence[Claim]
+) -> tuple[dict[str, list[Claim]], list[Claim]]:
+    """
+    The exact claims among `claims`, by the key of each partition they name (by id on its
+    accelerator, or by one of its UUIDs), and those that name no listed partition: dangling.
+    """
+    exact = [c for c in claims if c.scope == "exact"]
+    by_name = _by_name(exact)
+    named: dict[str, list[Claim]] = {}
+    found: set[int] = set()
+    twice = set()  # keys two listed partitions share
+    for p in partitions:
+        naming = [i for i in _naming(p, by_name) if _names(exact[i], p)]
+        if naming:
+            if p.key in named:
+                twice.add(p.key)
+            named.setdefault(p.key, []).extend(exact[i] for i in naming)
+            found.update(naming)
+    if twice:  # in the order of `claims`, as when each claim was matched in turn
+        position = {id(c): i for i, c in enumerate(exact)}
+        for key in twice:
+            named[key].sort(key=lambda c: position[id(c)])
+    return named, [c for i, c in enumerate(exact) if i not in found]
+
+
+def _by_name(exact: Sequence[Claim]) -> dict[tuple, list[int]]:
+    """Where each exact claim is in the list, by what it names: kind, accelerator, id; a UUID."""
+    where: dict[tuple, list[int]] = defaultdict(list)
+    for i, c in enumerate(exact):
+        where[c.kind, c.accelerator, c.partition_id].append(i)
+        where[c.kind, "uuid", c.uuid].append(i)
+    return where
+
+
+def _naming(p: Partition, by_name: Mapping[tuple, list[int]]) -> list[int]:
+    """The exact claims that may name P (by id on its accelerator or any, or by a UUID)."""
+    names = [(p.kind, p.accelerator, p.id), (p.kind, None, p.id)]
+    names += [(p.kind, "uuid", u) for u in p.uuids]
+    found = [i for name in names for i in by_name.get(name, ())]
+    return sorted(set(found)) if len(found) > 1 else found
+
+
+def _names(claim: Claim, p: Partition) -> bool:
+    """An exact claim names P: by id on P's accelerator (or any), or by one of P's UUIDs."""
+    return _matches(claim, p) and (p.id == claim.partition_id or claim.uuid in p.uuids)
+
+
 def protect(
     partitions: Sequence[Partition],
     claims: Sequence[Claim],
@@ -237,34 +288,66 @@ def protect(
     listed in a run before the owner's current containers appeared (`first_run` of a partition
     key, `appeared` of an owner: the earliest run any of its containers may have existed in).
     """
-    protected: dict[str, list[Claim]] = defaultdict(list)
-    for claim in claims:
-        if claim.scope == "exact":
-            for p in partitions:
-                if _matches(claim, p) and (p.id == claim.partition_id or claim.uuid in p.uuids):
-                    protected[p.key].append(claim)
-    mine = defaultdict(set)  # what each owner holds or claims exactly
-    for h in holders:
-        if h.owner_uid and h.partition_key:
-            mine[h.owner_uid].add(h.partition_key)
-    for key, cs in protected.items():
-        for c in cs:
-            mine[c.owner_uid].add(key)
+    named, _ = exact_claims(partitions, claims)
+    protected: dict[str, list[Claim]] = defaultdict(list, named)
+    counted = _merged(claims)
+    mine = _mine(partitions, holders, protected, {c.owner_uid for c in counted})
     taken = set(protected) | {h.partition_key for h in holders if h.partition_key}
+    free = _by_place((p for p in partitions if p.key not in taken), {_place(c) for c in counted})
     passed: dict[str, list[Claim]] = defaultdict(list)
-    for claim in _merged(claims):
-        have = sum(1 for p in partitions if p.key in mine[claim.owner_uid] and _matches(claim, p))
+    for claim in counted:
+        have = sum(1 for p in mine.get(claim.owner_uid, ()) if _matches(claim, p))
         if claim.count is not None and have >= claim.count:
             continue
         since = appeared.get(claim.owner_uid) if claim.made_with_container else None
-        for p in partitions:
-            if p.key in taken or not _matches(claim, p):
+        for p in free.get(_place(claim), ()):
+            if not _matches(claim, p):
                 continue
             if since is not None and first_run[p.key] < since:
                 passed[p.key].append(claim)
             else:
                 protected[p.key].append(claim)
     return protected, passed
+
+
+def _mine(
+    partitions: Sequence[Partition],
+    holders: Sequence[Holder],
+    exact: Mapping[str, list[Claim]],
+    owners: set[str],
+) -> dict[str, list[Partition]]:
+    """The listed partitions each of `owners` holds or claims exactly (each partition once)."""
+    whose: dict[str, set[str]] = defaultdict(set)
+    for h in holders:
+        if h.owner_uid and h.owner_uid in owners and h.partition_key:
+            whose[h.partition_key].add(h.owner_uid)
+    for key, cs in exact.items():
+        whose[key].update(c.owner_uid for c in cs if c.owner_uid in owners)
+    mine: dict[str, list[Partition]] = defaultdict(list)
+    for p in partitions:
+        for owner in whose.get(p.key, ()):
+            mine[owner].append(p)
+    return mine
+
+
+def _by_place(partitions: Iterable[Partition], wanted: set[tuple]) -> dict[tuple, list[Partition]]:
+    """
+    Partitions under each place a counted claim names (kind, an accelerator or any, a profile or
+    any): each claim then looks only at the partitions it can match.
+    """
+    places: dict[tuple, list[Partition]] = defaultdict(list)
+    for p in partitions:
+        for accelerator in (p.accelerator, None):
+            for profile in (_spelled(p.profile), None):
+                if (p.kind, accelerator, profile) in wanted:
+                    places[p.kind, accelerator, profile].append(p)
+    return places
+
+
+def _place(claim: Claim) -> tuple:
+    """Where a counted claim looks, as `_by_place` files the partitions."""
+    profile = None if claim.profile is None else _spelled(claim.profile)
+    return claim.kind, claim.accelerator, profile
 
 
 def _merged(claims: Sequence[Claim]) -> list[Claim]:
@@ -304,7 +387,12 @@ def _matches(claim: Claim, p: Partition) -> bool:
 
 def _same(profile: str, printed: str) -> bool:
     """A claim's profile is the one printed, as a resource name spells it ('+' written '.')."""
-    return profile.replace("+", ".") == printed.replace("+", ".")
+    return _spelled(profile) == _spelled(printed)
 
 
-__all__ = ["VNPU", "claims_from_records", "owner_liveness", "protect"]
+def _spelled(profile: str) -> str:
+    """A profile as a resource name spells it."""
+    return profile.replace("+", ".")
+
+
+__all__ = ["VNPU", "claims_from_records", "exact_claims", "owner_liveness", "protect"]

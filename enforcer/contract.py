@@ -6,7 +6,11 @@ run on the node: the guarded destroy template re-proves and verifies (operations
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import Any
 
 from enforcer.claims import claims_from_records, owner_liveness, protect
 from enforcer.ledger import Entry, Ledger
@@ -16,7 +20,6 @@ from enforcer.model import (
     VNPU,
     Claim,
     Container,
-    Holder,
     Observation,
     Partition,
     Pod,
@@ -33,22 +36,64 @@ WITNESSES = {
 }
 
 
-def everything_was_read(p: Partition, obs: Observation, policy: Policy) -> str | None:
+Grouped = dict[Any, list[tuple[int, Any]]]
+
+
+def _grouped(items: Iterable[Any], key: Callable[[Any], Hashable]) -> Grouped:
+    """Items by key, each with its position: a look-up of several keys keeps their order."""
+    groups: Grouped = defaultdict(list)
+    for i, item in enumerate(items):
+        groups[key(item)].append((i, item))
+    return dict(groups)
+
+
+def _among(groups: Grouped, *keys: Hashable) -> list[Any]:
+    """The items under any of `keys`, in the order they were given."""
+    found = [pair for k in keys for pair in groups.get(k, ())]
+    if len(found) < 2:  # most partitions: nothing, or one holder
+        return [item for _, item in found]
+    return [item for _, item in sorted(dict(found).items())]  # found under two keys: once
+
+
+@dataclass(frozen=True)
+class Index:
+    """
+    The observation and the policy, indexed once per run so that each rule looks one partition
+    up instead of scanning the node: decide() stays linear in partitions, holders and sources.
+    """
+
+    failed: Grouped  # required sources that did not answer ok, by the scope they poison
+    holders: Grouped  # by partition key; None: a holder that holds every partition
+    pins: Grouped  # pinned selectors by kind and id (None: any id)
+    declared: frozenset[tuple[str, str, int]]  # the static MIG geometry
+    keys: frozenset[str]  # the partition keys listed
+    accelerators: frozenset[str]  # the chips and GPUs listed
+
+    @classmethod
+    def of(cls, obs: Observation, policy: Policy) -> Index:
+        required = set(policy.required_sources) | set(TOOL_SOURCES)
+        failed = [h for h in obs.health if h.status != "ok" and h.source in required]
+        return cls(
+            failed=_grouped(failed, lambda h: h.scope),
+            holders=_grouped(obs.holders, lambda h: h.partition_key),
+            pins=_grouped(policy.pinned, lambda s: (s.kind, s.id)),
+            declared=frozenset(policy.mig_geometry),
+            keys=frozenset(p.key for p in obs.partitions),
+            accelerators=frozenset(a.accelerator for a in (*obs.chips, *obs.gpus)),
+        )
+
+
+def everything_was_read(p: Partition, index: Index) -> str | None:
     """Rule 1: every required source answered ok for the node, P's kind and P's accelerator."""
-    required = set(policy.required_sources) | set(TOOL_SOURCES)
-    failed = [
-        h
-        for h in obs.health
-        if h.status != "ok" and h.source in required and h.scope in (NODE, p.kind, p.accelerator)
-    ]
+    failed = _among(index.failed, NODE, p.kind, p.accelerator)
     if not failed:
         return None
     return "; ".join(f"{h.source} {h.status}: {h.reason}" for h in failed)
 
 
-def not_held(p: Partition, holders: list[Holder]) -> str | None:
+def not_held(p: Partition, index: Index) -> str | None:
     """Rule 2: no process holds P, by any of the vendor list, the in-use column and the fd scan."""
-    mine = [h for h in holders if h.partition_key in (p.key, None)]
+    mine = _among(index.holders, p.key, None)
     if not mine:
         return None
     return "; ".join(f"{h.source}: {h.detail}" for h in mine)
@@ -67,12 +112,12 @@ def not_claimed(
     )
 
 
-def not_pinned(p: Partition, policy: Policy) -> str | None:
+def not_pinned(p: Partition, index: Index) -> str | None:
     """Rule 4: host data pins it, or declares it in the static MIG geometry."""
-    pins = [s for s in policy.pinned if s.matches(p)]
+    pins = [s for s in _among(index.pins, (p.kind, p.id), (p.kind, None)) if s.matches(p)]
     if pins:
         return f"pinned by host data: {pins[0]}"
-    if _declared(p) in policy.mig_geometry:
+    if index.declared and _declared(p) in index.declared:
         return f"declared by enforcer_mig_geometry: {p.profile} at placement {_declared(p)[2]}"
     return None
 
@@ -90,8 +135,10 @@ def drift(obs: Observation, policy: Policy) -> list[str]:
 
 def _declared(p: Partition) -> tuple[str, str, int] | None:
     """A GPU instance as the static geometry names one: GPU UUID, profile, placement start."""
+    if p.kind != MIG:
+        return None
     fields = dict(p.identity_fields)
-    if p.kind != MIG or "placement" not in fields:
+    if "placement" not in fields:
         return None
     start = fields["placement"].split(":")[0]
     return (fields["gpu"], p.profile, int(start)) if start.isdigit() else None
@@ -123,6 +170,15 @@ def not_implausible(
     return None
 
 
+def live_claims(obs: Observation) -> list[Claim]:
+    """
+    The claims of the node's owner records whose owners are alive or may still be coming, by
+    every source (owner_liveness), the API's silence about an owner included.
+    """
+    alive = _alive(_pods(obs))
+    return [c for c in claims_from_records(obs.records) if alive(c.owner_uid)]
+
+
 def decide(
     obs: Observation, ledger: Ledger, policy: Policy, now: float
 ) -> tuple[list[Verdict], Ledger]:
@@ -130,14 +186,19 @@ def decide(
     previous = _comparable(ledger, obs, now)
     # Verified gone by the destroy itself: a partition listed under that identity now is a
     # successor the driver made at the same id, and starts a streak of its own.
-    verified = {i: e for i, e in previous.items() if i in set(obs.destroyed)}
+    destroyed = set(obs.destroyed)
+    verified = {i: e for i, e in previous.items() if i in destroyed}
     previous = {i: e for i, e in previous.items() if i not in verified}
-    pods = obs.pods + _absent_from_api(obs)
-    claims = [c for c in claims_from_records(obs.records) if owner_liveness(c.owner_uid, pods)[0]]
+    pods = _pods(obs)
+    claims = live_claims(obs)
     run = ledger.run + 1
     containers = _containers(ledger, obs)
     appeared = _appeared(obs.containers or (), containers)
-    first_run = {p.key: getattr(_entry(previous, p, obs), "first_run", run) for p in obs.partitions}
+    identities = [p.identity(obs.boot_id) for p in obs.partitions]
+    first_run = {
+        p.key: getattr(previous.get(i), "first_run", run)
+        for p, i in zip(obs.partitions, identities, strict=True)
+    }
     protected, passed = protect(obs.partitions, claims, obs.holders, first_run, appeared)
     names = {pod.uid: f"{pod.namespace}/{pod.name}" for pod in pods if pod.name}
     passed_over = {
@@ -149,20 +210,23 @@ def decide(
         for key, cs in passed.items()
     }
 
+    index = Index.of(obs, policy)
     verdicts: list[Verdict] = []
     entries: dict[str, Entry] = {}
-    for p in obs.partitions:
-        identity = p.identity(obs.boot_id)
-        before = _entry(previous, p, obs)
-        entry = before or Entry(key=p.key, first_seen=now, last_observed=now, first_run=run)
-        if before and now - before.last_observed > policy.max_observation_gap_seconds:
-            entry = entry.restarted()
-        verdict, entry = _judge(p, obs, policy, protected, names, entry, now)
+    for p, identity in zip(obs.partitions, identities, strict=True):
+        before = previous.get(identity)
+        if before is None:
+            entry = Entry(key=p.key, first_seen=now, last_observed=now, first_run=run)
+        else:
+            entry = replace(before, last_observed=now)
+            if now - before.last_observed > policy.max_observation_gap_seconds:
+                entry = entry.restarted()
+        verdict, entry = _judge(p, index, policy, protected, names, entry, now)
         if verdict.status in ("pending", "orphan", "destroy-failed") and p.key in passed_over:
             notes = passed_over[p.key]
             reason = "; ".join((verdict.reason, *notes))
             verdict = replace(verdict, reason=reason, evidence=verdict.evidence + notes)
-        entries[identity] = replace(entry, last_observed=now)
+        entries[identity] = entry
         verdicts.append(verdict)
 
     live = _live_owners(obs, pods, policy)
@@ -179,8 +243,8 @@ def decide(
             entries[identity] = replace(
                 e, destroy_attempts=e.destroy_attempts + 1, last_attempt=now
             )
-    unlisted = _unlisted(previous, obs)
-    verdicts += _destroyed(unlisted, obs, policy)
+    unlisted = {i: e for i, e in previous.items() if i not in entries}  # entries: those listed
+    verdicts += _destroyed(unlisted, index)
     verdicts += [
         Verdict(
             _stub(e), "destroyed", "verified gone by its destroy", (), 0, 0.0, e.destroy_attempts
@@ -188,7 +252,7 @@ def decide(
         for e in verified.values()
     ]
     for identity, e in unlisted.items():
-        if e.destroy_attempts and not _confirmed_gone(e, obs, policy):
+        if e.destroy_attempts and not _confirmed_gone(e, index):
             entries[identity] = e.restarted()  # not seen, not confirmed gone: never forgotten
     cri_run = run if obs.containers is not None else ledger.cri_run
     next_live = _next_live(live, ledger, policy)
@@ -198,7 +262,7 @@ def decide(
 
 def _judge(
     p: Partition,
-    obs: Observation,
+    index: Index,
     policy: Policy,
     protected: dict[str, list[Claim]],
     names: dict[str, str],
@@ -206,14 +270,14 @@ def _judge(
     now: float,
 ) -> tuple[Verdict, Entry]:
     keep = [
-        ("inconclusive", everything_was_read(p, obs, policy)),
-        ("pinned", not_pinned(p, policy)),
-        ("held", not_held(p, list(obs.holders))),
+        ("inconclusive", everything_was_read(p, index)),
+        ("pinned", not_pinned(p, index)),
+        ("held", not_held(p, index)),
         ("claimed", not_claimed(p, protected, names)),
     ]
     for status, evidence in keep:
         if evidence:
-            entry = entry.restarted()
+            entry = _restarted(entry)
             return Verdict(p, status, evidence, (evidence,), 0, 0.0, entry.destroy_attempts), entry
     if entry.streak_start is None:
         entry = replace(entry, streak_start=now, streak_runs=1)
@@ -238,6 +302,11 @@ def _judge(
     return Verdict(
         p, status, reason, evidence, entry.streak_runs, span, entry.destroy_attempts
     ), entry
+
+
+def _restarted(entry: Entry) -> Entry:
+    """The entry with its streak restarted: itself when none runs (most partitions, most runs)."""
+    return entry if entry.streak_start is None and not entry.streak_runs else entry.restarted()
 
 
 def _comparable(ledger: Ledger, obs: Observation, now: float) -> dict[str, Entry]:
@@ -290,8 +359,17 @@ def _appeared(containers: tuple[Container, ...], first: dict[str, int]) -> dict[
     return appeared
 
 
-def _entry(previous: dict[str, Entry], p: Partition, obs: Observation) -> Entry | None:
-    return previous.get(p.identity(obs.boot_id))
+def _pods(obs: Observation) -> tuple[Pod, ...]:
+    """What every source says about the pods, the API's silence included."""
+    return obs.pods + _absent_from_api(obs)
+
+
+def _alive(pods: tuple[Pod, ...]) -> Callable[[str], bool]:
+    """owner_liveness, given only what the sources say about that owner; once per owner."""
+    said: dict[str, list[Pod]] = defaultdict(list)
+    for pod in pods:
+        said[pod.uid].append(pod)
+    return cache(lambda uid: owner_liveness(uid, said.get(uid, ()))[0])
 
 
 def _absent_from_api(obs: Observation) -> tuple[Pod, ...]:
@@ -308,19 +386,15 @@ def _absent_from_api(obs: Observation) -> tuple[Pod, ...]:
 
 def _live_owners(obs: Observation, pods: tuple[Pod, ...], policy: Policy) -> dict[str, int]:
     said: dict[str, set[str]] = {s: set() for s in policy.claim_sources}
+    alive = _alive(pods)
     for r in obs.records:
-        if r.source in said and owner_liveness(r.owner_uid, pods)[0]:
+        if r.source in said and alive(r.owner_uid):
             said[r.source].add(r.owner_uid)
     for pod in pods:
         if pod.source in said and pod.state == "alive":
             said[pod.source].add(pod.uid)
     failed = {h.source for h in obs.health if h.status != "ok"}
     return {s: len(uids) for s, uids in said.items() if s not in failed}
-
-
-def _unlisted(previous: dict[str, Entry], obs: Observation) -> dict[str, Entry]:
-    listed = {p.identity(obs.boot_id) for p in obs.partitions}
-    return {i: e for i, e in previous.items() if i not in listed}
 
 
 def _went_silent(live: dict[str, int], ledger: Ledger, policy: Policy) -> list[str]:
@@ -344,7 +418,7 @@ def _next_live(live: dict[str, int], ledger: Ledger, policy: Policy) -> dict[str
     return {**live, **kept}
 
 
-def _destroyed(unlisted: dict[str, Entry], obs: Observation, policy: Policy) -> list[Verdict]:
+def _destroyed(unlisted: dict[str, Entry], index: Index) -> list[Verdict]:
     """Rule 8: a destroy counts as done when a listing that was read whole no longer shows it."""
     return [
         Verdict(
@@ -354,22 +428,21 @@ def _destroyed(unlisted: dict[str, Entry], obs: Observation, policy: Policy) -> 
             destroy_attempts=e.destroy_attempts,
         )
         for e in unlisted.values()
-        if e.destroy_attempts and _confirmed_gone(e, obs, policy)
+        if e.destroy_attempts and _confirmed_gone(e, index)
     ]
 
 
-def _confirmed_gone(e: Entry, obs: Observation, policy: Policy) -> bool:
+def _confirmed_gone(e: Entry, index: Index) -> bool:
     """
     Its accelerator is listed, and its listing was read whole and does not show it. A chip
     missing from a chip map (a cut-short `npu-smi info -m` still parses), or a GPU from
     nvidia-smi's list, proves nothing about its partitions.
     """
     stub = _stub(e)
-    listed = {a.accelerator for a in (*obs.chips, *obs.gpus)}
-    if stub.key in {p.key for p in obs.partitions}:
+    if stub.key in index.keys:
         return False  # its place holds another identity: what is left of it (a GI whose
         # compute instances alone were destroyed), or a successor; gone once the place is free
-    return stub.accelerator in listed and not everything_was_read(stub, obs, policy)
+    return stub.accelerator in index.accelerators and not everything_was_read(stub, index)
 
 
 def _stub(e: Entry) -> Partition:

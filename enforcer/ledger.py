@@ -3,7 +3,8 @@ The ledger: per partition identity, when it was first seen and its candidate str
 order in which partitions and containers first appeared, counted in runs (see `Ledger`).
 
 Versioned JSON validated by schemas/ledger.schema.json. Only `decide()` makes the next ledger and
-only an operation writes it; this module owns the bytes.
+only an operation writes it; this module owns the bytes, and says when a run must write them
+(`why_record`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 
@@ -52,6 +54,9 @@ class Ledger:
     run: int = 0
     cri_run: int | None = None
     containers: dict[str, int] = field(default_factory=dict)  # container id -> first run
+    # The digest of the run report's substance (enforcer.report.digest): a run whose report says
+    # something new (a source unreadable, a verdict changed) is recorded even if no entry changed.
+    report_digest: str = ""
 
 
 class LedgerError(ValueError):
@@ -82,6 +87,7 @@ def load(text: str | None) -> Ledger:
         run=data["run"],
         cri_run=data["cri_run"],
         containers=dict(data["containers"]),
+        report_digest=data.get("report_digest", ""),  # absent before it existed: a new report
     )
 
 
@@ -96,6 +102,52 @@ def dump(ledger: Ledger) -> str:
         "run": ledger.run,
         "cri_run": ledger.cri_run,
         "containers": dict(sorted(ledger.containers.items())),
+        "report_digest": ledger.report_digest,
     }
     jsonschema.validate(data, SCHEMA)
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+# What every run changes, whether or not anything happened: when the run was, its number.
+VOLATILE = ("last_run", "run", "cri_run")
+VOLATILE_ENTRY = ("last_observed",)
+
+
+def substance(ledger: Ledger) -> dict[str, Any]:
+    """The ledger without what every run changes: equal substance, nothing worth recording."""
+    data = asdict(ledger)
+    for name in VOLATILE:
+        del data[name]
+    for entry in data["entries"].values():
+        for name in VOLATILE_ENTRY:
+            del entry[name]
+    return data
+
+
+def why_record(previous: Ledger | None, next_ledger: Ledger, consumed: int = 0) -> str:
+    """
+    Why this run must write its ledger and report; "" when it changed nothing of substance.
+    `previous`: the ledger read, None when there was none (missing, or set aside). `consumed`:
+    the destroyed-partition records the run read, which its write removes from the node.
+
+    Skipping a run's record changes no later decision (`enforcer.contract.decide`):
+    - times: every candidate's streak_runs grows each run and a destroy counts an attempt, so a
+      run after one with a candidate or a destroy is always recorded. A skipped run follows one
+      with no streak, so an old `last_observed` (gap) or `last_run` (clock went backwards) has
+      no streak to restart; what else they reset, first_seen, decides nothing.
+    - run numbers are only compared with each other (a partition's `first_run` with the first
+      run of an owner's containers) and are given only to new partitions and containers, each a
+      new entry: recorded. A skipped run gave none, so the next one gets the number after the
+      last recorded run, as it would have after the skipped ones: same order. A container the
+      recorded `cri_run` did not list gets `cri_run + 1` likewise; `cri_run` falls behind `run`
+      only while the runtime's listing fails, and the report says that (a new digest).
+    - a new boot (boot_id), mode (in the report), live owner counts, destroy attempts, a changed
+      verdict or source health are substance.
+    """
+    if previous is None:
+        return "no ledger was read"
+    if consumed:
+        return f"{consumed} destroyed-partition record(s) read"
+    if substance(previous) != substance(next_ledger):
+        return "the ledger or the report changed"
+    return ""

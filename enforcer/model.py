@@ -90,7 +90,10 @@ class Partition:
     @property
     def uuids(self) -> tuple[str, ...]:
         """The UUIDs the tool prints for it (MIG device UUIDs): records name partitions by them."""
-        return tuple(u for u in dict(self.identity_fields).get("mig_uuids", "").split(",") if u)
+        for name, value in reversed(self.identity_fields):  # the last one, as dict() keeps it
+            if name == "mig_uuids":
+                return tuple(u for u in value.split(",") if u)
+        return ()
 
 
 @dataclass(frozen=True)

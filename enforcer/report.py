@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -9,7 +10,10 @@ from pathlib import Path
 
 import jsonschema
 
-from enforcer.model import Observation, Verdict
+from enforcer.claims import exact_claims
+from enforcer.contract import live_claims
+from enforcer.model import MIG, VNPU, Claim, Observation, Verdict
+from enforcer.policy import Policy
 
 SCHEMA = json.loads((Path(__file__).parent.parent / "schemas" / "report.schema.json").read_text())
 
@@ -21,9 +25,15 @@ def build(
     mode: str,
     ledger_note: str,
     drift: Sequence[str] = (),
+    *,
+    policy: Policy,
 ) -> dict:
     """`drift`: declared partitions (static geometry) that are not there."""
     breaker = next((v.reason for v in verdicts if v.status == "breaker"), None)
+    named, dangling = exact_claims(obs.partitions, live_claims(obs))
+    # A verdict about a partition no longer listed has no claims: its key may be a successor's.
+    claims_of = {p: named.get(p.key, []) for p in obs.partitions}
+    names = {p.uid: f"{p.namespace}/{p.name}" for p in obs.pods if p.name}
     report = {
         "version": 1,
         "host": host,
@@ -31,6 +41,8 @@ def build(
         "boot_id": obs.boot_id,
         "run_at": obs.now,
         "mode": mode,
+        "grace_seconds": policy.grace_seconds,
+        "grace_runs": policy.grace_runs,
         "ledger": ledger_note,
         "breaker": breaker,
         "sources": [
@@ -39,13 +51,64 @@ def build(
         ],
         "summary": dict(sorted(Counter(v.status for v in verdicts).items())),
         "drift": list(drift),
-        "verdicts": [_verdict(v, obs.boot_id) for v in verdicts],
+        "verdicts": [
+            _verdict(v, obs.boot_id, claims_of.get(v.partition, []), names) for v in verdicts
+        ],
+        "dangling_claims": [_dangling(c, names) for c in dangling if _judged(c, obs)],
     }
     jsonschema.validate(report, SCHEMA)
     return report
 
 
-def _verdict(v: Verdict, boot_id: str) -> dict:
+def digest(report: dict) -> str:
+    """
+    The digest of what a report says, not when: without `run_at` and each streak's seconds, so
+    a run that changed nothing has the report of the last one recorded. Other values that come
+    from the clock change with the ledger anyway: a pending candidate's reason (its streak_runs
+    grows each run), the ledger note of a clock that went backwards (that run restarts streaks).
+    """
+    said = {k: v for k, v in report.items() if k != "run_at"}
+    said["verdicts"] = [{**v, "streak": {"runs": v["streak"]["runs"]}} for v in said["verdicts"]]
+    return hashlib.sha256(json.dumps(said, sort_keys=True).encode()).hexdigest()
+
+
+# The tool whose listing shows a kind's partitions: an exact claim is dangling only when that
+# listing was read whole, since one that failed may just not have shown what the claim names.
+LISTINGS = {VNPU: "npu-smi", MIG: "nvidia-smi"}
+
+
+def _judged(c: Claim, obs: Observation) -> bool:
+    failed = {h.source for h in obs.health if h.status != "ok"}
+    return not failed & {"node", LISTINGS.get(c.kind, c.kind)}
+
+
+def _owner(uid: str, names: dict[str, str]) -> dict:
+    return {"uid": uid, "name": names.get(uid)}
+
+
+def _owners(claims: Sequence[Claim], names: dict[str, str]) -> list[dict]:
+    """Each live owner once, with the sources whose records name the partition."""
+    sources: dict[str, set[str]] = {}
+    for c in claims:
+        sources.setdefault(c.owner_uid, set()).add(c.source)
+    return [{**_owner(u, names), "sources": sorted(s)} for u, s in sorted(sources.items())]
+
+
+def _dangling(c: Claim, names: dict[str, str]) -> dict:
+    return {
+        "owner": _owner(c.owner_uid, names),
+        "source": c.source,
+        "record": c.record,
+        "named": {
+            "kind": c.kind,
+            "accelerator": c.accelerator,
+            "id": c.partition_id,
+            "uuid": c.uuid,
+        },
+    }
+
+
+def _verdict(v: Verdict, boot_id: str, claims: Sequence[Claim], names: dict[str, str]) -> dict:
     p = v.partition
     return {
         "partition": {
@@ -60,6 +123,7 @@ def _verdict(v: Verdict, boot_id: str) -> dict:
         "evidence": list(v.evidence),
         "streak": {"runs": v.streak_runs, "seconds": round(v.streak_seconds, 1)},
         "destroy_attempts": v.destroy_attempts,
+        "claimed_by": _owners(claims, names),
     }
 
 
@@ -78,6 +142,7 @@ def table(report: dict) -> str:
     if report["ledger"] != "ok":
         lines.append(f"  ledger: {report['ledger']}")
     lines += [f"  drift: {d}" for d in report.get("drift", ())]
+    lines += [f"  dangling claim: {dangling_line(c)}" for c in report.get("dangling_claims", ())]
     rows = [("PARTITION", "PROFILE", "VERDICT", "STREAK", "REASON")]
     for v in report["verdicts"]:
         p, streak = v["partition"], v["streak"]
@@ -98,3 +163,19 @@ def table(report: dict) -> str:
         cells = [c.ljust(w) for c, w in zip(r[:4], widths, strict=True)]
         lines.append("  " + "  ".join([*cells, r[4]]).rstrip())
     return "\n".join(lines)
+
+
+def owner_name(owner: dict) -> str:
+    """`namespace/name (uid)`, or the uid alone when no source named the pod."""
+    return f"{owner['name']} ({owner['uid']})" if owner.get("name") else owner["uid"]
+
+
+def dangling_line(claim: dict) -> str:
+    """One dangling claim for people: who, what it names that is not listed, which record."""
+    n = claim["named"]
+    what = " ".join(x for x in (n["kind"], n["accelerator"], n["id"] and f"id {n['id']}") if x)
+    what += f" {n['uuid']}" if n["uuid"] else ""
+    return (
+        f"pod {owner_name(claim['owner'])} names {what}, which is not listed "
+        f"({claim['source']}: {claim['record']})"
+    )

@@ -78,8 +78,12 @@ class NodeSnapshot(FactBase):
         Sections(complete=True, by_name={"npu-smi-m": Section(rc="0", stdout=...), ...})
     """
 
-    def command(self, paths: NodePaths, pod_resources: bool = False) -> str:
-        """`pod_resources`: also ask the kubelet's pod-resources API (a claim source)."""
+    def command(self, paths: NodePaths, pod_resources: bool = False, record: bool = False) -> str:
+        """
+        `pod_resources`: also ask the kubelet's pod-resources API (a claim source). `record`:
+        leave the heartbeat `<state_dir>/last-read`, one line `<epoch seconds> <boot id>` of
+        this read (section `last-read`; not under --dry).
+        """
         return render(
             "snapshot.sh.j2",
             paths=paths,
@@ -87,6 +91,7 @@ class NodeSnapshot(FactBase):
             nvidia_smi=paths.tool("nvidia-smi"),
             crictl=paths.tool("crictl"),
             client=base64.b64encode(CLIENT.read_bytes()).decode() if pod_resources else None,
+            record=record,
         )
 
     def process(self, output: list[str]) -> Sections:
@@ -115,7 +120,9 @@ COMMANDS = {
     "ledger": "cat ledger.json",
     "destroyed": "cat destroyed",
     "claim-digest": "sha256sum kubelet_internal_checkpoint",
+    "last-read": "write last-read",
 }
+HEARTBEAT = "heartbeat"  # the source whose health says whether last-read was written
 
 
 def parse_sections(lines: Sequence[str]) -> Sections:
@@ -265,6 +272,7 @@ def observe(
         else ()  # a read from before this record existed: the ledger alone decides
     )
     digest = r.read("claim-digest", "kubelet-checkpoint", lambda s: _one_line(s.stdout, "digest"))
+    _heartbeat(r, paths)
     if sandboxes is None or containers is None:
         sandboxes, containers = None, None
 
@@ -294,6 +302,17 @@ def observe(
         devnodes={k: f"{v.dev_ino}:{v.rdev}" for k, v in (devnodes or {}).items()},
         containers=_containers(sandboxes, containers),
     )
+
+
+def _heartbeat(r: _Reader, paths: NodePaths) -> None:
+    """
+    A read asked to record that could not leave its last-read: the heartbeat is stale. Only
+    reported (a source no rule requires): the run decides and records as ever.
+    """
+    s = r.sections.by_name.get("last-read")
+    if s is not None and (s.rc != "0" or s.stdout or s.stderr):
+        why = s.failure() if s.rc != "0" else f"{s.command}: unexpected output"
+        r.fail(HEARTBEAT, "stale", f"{paths.state_dir}/last-read not written: {why}")
 
 
 def _manages(kind: str, kinds: Sequence[str] | None) -> bool:

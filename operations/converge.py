@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 from pyinfra.api.exceptions import DeployError
 
@@ -29,9 +30,10 @@ def host_policy(host) -> Policy:
         raise DeployError(str(error)) from error
 
 
-def read_node(host, policy: Policy) -> Observation:
+def read_node(host, policy: Policy, record: bool = False) -> Observation:
+    """`record`: the read leaves its heartbeat on the node (<state_dir>/last-read)."""
     asks = "kubelet-pod-resources" in policy.claim_sources
-    sections = host.get_fact(NodeSnapshot, paths=policy.paths, pod_resources=asks)
+    sections = host.get_fact(NodeSnapshot, paths=policy.paths, pod_resources=asks, record=record)
     obs = observe(sections, policy.node_name, policy.paths, policy.claim_sources, policy.kinds)
     if "kubernetes-api" in policy.claim_sources:
         pod_list = kubeapi.list_pods_once(policy.kubeconfig)  # one LIST per run for all hosts
@@ -79,14 +81,17 @@ def _restart_note(ledger: ledgers.Ledger, obs: Observation) -> str:
 
 def converge(host) -> None:
     policy = host_policy(host)
-    obs = read_node(host, policy)
+    dry = "--dry" in sys.argv  # pyinfra does not tell a deploy
+    obs = read_node(host, policy, record=not dry)  # --dry leaves nothing on the node
     ledger, note = _ledger(obs)
     verdicts, next_ledger = decide(obs, ledger, policy, obs.now)
-    mode = "dry" if "--dry" in sys.argv else policy.mode  # pyinfra does not tell a deploy
-    report = reports.build(host.name, obs, verdicts, mode, note, drift(obs, policy))
+    mode = "dry" if dry else policy.mode
+    report = reports.build(host.name, obs, verdicts, mode, note, drift(obs, policy), policy=policy)
     print(reports.table(report), flush=True)
     if any(h.source == "node" and h.status != "ok" for h in obs.health):
         return  # no boot id or clock: nothing can be recorded, nothing is destroyed
+    next_ledger = replace(next_ledger, report_digest=reports.digest(report))
+    read = None if note == "missing" or note.startswith("set aside") else ledger
     enforce.write_state(
         name="Record the ledger and the run report",
         ledger=ledgers.dump(next_ledger),
@@ -95,6 +100,7 @@ def converge(host) -> None:
         set_aside=note.startswith("set aside"),
         stamp=int(obs.now),
         consumed=len(obs.destroyed),
+        why=ledgers.why_record(read, next_ledger, len(obs.destroyed)),
     )
     if policy.mode == "converge":
         enforce.destroy_orphans(

@@ -16,14 +16,30 @@ from enforcer.policy import NodePaths
 from enforcer.shell import decimal, render
 
 
-@operation(is_idempotent=False)
+@operation()
 def write_state(
-    ledger: str, report: str, paths: NodePaths, set_aside: bool, stamp: int, consumed: int = 0
+    ledger: str,
+    report: str,
+    paths: NodePaths,
+    set_aside: bool,
+    stamp: int,
+    consumed: int = 0,
+    why: str = "always",
 ):
     """
     Write the next ledger and the run report, atomically (temp file, fsync, rename; 0600 in a
     0700 dir) under the node lock. ``set_aside`` keeps a ledger that could not be read, renamed.
+    ``why`` (`enforcer.ledger.why_record`): empty when the run changed nothing of substance;
+    then nothing is written, and the node read's last-read alone says that this run happened.
+
+    .. code:: python
+
+        write_state(ledger=..., report=..., paths=policy.paths, set_aside=False, stamp=now,
+                    why=ledgers.why_record(previous, next_ledger))
     """
+    if not why:
+        host.noop("the ledger and the run report are unchanged")
+        return
     yield render(
         "write-state.sh.j2",
         paths=paths,

@@ -9,6 +9,10 @@ import pytest
 
 from enforcer.sim.namespace import unshare_argv
 
+# The testinfra verification users run against their nodes (`pytest tests/verify --hosts=...`),
+# not a test of this project: tests/e2e/test_verify.py runs it against a simulated node.
+collect_ignore = ["verify"]
+
 
 def _namespaces_work() -> str | None:
     try:

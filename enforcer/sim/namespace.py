@@ -17,6 +17,10 @@ holder's /proc/<pid>/cgroup. A node with GPUs has the NVIDIA driver's procfs fil
 /proc/driver/nvidia-caps/mig-minors and /proc/driver/nvidia/gpus/*/information read as on a real
 node. Only the agent mounts, and only as the namespace's PID 1: in its own mount namespace, never
 the host's.
+
+A fleet node (tests/fleet/harness.py) has a hostname of its own too (`hostname=`, a UTS
+namespace), its paths bind-mounted by commands the agent runs, and its sshd started as a daemon
+(`start`, `stop`): mounts are private to the namespace (`--propagation private`).
 """
 
 from __future__ import annotations
@@ -24,21 +28,26 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from enforcer.sim.node import PROC_DRIVER, SimNode
+from enforcer.sim.node import PROC_DRIVER, SimNode, end_process
 
 CGROUPS = "cgroups"  # <node>/cgroups/<pid>: the cgroup file bind-mounted over a pod holder's
 
 
-def unshare_argv() -> list[str]:
-    """The namespace wrapper; without root, a user namespace maps us to root inside it."""
+def unshare_argv(uts: bool = False) -> list[str]:
+    """
+    The namespace wrapper; without root, a user namespace maps us to root inside it. `uts`: a
+    hostname of its own too (a fleet node). Mounts made inside never propagate out (private).
+    """
     if shutil.which("unshare") is None:
         raise FileNotFoundError("unshare (util-linux) is needed to give a simulated node its /proc")
-    argv = ["unshare", "--pid", "--fork", "--mount-proc"]
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", "--propagation", "private"]
+    argv += ["--uts"] if uts else []
     return argv if os.geteuid() == 0 else [*argv[:1], "--map-root-user", *argv[1:]]
 
 
@@ -49,18 +58,20 @@ class NamespaceError(RuntimeError):
 class NodeNamespace:
     """The agent of one simulated node's namespace; use as a context manager."""
 
-    def __init__(self, node_dir: Path | str):
+    def __init__(self, node_dir: Path | str, hostname: str | None = None):
         self.node_dir = Path(node_dir).resolve()
+        self.hostname = hostname
         self.proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> NodeNamespace:
         argv = [
-            *unshare_argv(),
+            *unshare_argv(uts=self.hostname is not None),
             sys.executable,
             "-m",
             "enforcer.sim.namespace",
             "--agent",
             str(self.node_dir),
+            *([self.hostname] if self.hostname else []),
         ]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
@@ -118,10 +129,20 @@ class NodeNamespace:
     def unhold(self, pid: int) -> None:
         self.call(op="unhold", pid=pid)
 
+    def start(self, argv: list[str], log: Path | str) -> int:
+        """A daemon in the namespace (a node's sshd), output to `log`; ended with the agent."""
+        return int(self.call(op="start", argv=argv, log=str(log))["pid"])
 
-def _agent(node_dir: Path) -> None:
+    def stop(self, pid: int) -> None:
+        """End a daemon `start` gave (SIGTERM, then SIGKILL after 5 s) and reap it."""
+        self.call(op="stop", pid=pid)
+
+
+def _agent(node_dir: Path, hostname: str | None) -> None:
     holders: dict[int, subprocess.Popen[bytes]] = {}
     try:
+        if hostname:
+            socket.sethostname(hostname)
         mount_proc_driver(node_dir)
         broken = None
     except OSError as error:
@@ -134,6 +155,8 @@ def _agent(node_dir: Path) -> None:
             answer = {"error": f"{request.get('op')}: {type(error).__name__}: {error}"}
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
+    for proc in holders.values():  # holders and daemons: SimNode forgets its holders below
+        end_process(proc)
     if (node_dir / "state.json").exists():
         SimNode(node_dir).unhold_all()
     shutil.rmtree(node_dir / CGROUPS, ignore_errors=True)
@@ -173,6 +196,16 @@ def _serve(node_dir: Path, request: dict[str, Any], holders: dict) -> dict[str, 
         # Its bind mount goes with the process: the kernel detaches mounts on a dead /proc/<pid>.
         SimNode(node_dir).unhold(holders.pop(pid))
         (node_dir / CGROUPS / str(pid)).unlink(missing_ok=True)
+        return {}
+    if op == "start":
+        with open(request["log"], "ab") as log:
+            proc = subprocess.Popen(
+                request["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=log
+            )
+        holders[proc.pid] = proc
+        return {"pid": proc.pid}
+    if op == "stop":
+        end_process(holders.pop(int(request["pid"])))
         return {}
     raise ValueError(f"unknown request {op!r}")
 
@@ -221,7 +254,7 @@ def _enter_pod(node: SimNode, pid: int, uid: str) -> None:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--agent"]:
-        _agent(Path(argv[1]))
+        _agent(Path(argv[1]), argv[2] if len(argv) > 2 else None)
         return 0
     if argv[:1] == ["--"] and len(argv) > 1:
         return subprocess.call([*unshare_argv(), *argv[1:]])

@@ -151,7 +151,8 @@ def test_full_disk_fails_the_host_before_any_destroy_and_keeps_the_ledger(seed_n
         assert "No space left on device" in run.output
         assert 101 in seed_node.vnpus()
         assert sh(seed_node, f"cat {d}/ledger.json") == before
-        assert sh(seed_node, f"ls -A {d}").split() == [
+        # The node read's heartbeat (last-read, a few bytes) may fit where the ledger does not.
+        assert [f for f in sh(seed_node, f"ls -A {d}").split() if f != "last-read"] == [
             "destroyed",
             "filler",
             "ledger.json",

@@ -504,7 +504,7 @@ def test_hostile_record_values_reach_the_node_only_base64_encoded():
     obs = observe(node_read(hostile_records()), "n1", PATHS, ["kubelet-checkpoint", "cri"])
     policy = policy_from_host_data("n1", {"enforcer_rootfs": "/srv/n1"})
     verdicts, next_ledger = decide(obs, ledgers.Ledger(), policy, obs.now)
-    report = json.dumps(reports.build("n1", obs, verdicts, "converge", "missing"))
+    report = json.dumps(reports.build("n1", obs, verdicts, "converge", "missing", policy=policy))
     ledger = ledgers.dump(next_ledger)
     assert MARK in report  # the evidence names the hostile records
     script = render(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from enforcer.claims import claims_from_records
-from enforcer.model import OwnerRecord
+from enforcer.claims import claims_from_records, exact_claims
+from enforcer.model import MIG, VNPU, Claim, OwnerRecord, Partition
 
 UUID = "3F5A1C2B-0140C979-2CFBED72-6A8D4E10-00000000"
 
@@ -100,3 +100,43 @@ def test_only_vnpus_the_runtime_makes_with_the_container_are_dated_by_it():
     assert made_with_container(annotations=(("huawei.com/npu-core", "0-vir02"),)) == [False]
     unmapped = (f"{UUID}-0",)
     assert made_with_container(resource="huawei.com/Ascend310P", device_ids=unmapped) == [False]
+
+
+def listed_vnpu(vid: str, chip: int = 0) -> Partition:
+    return Partition(VNPU, f"npu:0:{chip}", vid, "vir02", (("vnpu", vid),))
+
+
+def listed_gi(gi: str, uuid: str) -> Partition:
+    return Partition(MIG, "gpu:GPU-a", gi, "1g.10gb", (("gi", gi), ("mig_uuids", uuid)))
+
+
+def test_exact_claims_a_claim_naming_a_listed_partition_is_not_dangling():
+    by_id = Claim("pod-1", "cri", "exact", "real device 100", partition_id="100")
+    by_uuid = Claim("pod-2", "markers", "exact", "marker", kind=MIG, uuid="MIG-1")
+    named, dangling = exact_claims([listed_vnpu("100"), listed_gi("3", "MIG-1")], [by_id, by_uuid])
+    assert named == {"ascend-vnpu/npu:0:0/100": [by_id], "nvidia-mig/gpu:GPU-a/3": [by_uuid]}
+    assert dangling == []
+
+
+def test_exact_claims_a_claim_naming_no_listed_partition_is_dangling():
+    gone = Claim("pod-1", "cri", "exact", "real device 105", partition_id="105")
+    elsewhere = Claim(
+        "pod-2", "cri", "exact", "vnpu 100 on chip 1", accelerator="npu:0:1", partition_id="100"
+    )
+    counted = Claim("pod-3", "cri", "device-wide", "hami vir02", profile="vir02")
+    named, dangling = exact_claims([listed_vnpu("100")], [gone, elsewhere, counted])
+    assert named == {}
+    assert dangling == [gone, elsewhere]  # a counted claim names no partition: never dangling
+
+
+def test_exact_claims_an_id_without_accelerator_names_it_on_every_chip():
+    anywhere = Claim("pod-1", "cri", "exact", "real device 100", partition_id="100")
+    named, _ = exact_claims([listed_vnpu("100", chip=0), listed_vnpu("100", chip=1)], [anywhere])
+    assert named == {"ascend-vnpu/npu:0:0/100": [anywhere], "ascend-vnpu/npu:0:1/100": [anywhere]}
+
+
+def test_exact_claims_keep_the_claims_order_when_a_partition_is_listed_twice():
+    first = Claim("pod-1", "cri", "exact", "first", partition_id="100")
+    second = Claim("pod-2", "cri", "exact", "second", partition_id="100")
+    named, _ = exact_claims([listed_vnpu("100"), listed_vnpu("100")], [first, second])
+    assert named == {"ascend-vnpu/npu:0:0/100": [first, first, second, second]}

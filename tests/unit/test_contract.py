@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from enforcer.contract import decide
+from enforcer.contract import decide, live_claims
 from enforcer.ledger import Ledger, dump, load
 from enforcer.model import (
     NO_CONTAINER,
@@ -539,3 +539,16 @@ def test_not_claimed_what_one_counted_claim_keeps_does_not_count_for_another_of_
     )
     v, _ = runs(lambda i: node(vnpu(102), vnpu(103, "vir04"), records=(hami("pod-b"), any_one)), 5)
     assert status(v, 102) == status(v, 103) == "claimed"
+
+
+def test_live_claims_dead_owners_claims_are_not_live():
+    pods = (Pod("pod-a", "cri", "alive"), Pod("pod-b", "cri", "ended", detail="sandbox notready"))
+    records = (hami("pod-a"), hami("pod-b"), hami("pod-c"))  # pod-c: no source has seen it yet
+    owners = [c.owner_uid for c in live_claims(node(records=records, pods=pods))]
+    assert owners == ["pod-a", "pod-c"]
+
+
+def test_live_claims_an_owner_the_api_lists_no_more_is_not_live():
+    health = OK + (SourceHealth("kubernetes-api", "ok"),)
+    obs = replace(node(records=(hami("pod-gone"),)), health=health)
+    assert live_claims(obs) == []

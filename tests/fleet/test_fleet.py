@@ -1,0 +1,188 @@
+"""
+Issue 5: the real `pyinfra` CLI with its SSH connector (paramiko) converging five simulated nodes
+in parallel, each behind its own sshd: two Ascend 310P nodes with the seed story (one reached as
+a non-root user with sudo), two H100 nodes with the MIG story, one node with nothing to do.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from fleet.conftest import PYINFRA, REPO, logins, pyinfra, report, statuses
+from fleet.harness import OPERATOR
+
+from enforcer import ledger as ledgers
+from enforcer.sim.demo import infer_b_starts
+
+RUNS_TO_DESTROY = 3  # enforcer_grace_runs (default), grace_seconds 0 in the fleet's host data
+
+
+def nodes_of(fleet, story: str):
+    return [n for n in fleet.nodes.values() if n.spec.story == story]
+
+
+def converge_until_settled(fleet, limit: int = 8) -> None:
+    """Run until no node has a candidate left (the seed nodes' infer-b has started)."""
+    for _ in range(limit):
+        run = pyinfra(fleet)
+        assert run.rc == 0, run.output
+        busy = {"pending", "orphan", "destroy-failed"}
+        if not any(busy & set(statuses(n).values()) for n in fleet.nodes.values()):
+            return
+    pytest.fail(f"the fleet did not settle in {limit} runs:\n{run.output}")
+
+
+def test_nodes_of_different_kinds_converge_in_parallel_over_ssh(fleet):
+    first = pyinfra(fleet)
+    assert first.rc == 0, first.output
+    for node in fleet.nodes.values():
+        assert report(node)["host"] == node.name, first.output
+        assert f"[{node.name}] Success" in first.output, first.output
+    infer_b = {n.name: infer_b_starts(n.sim) for n in nodes_of(fleet, "seed")}
+    gis = {n.name: {g["id"] for g in n.sim.gpu_instances(0)} for n in nodes_of(fleet, "mig")}
+
+    for _ in range(RUNS_TO_DESTROY):
+        run = pyinfra(fleet)
+        assert run.rc == 0, run.output
+
+    for node in nodes_of(fleet, "seed"):  # the zombies went, the live pods' vNPUs stayed
+        assert {v["id"] for v in node.sim.state()["vnpus"]} == {100, infer_b[node.name]}
+        assert statuses(node)["100"] == "held"
+    for node in nodes_of(fleet, "mig"):  # the leaked GI went, the claimed ones stayed
+        left = {g["id"] for g in node.sim.gpu_instances(0)}
+        assert len(gis[node.name]) == 3 and left == gis[node.name] - {11}, run.output
+    assert report(fleet.nodes["node4"])["verdicts"] == []
+    confirm = pyinfra(fleet)
+    assert confirm.rc == 0, confirm.output
+    assert statuses(fleet.nodes["node1"])["101"] == "destroyed"
+
+
+def test_a_node_is_reached_as_a_non_root_user_with_sudo(fleet):
+    node = next(n for n in fleet.nodes.values() if n.spec.user == OPERATOR)
+    before = logins(node)
+    run = pyinfra(fleet, "--limit", node.name)
+    assert run.rc == 0, run.output
+    log = (node.path / "sshd.log").read_text()
+    assert logins(node) > before and f"Accepted publickey for {OPERATOR} " in log
+    assert "Accepted publickey for root" not in log
+    # What it wrote, it wrote as root through sudo: the ledger is root's, 0600.
+    ledger = node.state_dir / "ledger.json"
+    assert (ledger.stat().st_uid, ledger.stat().st_mode & 0o777) == (0, 0o600)
+
+
+def test_limit_reaches_only_the_named_node(fleet):
+    before = {n.name: logins(n) for n in fleet.nodes.values()}
+    node2 = fleet.nodes["node2"]
+    node2.sim.create_gi(0, "1g.10gb")  # a new leak on node2 and on node5
+    fleet.nodes["node5"].sim.create_gi(0, "1g.10gb")
+    run = pyinfra(fleet, "--limit", "node2")
+    assert run.rc == 0, run.output
+    after = {n.name: logins(n) for n in fleet.nodes.values()}
+    assert [n for n in after if after[n] != before[n]] == ["node2"], run.output
+    assert "pending" in statuses(node2).values()
+    assert "pending" not in statuses(fleet.nodes["node5"]).values()
+
+
+def test_dry_run_reads_every_node_and_changes_nothing(fleet):
+    leak = fleet.nodes["node5"].sim.create_gi(0, "1g.10gb")
+    ledgers_before = {
+        n.name: (n.state_dir / "ledger.json").read_bytes() for n in fleet.nodes.values()
+    }
+    for _ in range(RUNS_TO_DESTROY + 1):
+        run = pyinfra(fleet, "--dry")
+        assert run.rc == 0, run.output
+    for node in fleet.nodes.values():
+        assert (node.state_dir / "ledger.json").read_bytes() == ledgers_before[node.name]
+    assert leak in {g["id"] for g in fleet.nodes["node5"].sim.gpu_instances(0)}
+    assert "node5: " in run.output and "(would destroy)" not in run.output
+
+
+def test_a_node_whose_sshd_stops_mid_run_fails_alone_and_converges_next_run(fleet):
+    node = fleet.nodes["node4"]
+    ledger_before = (node.state_dir / "ledger.json").read_bytes()
+    node.sim.set_fault("npu-smi", "info", hang_seconds=60)  # the node read hangs there
+    others = {n.name: logins(n) for n in fleet.nodes.values() if n is not node}
+    argv = [PYINFRA, "-y", str(fleet.inventory), "deploy.py"]
+    proc = subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        _wait_for(lambda: node.ns.run(["pgrep", "-f", "enforcer.sim.npu_smi"]).returncode == 0)
+        node.stop_sshd()
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    node.sim.clear_faults()
+    assert proc.returncode != 0, output
+    assert "node4" in output and "rror" in output, output
+    for name, count in others.items():  # the others were read and recorded as usual
+        assert logins(fleet.nodes[name]) > count, output
+    ledger = (node.state_dir / "ledger.json").read_bytes()
+    assert ledger == ledger_before
+    ledgers.load(ledger.decode())  # intact: it parses and matches its schema
+
+    node.start_sshd()
+    again = pyinfra(fleet)
+    assert again.rc == 0, again.output
+    assert f"[{node.name}] Success" in again.output or f"[{node.name}] No changes" in again.output
+
+
+def test_a_second_run_with_nothing_to_do_reports_no_changes(fleet):
+    for node in nodes_of(fleet, "mig"):  # the leaks the other tests made, gone first
+        for gi in node.sim.gpu_instances(0):
+            if gi["id"] not in (1, 13):
+                for ci in gi["cis"]:
+                    node.sim.destroy_ci(0, gi["id"], ci["id"])
+                node.sim.destroy_gi(0, gi["id"])
+    converge_until_settled(fleet)
+    first = pyinfra(fleet)  # nothing to do; it may still record what the last run changed
+    assert first.rc == 0, first.output
+    recorded = {n.name: _records(n) for n in fleet.nodes.values()}
+    second = pyinfra(fleet)
+    assert second.rc == 0, second.output
+    for node in fleet.nodes.values():
+        assert f"[{node.name}] No changes" in second.output, second.output
+        assert f"[{node.name}] Success" not in second.output, second.output
+        assert _records(node) == recorded[node.name]
+    assert re.search(r"Grand total\s+\d+\s+-\s+-\s+\d+", second.output), second.output
+
+
+def _records(node) -> tuple[bytes, bytes]:
+    return (node.state_dir / "ledger.json").read_bytes(), (
+        node.state_dir / "report.json"
+    ).read_bytes()
+
+
+def _wait_for(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail("timed out waiting for the node read to start")
+        time.sleep(0.2)
+
+
+def test_testinfra_verification_over_ssh_passes_on_the_fleet_and_names_a_stalled_node(fleet):
+    converge_until_settled(fleet)
+    hosts = ",".join(f"ssh://{name}" for name in fleet.nodes)
+    passed = verify(fleet, f"--hosts={hosts}")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert f"{6 * len(fleet.nodes)} passed" in passed.stdout, passed.stdout
+
+    heartbeat = fleet.nodes["node4"].state_dir / "last-read"  # the enforcer stopped there
+    epoch, boot = heartbeat.read_text().split()
+    heartbeat.write_text(f"{int(epoch) - 7200} {boot}\n")
+    failed = verify(fleet, f"--hosts={hosts}")
+    assert failed.returncode == 1, failed.stdout
+    assert re.search(r"FAILED .*test_.*\[ssh://node4\]", failed.stdout), failed.stdout
+    assert not re.search(r"FAILED .*\[ssh://node[1235]\]", failed.stdout), failed.stdout
+
+
+def verify(fleet, *args: str) -> subprocess.CompletedProcess[str]:
+    """`pytest tests/verify` as users run it: testinfra over ssh, with sudo for the operator."""
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "tests/verify"]
+    argv += [f"--ssh-config={fleet.ssh_config}", "--sudo", *args]
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
