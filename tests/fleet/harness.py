@@ -166,11 +166,12 @@ class Fleet:
         return node
 
     def _write_client_files(self) -> None:
-        known = "".join(
-            f"{n.address} {(n.path / 'ssh_host_ed25519_key.pub').read_text().split(' ')[0]} "
-            f"{(n.path / 'ssh_host_ed25519_key.pub').read_text().split(' ')[1]}\n"
+        # "<address> <key type> <key>": each node's public host key without its comment
+        keys = {
+            n.name: (n.path / "ssh_host_ed25519_key.pub").read_text().split()[:2]
             for n in self.nodes.values()
-        )
+        }
+        known = "".join(f"{n.address} {' '.join(keys[n.name])}\n" for n in self.nodes.values())
         (self.root / "known_hosts").write_text(known)
         hosts = [(n.name, {**self.connection(n), **n.host_data}) for n in self.nodes.values()]
         self.inventory.write_text(
