@@ -25,6 +25,10 @@ whose ownership record was deleted while its pod lives. A `nvidia.com/mig-<profi
 names neither claims partitions of that profile on any GPU. An ownership record of the `markers`
 source names its partition by MIG UUID and by GI on its GPU. No MIG partition is made with the
 owner's container (plugins make them at Allocate, or before): their age says nothing.
+
+vGPUs (mdevs, vendor-VFIO VFs) are claimed by a VMM's instance records (`vm-metadata`): a record
+names its vGPU exactly (mdev UUID, VF address). Its owner is the VM, alive while its hypervisor
+process is the one the record names (`vm_liveness`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,18 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from enforcer.model import MIG, VNPU, Claim, Holder, OwnerRecord, Partition, Pod
+from enforcer.model import (
+    MIG,
+    VM_METADATA,
+    VNPU,
+    Claim,
+    Holder,
+    Instance,
+    Observation,
+    OwnerRecord,
+    Partition,
+    Pod,
+)
 
 ASCEND_RESOURCE = re.compile(r"^huawei\.com/(Ascend\w*|npu-core)(-\dc)?$")
 ASCEND_NOTES = ("huawei.com/", "hami.io/Ascend")  # annotation keys Ascend records use
@@ -50,9 +65,78 @@ MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-([0-9]+g\.[0-9]+gb(?:\.[a-z]+)*)$",
 
 
 def claims_from_records(records: Iterable[OwnerRecord]) -> tuple[Claim, ...]:
+    return tuple(claim for record in records for claim in _claims(record))
+
+
+def _claims(record: OwnerRecord) -> list[Claim]:
+    if record.source == VM_METADATA:
+        return [
+            Claim(record.owner_uid, record.source, "exact", record.where, kind=kind, partition_id=d)
+            for kind, d in (d.split("/", 1) for d in record.device_ids)
+        ]
+    return [*_ascend_claims(record), *_mig_claims(record)]
+
+
+def vm_records(instances: Iterable[Instance]) -> tuple[OwnerRecord, ...]:
+    """Each VM record as an owner record: its vGPUs as `<kind>/<id>` device ids."""
     return tuple(
-        claim for record in records for claim in (*_ascend_claims(record), *_mig_claims(record))
+        OwnerRecord(
+            vm.owner_uid,
+            VM_METADATA,
+            f"{vm.where}: {', '.join(d for _, d in vm.devices)}",
+            "vgpu",
+            tuple(f"{kind}/{d}" for kind, d in vm.devices),
+        )
+        for vm in instances
+        if vm.devices
     )
+
+
+def vm_liveness(vm: Instance, obs: Observation) -> Pod:
+    """
+    Whether a VM's hypervisor is the process its record names: that PID exists and is not a
+    zombie (one /proc cannot inspect counts as alive), started when the record says (a PID reused
+    after a VMM restart did not), in this boot, and listens on the recorded control socket (a
+    listening unix socket bound there, with the accept flag, among the PID's fds). A record with
+    no PID yet is a VM booting: alive. What the read did not show is not evidence: alive.
+    """
+
+    def said(state: str, detail: str) -> Pod:
+        return Pod(vm.owner_uid, VM_METADATA, state, vm.name or vm.id, "", detail)  # type: ignore[arg-type]
+
+    if vm.pid is None:
+        return said("alive", "no hypervisor PID yet: booting")
+    pid = vm.pid
+    if vm.boot_id is not None and vm.boot_id != obs.boot_id:
+        return said("ended", f"hypervisor pid {pid} was recorded in boot {vm.boot_id}")
+    proc = obs.processes.get(pid)
+    if proc is None:
+        return said("alive", f"hypervisor pid {pid} was not read: counts as alive")
+    if proc.state == "denied":
+        return said("alive", f"hypervisor pid {pid} cannot be inspected (EPERM): counts as alive")
+    if proc.state in ("gone", "Z", "X"):
+        return said(
+            "ended", f"hypervisor pid {pid} is {'gone' if proc.state == 'gone' else 'a zombie'}"
+        )
+    if vm.start_time is not None and proc.start_time != vm.start_time:
+        why = f"started at tick {proc.start_time}, the record says {vm.start_time}"
+        return said("ended", f"pid {pid} is not its hypervisor: {why} (a reused PID)")
+    if vm.socket is not None:
+        if proc.sockets is None:
+            return said("alive", f"hypervisor pid {pid}'s fds cannot be read: counts as alive")
+        if not proc.sockets & obs.listening.get(vm.socket, frozenset()):
+            why = f"it does not listen on {vm.socket}"
+            return said("ended", f"pid {pid} is not its hypervisor: {why} (a reused PID)")
+    return said(
+        "alive",
+        f"hypervisor pid {pid} alive" + (f", listening on {vm.socket}" if vm.socket else ""),
+    )
+
+
+def stuck_seconds(vm: Instance, now: float, after: float) -> float | None:
+    """How long a VM has claimed a vGPU with no hypervisor PID, when longer than `after`."""
+    age = now - vm.written_at
+    return age if vm.pid is None and vm.devices and age > after else None
 
 
 def _mig_claims(record: OwnerRecord) -> list[Claim]:
@@ -395,4 +479,13 @@ def _spelled(profile: str) -> str:
     return profile.replace("+", ".")
 
 
-__all__ = ["VNPU", "claims_from_records", "exact_claims", "owner_liveness", "protect"]
+__all__ = [
+    "VNPU",
+    "claims_from_records",
+    "exact_claims",
+    "owner_liveness",
+    "protect",
+    "stuck_seconds",
+    "vm_liveness",
+    "vm_records",
+]

@@ -12,27 +12,42 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
-from enforcer.claims import claims_from_records, owner_liveness, protect
+from enforcer.claims import (
+    claims_from_records,
+    owner_liveness,
+    protect,
+    stuck_seconds,
+    vm_liveness,
+    vm_records,
+)
 from enforcer.ledger import Entry, Ledger
 from enforcer.model import (
+    MDEV,
     MIG,
     NODE,
+    VFIO,
+    VGPU_KINDS,
+    VM_METADATA,
     VNPU,
     Claim,
     Container,
     Observation,
+    OwnerRecord,
     Partition,
     Pod,
     Verdict,
 )
 from enforcer.policy import Policy
 
-# Always required: the partitions and their holders.
-TOOL_SOURCES = ("npu-smi", "nvidia-smi", "proc-fd", "node")
+# Always required: the partitions and their holders; for vGPUs, the VMs' records too (the node
+# read scopes their health to the vGPU kinds: other kinds are not affected).
+TOOL_SOURCES = ("npu-smi", "nvidia-smi", "proc-fd", "node", "sysfs", "mdevctl", VM_METADATA)
 # What rule 2's evidence names, by kind.
 WITNESSES = {
     VNPU: "npu-smi status/container columns, process table and fd scan",
     MIG: "nvidia-smi process table and fd scan of the capability devices",
+    MDEV: "fd scan of its VFIO group and device",
+    VFIO: "fd scan of its VFIO group and device",
 }
 
 
@@ -100,16 +115,27 @@ def not_held(p: Partition, index: Index) -> str | None:
 
 
 def not_claimed(
-    p: Partition, protected: dict[str, list[Claim]], names: dict[str, str]
+    p: Partition,
+    protected: dict[str, list[Claim]],
+    names: dict[str, str],
+    stuck: dict[str, float],
 ) -> str | None:
-    """Rule 3: no live owner's claim (exact, placement or device-wide, count-aware) covers P."""
+    """
+    Rule 3: no live owner's claim (exact, placement or device-wide, count-aware) covers P. A VM
+    that has claimed it with no hypervisor PID for too long (`stuck`) still does: it is reported.
+    """
     claims = protected.get(p.key)
     if not claims:
         return None
-    return "; ".join(
-        f"{c.scope} claim by pod {names.get(c.owner_uid, c.owner_uid)} ({c.source}: {c.record})"
-        for c in claims
-    )
+    return "; ".join(_claim_line(c, names, stuck) for c in claims)
+
+
+def _claim_line(c: Claim, names: dict[str, str], stuck: dict[str, float]) -> str:
+    who = f"{'VM' if c.source == VM_METADATA else 'pod'} {names.get(c.owner_uid, c.owner_uid)}"
+    line = f"{c.scope} claim by {who} ({c.source}: {c.record})"
+    if c.owner_uid in stuck:
+        line += f"; stuck claim: no hypervisor PID for {stuck[c.owner_uid]:.0f} s"
+    return line
 
 
 def not_pinned(p: Partition, index: Index) -> str | None:
@@ -117,6 +143,8 @@ def not_pinned(p: Partition, index: Index) -> str | None:
     pins = [s for s in _among(index.pins, (p.kind, p.id), (p.kind, None)) if s.matches(p)]
     if pins:
         return f"pinned by host data: {pins[0]}"
+    if p.usage_value("mdevctl"):  # an operator's configuration: never undefined, never stopped
+        return f"defined persistently by mdevctl (start {p.usage_value('mdevctl')})"
     if index.declared and _declared(p) in index.declared:
         return f"declared by enforcer_mig_geometry: {p.profile} at placement {_declared(p)[2]}"
     return None
@@ -176,7 +204,20 @@ def live_claims(obs: Observation) -> list[Claim]:
     every source (owner_liveness), the API's silence about an owner included.
     """
     alive = _alive(_pods(obs))
-    return [c for c in claims_from_records(obs.records) if alive(c.owner_uid)]
+    return [c for c in claims_from_records(_records(obs)) if alive(c.owner_uid)]
+
+
+def _records(obs: Observation) -> tuple[OwnerRecord, ...]:
+    """Every owner record: the pods' sources and the VMs' (vm-metadata)."""
+    return obs.records + vm_records(obs.instances)
+
+
+def stuck_claims(obs: Observation, policy: Policy) -> dict[str, float]:
+    """The VMs (by owner) that have claimed a vGPU with no hypervisor PID for too long."""
+    found = {
+        vm.owner_uid: stuck_seconds(vm, obs.now, policy.vm_stuck_seconds) for vm in obs.instances
+    }
+    return {owner: age for owner, age in found.items() if age is not None}
 
 
 def decide(
@@ -200,7 +241,8 @@ def decide(
         for p, i in zip(obs.partitions, identities, strict=True)
     }
     protected, passed = protect(obs.partitions, claims, obs.holders, first_run, appeared)
-    names = {pod.uid: f"{pod.namespace}/{pod.name}" for pod in pods if pod.name}
+    names = {pod.uid: "/".join(filter(None, (pod.namespace, pod.name))) for pod in pods if pod.name}
+    stuck = stuck_claims(obs, policy)
     passed_over = {
         key: tuple(
             f"not pod {names.get(c.owner_uid, c.owner_uid)}'s ({c.source}): listed in run "
@@ -221,7 +263,7 @@ def decide(
             entry = replace(before, last_observed=now)
             if now - before.last_observed > policy.max_observation_gap_seconds:
                 entry = entry.restarted()
-        verdict, entry = _judge(p, index, policy, protected, names, entry, now)
+        verdict, entry = _judge(p, index, policy, protected, names, stuck, entry, now)
         if verdict.status in ("pending", "orphan", "destroy-failed") and p.key in passed_over:
             notes = passed_over[p.key]
             reason = "; ".join((verdict.reason, *notes))
@@ -266,6 +308,7 @@ def _judge(
     policy: Policy,
     protected: dict[str, list[Claim]],
     names: dict[str, str],
+    stuck: dict[str, float],
     entry: Entry,
     now: float,
 ) -> tuple[Verdict, Entry]:
@@ -273,7 +316,7 @@ def _judge(
         ("inconclusive", everything_was_read(p, index)),
         ("pinned", not_pinned(p, index)),
         ("held", not_held(p, index)),
-        ("claimed", not_claimed(p, protected, names)),
+        ("claimed", not_claimed(p, protected, names, stuck)),
     ]
     for status, evidence in keep:
         if evidence:
@@ -360,8 +403,8 @@ def _appeared(containers: tuple[Container, ...], first: dict[str, int]) -> dict[
 
 
 def _pods(obs: Observation) -> tuple[Pod, ...]:
-    """What every source says about the pods, the API's silence included."""
-    return obs.pods + _absent_from_api(obs)
+    """What every source says about the owners (pods, VMs), the API's silence included."""
+    return obs.pods + _absent_from_api(obs) + tuple(vm_liveness(vm, obs) for vm in obs.instances)
 
 
 def _alive(pods: tuple[Pod, ...]) -> Callable[[str], bool]:
@@ -387,7 +430,7 @@ def _absent_from_api(obs: Observation) -> tuple[Pod, ...]:
 def _live_owners(obs: Observation, pods: tuple[Pod, ...], policy: Policy) -> dict[str, int]:
     said: dict[str, set[str]] = {s: set() for s in policy.claim_sources}
     alive = _alive(pods)
-    for r in obs.records:
+    for r in _records(obs):
         if r.source in said and alive(r.owner_uid):
             said[r.source].add(r.owner_uid)
     for pod in pods:
@@ -442,7 +485,9 @@ def _confirmed_gone(e: Entry, index: Index) -> bool:
     if stub.key in index.keys:
         return False  # its place holds another identity: what is left of it (a GI whose
         # compute instances alone were destroyed), or a successor; gone once the place is free
-    return stub.accelerator in index.accelerators and not everything_was_read(stub, index)
+    # The vGPU listing is the whole bus: read whole, what it does not show is not there.
+    listed = stub.accelerator in index.accelerators or stub.kind in VGPU_KINDS
+    return listed and not everything_was_read(stub, index)
 
 
 def _stub(e: Entry) -> Partition:

@@ -18,7 +18,11 @@ NODE = "node"
 
 VNPU = "ascend-vnpu"
 MIG = "nvidia-mig"
-KINDS = (VNPU, MIG)
+MDEV = "mdev"  # a mediated device: /sys/bus/mdev/devices/<uuid>
+VFIO = "nvidia-vfio"  # NVIDIA's vendor-specific VFIO vGPU: a VF whose current_vgpu_type is set
+VGPU_KINDS = (MDEV, VFIO)  # the vGPUs a VMM assigns to virtual machines
+KINDS = (VNPU, MIG, MDEV, VFIO)
+VM_METADATA = "vm-metadata"
 NO_CONTAINER = "000000000000"  # npu-smi's Container ID for a vNPU no container is using
 
 
@@ -194,6 +198,49 @@ class Observation:
     destroyed: tuple[str, ...] = ()  # identities the guarded destroy verified gone since last run
     devnodes: dict[str, str] = field(default_factory=dict)  # device node path -> "dev:ino:rdev"
     containers: tuple[Container, ...] | None = None  # None: the runtime's listing was not read
+    instances: tuple[Instance, ...] = ()  # the VMM's records (vm-metadata)
+    processes: dict[int, Process] = field(default_factory=dict)  # the PIDs those records name
+    listening: dict[str, frozenset[int]] = field(default_factory=dict)  # unix socket path ->
+    # inodes of listening sockets bound there (/proc/net/unix, accept flag set)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """
+    A VMM's record of one virtual machine (the `vm-metadata` source): the vGPUs it was assigned,
+    as (kind, partition id) pairs (an mdev UUID, a VF's PCI address), and what the liveness check
+    compares: the hypervisor's PID (None: not booted yet), the start time of that PID in clock
+    ticks since boot (/proc/PID/stat field 22) and the boot id, where recorded, and the control
+    socket it listens on. `written_at`: the record's mtime on the node's clock.
+    """
+
+    id: str
+    where: str  # the metadata file
+    devices: tuple[tuple[str, str], ...]
+    pid: int | None = None
+    start_time: int | None = None
+    boot_id: str | None = None
+    socket: str | None = None
+    name: str = ""
+    written_at: float = 0.0
+
+    @property
+    def owner_uid(self) -> str:
+        return f"vm:{self.id}"
+
+
+@dataclass(frozen=True)
+class Process:
+    """
+    What /proc said about one PID a VM record names: `state` is the one-letter state of its stat
+    line, "gone" (no such process) or "denied" (EPERM); `sockets` the inodes of the sockets among
+    its fds (None: its fds could not be read).
+    """
+
+    pid: int
+    state: str
+    start_time: int | None = None
+    sockets: frozenset[int] | None = None
 
 
 Status = Literal[

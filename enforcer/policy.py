@@ -24,7 +24,7 @@ import numbers
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
@@ -51,6 +51,15 @@ class PolicyError(ValueError):
         super().__init__(f"host {host}: host data {key}{where}: {message}")
 
 
+class VmRoot(NamedTuple):
+    """A VMM's instance metadata tree: its path under rootfs, its layout, the layout's field
+    pointers the host overrides (name -> JSON pointer)."""
+
+    path: str
+    layout: str
+    fields: tuple[tuple[str, str], ...] = ()
+
+
 @dataclass(frozen=True)
 class NodePaths:
     """Every node path a run touches; all but procfs and sysfs already under rootfs."""
@@ -66,6 +75,7 @@ class NodePaths:
     tools: tuple[tuple[str, str], ...]
     command_timeout: int
     marker_roots: tuple[tuple[str, str], ...] = ()  # (path under rootfs, layout)
+    vm_metadata_roots: tuple[VmRoot, ...] = ()
 
     @classmethod
     def from_rootfs(
@@ -79,6 +89,7 @@ class NodePaths:
         tools: Mapping[str, str] | None = None,
         command_timeout: int = DEFAULTS["enforcer_command_timeout_seconds"],
         marker_roots: tuple[Any, ...] = (),
+        vm_metadata_roots: tuple[Any, ...] = (),
     ) -> NodePaths:
         """Node paths as host data gives them: state dir and lock path are prefixed here."""
         return cls(
@@ -97,6 +108,16 @@ class NodePaths:
                 if isinstance(r, str)
                 else (under(rootfs, r["path"]), r["layout"])
                 for r in marker_roots
+            ),
+            vm_metadata_roots=tuple(
+                VmRoot(under(rootfs, r), "hypeman")
+                if isinstance(r, str)
+                else VmRoot(
+                    under(rootfs, r["path"]),
+                    r["layout"],
+                    tuple(sorted(r.get("fields", {}).items())),
+                )
+                for r in vm_metadata_roots
             ),
         )
 
@@ -151,6 +172,7 @@ class Policy:
     kubeconfig: str | None
     marker_roots: tuple[Any, ...]  # as given: a path or {path, layout}; not under rootfs yet
     vm_metadata_roots: tuple[Any, ...]
+    vm_stuck_seconds: float
     pinned: tuple[PinSelector, ...]
     paths: NodePaths
     # Static MIG geometry: (GPU UUID, profile, placement start) of each declared GPU instance.
@@ -190,6 +212,7 @@ def _build(host_name: str, d: Mapping[str, Any]) -> Policy:
         kubeconfig=d.get("enforcer_kubeconfig"),
         marker_roots=tuple(d["enforcer_marker_roots"]),
         vm_metadata_roots=tuple(d["enforcer_vm_metadata_roots"]),
+        vm_stuck_seconds=float(d["enforcer_vm_stuck_seconds"]),
         pinned=tuple(_selector(item) for item in d["enforcer_pinned"]),
         mig_geometry=tuple(
             (gpu, gi["profile"], gi["start"])
@@ -205,6 +228,7 @@ def _build(host_name: str, d: Mapping[str, Any]) -> Policy:
             tools=d["enforcer_tools"],
             command_timeout=int(d["enforcer_command_timeout_seconds"]),
             marker_roots=tuple(d["enforcer_marker_roots"]),
+            vm_metadata_roots=tuple(d["enforcer_vm_metadata_roots"]),
         ),
     )
 

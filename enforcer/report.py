@@ -11,8 +11,8 @@ from pathlib import Path
 import jsonschema
 
 from enforcer.claims import exact_claims
-from enforcer.contract import live_claims
-from enforcer.model import MIG, VNPU, Claim, Observation, Verdict
+from enforcer.contract import live_claims, stuck_claims
+from enforcer.model import MDEV, MIG, VFIO, VM_METADATA, VNPU, Claim, Observation, Verdict
 from enforcer.policy import Policy
 
 SCHEMA = json.loads((Path(__file__).parent.parent / "schemas" / "report.schema.json").read_text())
@@ -34,6 +34,7 @@ def build(
     # A verdict about a partition no longer listed has no claims: its key may be a successor's.
     claims_of = {p: named.get(p.key, []) for p in obs.partitions}
     names = {p.uid: f"{p.namespace}/{p.name}" for p in obs.pods if p.name}
+    names |= {vm.owner_uid: vm.name for vm in obs.instances if vm.name}
     report = {
         "version": 1,
         "host": host,
@@ -55,6 +56,7 @@ def build(
             _verdict(v, obs.boot_id, claims_of.get(v.partition, []), names) for v in verdicts
         ],
         "dangling_claims": [_dangling(c, names) for c in dangling if _judged(c, obs)],
+        "stuck_claims": _stuck(obs, policy, names),
     }
     jsonschema.validate(report, SCHEMA)
     return report
@@ -74,7 +76,22 @@ def digest(report: dict) -> str:
 
 # The tool whose listing shows a kind's partitions: an exact claim is dangling only when that
 # listing was read whole, since one that failed may just not have shown what the claim names.
-LISTINGS = {VNPU: "npu-smi", MIG: "nvidia-smi"}
+LISTINGS = {VNPU: "npu-smi", MIG: "nvidia-smi", MDEV: "sysfs", VFIO: "sysfs"}
+
+
+def _stuck(obs: Observation, policy: Policy, names: dict[str, str]) -> list[dict]:
+    """VMs that have claimed vGPUs with no hypervisor PID for too long (vm_stuck_seconds)."""
+    stuck = stuck_claims(obs, policy)
+    return [
+        {
+            "owner": _owner(vm.owner_uid, names),
+            "record": vm.where,
+            "devices": [f"{kind} {d}" for kind, d in vm.devices],
+            "seconds": round(stuck[vm.owner_uid], 1),
+        }
+        for vm in obs.instances
+        if vm.owner_uid in stuck
+    ]
 
 
 def _judged(c: Claim, obs: Observation) -> bool:
@@ -143,6 +160,7 @@ def table(report: dict) -> str:
         lines.append(f"  ledger: {report['ledger']}")
     lines += [f"  drift: {d}" for d in report.get("drift", ())]
     lines += [f"  dangling claim: {dangling_line(c)}" for c in report.get("dangling_claims", ())]
+    lines += [f"  stuck claim: {stuck_line(c)}" for c in report.get("stuck_claims", ())]
     rows = [("PARTITION", "PROFILE", "VERDICT", "STREAK", "REASON")]
     for v in report["verdicts"]:
         p, streak = v["partition"], v["streak"]
@@ -175,7 +193,16 @@ def dangling_line(claim: dict) -> str:
     n = claim["named"]
     what = " ".join(x for x in (n["kind"], n["accelerator"], n["id"] and f"id {n['id']}") if x)
     what += f" {n['uuid']}" if n["uuid"] else ""
+    who = "VM" if claim["source"] == VM_METADATA else "pod"
     return (
-        f"pod {owner_name(claim['owner'])} names {what}, which is not listed "
+        f"{who} {owner_name(claim['owner'])} names {what}, which is not listed "
         f"({claim['source']}: {claim['record']})"
+    )
+
+
+def stuck_line(claim: dict) -> str:
+    """A VM that claims vGPUs and has not booted for too long: kept, for a person to look at."""
+    return (
+        f"VM {owner_name(claim['owner'])} has claimed {', '.join(claim['devices'])} with no "
+        f"hypervisor PID for {claim['seconds']:.0f} s ({claim['record']}): kept"
     )

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from facts import strictjson
 from facts.errors import ParseError
 
 LAYOUTS = ("gpustack",)
@@ -99,9 +99,6 @@ class _Place(NamedTuple):
     path: str
 
 
-_JSON_TYPES = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
-
-
 class _Bad(Exception):
     """A record that cannot be read whole; the message is the Unreadable reason."""
 
@@ -155,34 +152,11 @@ def _place(path: str, line: str, lineno: int) -> _Place | None:
 # --- one record --------------------------------------------------------------------------------
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """Go keeps the last of a repeated key; the writer never repeats one, so refuse it."""
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise _Bad(f"duplicate key {key!r}")
-        seen.add(key)
-    return dict(pairs)
-
-
-def _reject_constant(name: str) -> Any:
-    raise _Bad(f"{name} is not JSON json.Marshal writes")
-
-
 def _load(raw: bytes) -> dict[str, Any]:
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise _Bad(f"not UTF-8 ({err.reason} at byte {err.start})") from err
-    try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
-    except json.JSONDecodeError as err:
-        raise _Bad(f"not JSON ({err.msg} at line {err.lineno} column {err.colno})") from err
-    except (ValueError, RecursionError) as err:  # a number over int()'s digit limit, deep nesting
-        raise _Bad(f"not JSON json.Marshal writes ({type(err).__name__})") from err
-    if not isinstance(value, dict):
-        raise _Bad(f"not a JSON object but {_JSON_TYPES.get(type(value), 'a number')}")
-    return value
+        return strictjson.load_object(raw, "json.Marshal")
+    except ParseError as err:
+        raise _Bad(str(err)) from err
 
 
 def _typed(name: str, value: Any, kind: str) -> str | int:

@@ -30,7 +30,7 @@ from enforcer.model import (
 )
 from enforcer.policy import NodePaths
 from enforcer.shell import render
-from facts import ascend, checkpoint, cri, markers, podresources, procfs
+from facts import ascend, checkpoint, cri, markers, podresources, procfs, vms
 from facts.errors import ParseError
 from facts.mig import mig_holders, observe_mig
 
@@ -90,6 +90,8 @@ class NodeSnapshot(FactBase):
             npu_smi=paths.tool("npu-smi"),
             nvidia_smi=paths.tool("nvidia-smi"),
             crictl=paths.tool("crictl"),
+            mdevctl=paths.tool("mdevctl"),
+            pid_keys=vms.pid_keys(paths),
             client=base64.b64encode(CLIENT.read_bytes()).decode() if pod_resources else None,
             record=record,
         )
@@ -109,7 +111,12 @@ COMMANDS = {
     "nvidia-smi": "nvidia-smi",
     "nvidia-caps": "cat /proc/driver/nvidia-caps/mig-minors",
     "nvidia-gpus": "grep '' /proc/driver/nvidia/gpus/*/information",
-    "devnodes": "stat /dev/vdavinci* /dev/nvidia-caps/nvidia-cap*",
+    "devnodes": "stat /dev/vdavinci* /dev/nvidia-caps/nvidia-cap* /dev/vfio/*",
+    "vgpu": "the mdevs and vendor-VFIO VFs under /sys/bus",
+    "mdevctl": "mdevctl list --defined --dumpjson",
+    "vm-metadata": "the VM records under the VM metadata roots",
+    "vm-processes": "/proc/<pid>/stat and socket fds of the hypervisor PIDs",
+    "unix-sockets": "cat /proc/net/unix",
     "fd-scan": "the /proc fd scan",
     "holder-cgroups": "grep '' /proc/<pid>/cgroup of the fd holders",
     "checkpoint": "cat kubelet_internal_checkpoint",
@@ -225,6 +232,8 @@ def observe(
     chips, vnpus, processes = _ascend(r, _wanted(VNPU, "npu-smi", kinds, paths), kinds)
     wants_mig = _wanted(MIG, "nvidia-smi", kinds, paths)
     mig = observe_mig(r, wants_mig) if _manages(MIG, kinds) else ([], [], [])
+    vgpus = vms.observe_vgpus(r, kinds)
+    instances, hypervisors, listening = vms.observe_vms(r, paths, claim_sources, bool(vgpus))
     devnodes = r.read("devnodes", "proc-fd", lambda s: procfs.parse_devnodes(s.stdout))
     vnpus = _with_devnodes(vnpus, devnodes, paths)
     # find and xargs exit non-zero when a process vanishes or cannot be inspected mid-scan:
@@ -252,8 +261,10 @@ def observe(
     entries = r.read(
         "checkpoint", "kubelet-checkpoint", lambda s: checkpoint.parse_checkpoint(s.stdout)
     )
-    sandboxes = r.read("crictl-pods", "cri", lambda s: cri.parse_pods(s.stdout))
-    containers = r.read("crictl-ps", "cri", lambda s: cri.parse_containers(s.stdout))
+    sandboxes, containers = None, None
+    if "cri" in claim_sources or not _missing(sections, "crictl-pods"):  # not a Kubernetes node
+        sandboxes = r.read("crictl-pods", "cri", lambda s: cri.parse_pods(s.stdout))
+        containers = r.read("crictl-ps", "cri", lambda s: cri.parse_containers(s.stdout))
     listed = (
         r.read(
             "pod-resources",
@@ -278,9 +289,9 @@ def observe(
 
     cgroups = cgroups or {}
     holders = _holders(vnpus, processes, devnodes, scan, paths, sandboxes, containers, cgroups)
-    holders += mig_holders(
-        r, mig, devnodes, scan, paths.dev_dir, lambda pid: _cgroup_owner(cgroups.get(pid, ()))
-    )
+    owner_of = lambda pid: _cgroup_owner(cgroups.get(pid, ()))  # noqa: E731
+    holders += mig_holders(r, mig, devnodes, scan, paths.dev_dir, owner_of)
+    holders += vms.vgpu_holders(vgpus, devnodes, scan, paths.dev_dir, owner_of)
     pods, records = _pods_and_records(entries, sandboxes, containers)
     more_pods, more_records = _pod_resources(listed, sandboxes)
     pods, records = pods + more_pods, records + more_records + marked
@@ -291,7 +302,7 @@ def observe(
         now=now,
         chips=tuple(chips),
         gpus=tuple(mig[0]),
-        partitions=(*vnpus, *mig[1]),
+        partitions=(*vnpus, *mig[1], *vgpus),
         holders=tuple(holders),
         records=tuple(x for x in records if x.source in keep),
         pods=tuple(p for p in pods if p.source in keep),
@@ -301,6 +312,9 @@ def observe(
         destroyed=tuple(destroyed or ()),
         devnodes={k: f"{v.dev_ino}:{v.rdev}" for k, v in (devnodes or {}).items()},
         containers=_containers(sandboxes, containers),
+        instances=tuple(instances),
+        processes=hypervisors,
+        listening=listening,
     )
 
 
@@ -313,6 +327,12 @@ def _heartbeat(r: _Reader, paths: NodePaths) -> None:
     if s is not None and (s.rc != "0" or s.stdout or s.stderr):
         why = s.failure() if s.rc != "0" else f"{s.command}: unexpected output"
         r.fail(HEARTBEAT, "stale", f"{paths.state_dir}/last-read not written: {why}")
+
+
+def _missing(sections: Sections, name: str) -> bool:
+    """The section's tool is not on the node."""
+    found = sections.by_name.get(name)
+    return found is not None and found.rc == "missing"
 
 
 def _manages(kind: str, kinds: Sequence[str] | None) -> bool:

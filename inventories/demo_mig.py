@@ -19,6 +19,7 @@ hosts = [
             "enforcer_tools": mig_story.tools(node),
             "enforcer_grace_seconds": int(os.environ.get("DEMO_GRACE_SECONDS", "2")),
             "enforcer_grace_runs": 3,
+            "enforcer_reports_dir": str(node / "reports"),
         },
     )
 ]

@@ -4,28 +4,43 @@ One host's run, wired: host data -> node read -> decide -> operations. deploy.py
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import os
 import sys
+import tempfile
+import urllib.parse
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
+import click
+import pyinfra
 from pyinfra.api.exceptions import DeployError
 
 from enforcer import ledger as ledgers
 from enforcer import report as reports
 from enforcer.contract import decide, drift
 from enforcer.model import Observation
-from enforcer.policy import HOST_DATA_KEYS, Policy, PolicyError, policy_from_host_data
+from enforcer.policy import DEFAULTS, HOST_DATA_KEYS, Policy, PolicyError, policy_from_host_data
 from facts import kubeapi
 from facts.snapshot import NodeSnapshot, observe
 from operations import enforce
 
 
-def host_policy(host) -> Policy:
-    """The host's policy, validated before anything runs; bad data names the host and the key."""
+def host_data(host) -> dict[str, Any]:
+    """The enforcer_* host data a run reads: each key the schema names that is set, and the
+    node name, which defaults to the host's name (and is validated as if given)."""
     data = {k: host.data.get(k) for k in HOST_DATA_KEYS if host.data.get(k) is not None}
     data.setdefault("enforcer_node_name", host.name)
+    return data
+
+
+def host_policy(host) -> Policy:
+    """The host's policy, validated before anything runs; bad data names the host and the key."""
     try:
-        return policy_from_host_data(host.name, data)
+        return policy_from_host_data(host.name, host_data(host))
     except PolicyError as error:
         raise DeployError(str(error)) from error
 
@@ -88,6 +103,7 @@ def converge(host) -> None:
     mode = "dry" if dry else policy.mode
     report = reports.build(host.name, obs, verdicts, mode, note, drift(obs, policy), policy=policy)
     print(reports.table(report), flush=True)
+    keep_in_fleet_view(host, report)
     if any(h.source == "node" and h.status != "ok" for h in obs.health):
         return  # no boot id or clock: nothing can be recorded, nothing is destroyed
     next_ledger = replace(next_ledger, report_digest=reports.digest(report))
@@ -110,3 +126,87 @@ def converge(host) -> None:
             paths=policy.paths,
             _continue_on_error=True,
         )
+
+
+# --- the fleet view: every host's run report, kept on the control node ------------------------
+
+
+def keep_in_fleet_view(host, report: dict) -> None:
+    """
+    Keep the run's report as `<enforcer_reports_dir>/<host>.json` on the control node (`enforcer
+    report DIR` reads them all), in every mode, --dry included (the report says its mode). Local
+    Python while the deploy loads, not an operation: pyinfra counts no change for it. A failed
+    write is said, not raised: this copy must never stop a run.
+    """
+    configured = host.data.get("enforcer_reports_dir") or DEFAULTS["enforcer_reports_dir"]
+    try:
+        keep_report(reports_dir(configured), host.name, report)
+    except OSError as error:
+        print(
+            f"{host.name}: the run report was not kept for the fleet view: {error}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def reports_dir(configured: str) -> Path:
+    """`enforcer_reports_dir`: a relative path is relative to the inventory file's directory."""
+    path = Path(configured).expanduser()
+    return path if path.is_absolute() else inventory_dir() / path
+
+
+@functools.cache
+def inventory_dir() -> Path:
+    """
+    The directory of this pyinfra run's inventory file. pyinfra 3.10 does not tell a deploy: its
+    `Inventory` keeps no file name, and the click context that has it is greenlet-local, not
+    visible where the deploy runs. So the command line is parsed again by pyinfra's own click
+    command. When the inventory is no file (a host list, an @connector, a module attribute) or
+    pyinfra runs as an API: the current directory (pyinfra has already entered any --chdir).
+    """
+    if pyinfra.is_cli:
+        from pyinfra_cli.cli import cli  # already imported: this process is pyinfra's CLI
+
+        try:
+            params = cli.make_context("pyinfra", sys.argv[1:], resilient_parsing=True).params
+        except (click.ClickException, click.exceptions.Exit):
+            params = {}
+        inventory = params.get("inventory")
+        if inventory and Path(inventory).is_file():
+            return Path(inventory).resolve().parent
+    return Path.cwd()
+
+
+def report_file_name(host_name: str) -> str:
+    """
+    `<host>.json`, the host's name made safe for a file name and one-to-one: every character
+    but letters, digits and `@ + - _ . ~` is percent-encoded (UTF-8), and so is a leading dot (no
+    hidden file, no `..`). A name too long for a file keeps its start and adds its digest after
+    `%%`, which no encoded name contains.
+    """
+    safe = urllib.parse.quote(host_name, safe="@+")
+    if safe.startswith("."):
+        safe = "%2E" + safe[1:]
+    elif not safe:
+        safe = "%"  # no host has an empty name; were there one, it would still get a file
+    if len(safe) > 200:
+        safe = safe[:150] + "%%" + hashlib.sha256(host_name.encode()).hexdigest()
+    return f"{safe}.json"
+
+
+def keep_report(directory: Path, host_name: str, report: dict) -> Path:
+    """Write one report into `directory` atomically: a temp file that no `*.json` matches,
+    fsync, rename over the last one."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / report_file_name(host_name)
+    fd, temp = tempfile.mkstemp(prefix=".report-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(json.dumps(report, indent=1) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    return target

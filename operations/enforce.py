@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from pyinfra import host
 from pyinfra.api import operation
 
-from enforcer.model import MIG, VNPU, Observation, Partition, Verdict
+from enforcer.model import MDEV, MIG, VGPU_KINDS, VNPU, Observation, Partition, Verdict
 from enforcer.policy import NodePaths
 from enforcer.shell import decimal, render
+from facts.vms import devnodes_of
 
 
 @operation()
@@ -72,6 +73,8 @@ def destroy_command(v: Verdict, obs: Observation, paths: NodePaths) -> str:
     p = v.partition
     if p.kind == MIG:
         return _destroy_mig(p, obs, paths)
+    if p.kind in VGPU_KINDS:
+        return _destroy_vgpu(p, obs, paths)
     if p.kind != VNPU:
         raise ValueError(f"no destroy for partition kind {p.kind}")
     fields = dict(p.identity_fields)
@@ -111,6 +114,31 @@ def _destroy_mig(p: Partition, obs: Observation, paths: NodePaths) -> str:
         boot_id=obs.boot_id,
         digest=obs.claim_digest,
     )
+
+
+def _destroy_vgpu(p: Partition, obs: Observation, paths: NodePaths) -> str:
+    """An mdev (write 1 to its remove) or a vendor-VFIO vGPU (write 0 to its VF's type)."""
+    return render(
+        "destroy-vgpu.sh.j2",
+        paths=paths,
+        kind=p.kind,
+        device=p.id,
+        expected=_b64(_listing_line(p)),
+        devnodes=devnodes_of(p, paths.dev_dir),
+        identity=_b64(p.identity(obs.boot_id)),
+        boot_id=obs.boot_id,
+        digest=obs.claim_digest,
+    )
+
+
+def _listing_line(p: Partition) -> str:
+    """The vGPU as the node read's listing printed it (facts.vgpu), to compare on the node."""
+    f = dict(p.identity_fields)
+    if p.kind == MDEV:
+        words = ("mdev", f["uuid"], f["parent"], f["type"], f["iommu_group"], f["vfio_cdev"])
+        return "|".join((*words, f["type_name"]))
+    words = ("vf", f["vf"], f["physfn"], f["vgpu_type"], f["iommu_group"], f["vfio_cdev"])
+    return "|".join(words)
 
 
 def _b64(text: str) -> str:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from enforcer.report import table
-from enforcer.sim import mig_story, scenario
+from enforcer.sim import mig_story, scenario, vgpu_story
 from enforcer.sim.namespace import mount_proc_driver
 from enforcer.sim.node import SimNode
 from enforcer.sim.show import render_summary
@@ -81,6 +81,7 @@ def main(node_dir: str, runs: int = 5) -> int:
     print(render_summary(node, node.state()))
     SimNode(node_path).unhold_all()
     mig(node_path.with_name(f"{node_path.name}-h100"), runs)
+    vm_host(node_path.with_name(f"{node_path.name}-vmhost"), runs)
     return 0
 
 
@@ -105,6 +106,28 @@ def mig(node_path: Path, runs: int) -> None:
             say(f"llm-b's container runs and opens GI {gis['b']}")
         time.sleep(1)
     node.unhold_all()
+
+
+def vm_host(node_path: Path, runs: int) -> None:
+    """The vGPU story: VMs whose VMM failed to clean up, and a leak with no record at all."""
+    node, vgpus = vgpu_story.build(node_path)
+    with node.kernel():  # answers the sysfs writes of the destroys, as the kernel would
+        vgpu_story.start(node, node, vgpus)
+        say(
+            f"the VM host: web runs on mdev {vgpus['web']}; batch's hypervisor exited, its "
+            f"record still names mdev {vgpus['batch']}; restored's record names a PID another "
+            f"process has now (VF {vgpus['restored']}); booting has no PID yet (VF "
+            f"{vgpus['booting']}); mdev {vgpus['leak']} leaked with no record"
+        )
+        print(node.summary())
+        for run in range(1, runs + 1):
+            say(f"partition-enforcer run {run} of {runs} on the VM host")
+            enforce(node_path, run, "demo_vgpu.py")
+            vfs = sorted(vf for vf, t in node.vgpu_types().items() if t)
+            print("mdevs now:", sorted(node.mdevs()), "VF vGPUs now:", vfs)
+            time.sleep(1)
+        node.unhold_all()
+    node.remove_socket_dir()
 
 
 if __name__ == "__main__":

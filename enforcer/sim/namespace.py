@@ -18,6 +18,11 @@ holder's /proc/<pid>/cgroup. A node with GPUs has the NVIDIA driver's procfs fil
 node. Only the agent mounts, and only as the namespace's PID 1: in its own mount namespace, never
 the host's.
 
+The agent also runs the node's kernel thread (enforcer.sim.vgpu.Kernel): writes to the vGPU
+sysfs files (an mdev's `remove`, a VF's `current_vgpu_type`) are answered as the kernel would,
+with the holders this namespace's /proc shows. VM processes the enforcer must see run inside too:
+`start_hypervisor`, `start_impostor`, `start_vm`; their pids are the namespace's.
+
 A fleet node (tests/fleet/harness.py) has a hostname of its own too (`hostname=`, a UTS
 namespace), its paths bind-mounted by commands the agent runs, and its sshd started as a daemon
 (`start`, `stop`): mounts are private to the namespace (`--propagation private`).
@@ -35,8 +40,16 @@ from pathlib import Path
 from typing import Any
 
 from enforcer.sim.node import PROC_DRIVER, SimNode, end_process
+from enforcer.sim.vgpu import Kernel, VgpuError
 
 CGROUPS = "cgroups"  # <node>/cgroups/<pid>: the cgroup file bind-mounted over a pod holder's
+VM_REQUESTS = (
+    "start_hypervisor",
+    "start_vm",
+    "start_impostor",
+    "stop_hypervisor",
+    "pid_start_time",
+)
 
 
 def unshare_argv(uts: bool = False) -> list[str]:
@@ -137,9 +150,44 @@ class NodeNamespace:
         """End a daemon `start` gave (SIGTERM, then SIGKILL after 5 s) and reap it."""
         self.call(op="stop", pid=pid)
 
+    def start_hypervisor(
+        self, instance_id: str, device: str, socket_path: str | None = None
+    ) -> int:
+        """
+        SimNode.start_hypervisor in the namespace: a process listening on `socket_path`
+        (default `<socket_dir>/<id>.sock`) with the device's vfio files open; its pid there.
+        """
+        answer = self.call(
+            op="start_hypervisor", instance=instance_id, device=device, socket=socket_path
+        )
+        return int(answer["pid"])
+
+    def stop_hypervisor(self, pid: int) -> None:
+        """Kill and reap a hypervisor (or impostor) this namespace started."""
+        self.call(op="stop_hypervisor", pid=pid)
+
+    def start_impostor(self) -> int:
+        """A process in the namespace that opens and listens on nothing (a reused pid)."""
+        return int(self.call(op="start_impostor")["pid"])
+
+    def start_vm(
+        self, instance_id: str, device: str, socket_path: str | None = None, **fields: Any
+    ) -> int:
+        """SimNode.start_vm in the namespace: hypervisor and metadata.json naming it; its pid."""
+        answer = self.call(
+            op="start_vm", instance=instance_id, device=device, socket=socket_path, fields=fields
+        )
+        return int(answer["pid"])
+
+    def pid_start_time(self, pid: int) -> int:
+        """Field 22 of the namespace's /proc/<pid>/stat (clock ticks since boot)."""
+        return int(self.call(op="pid_start_time", pid=pid)["start_time"])
+
 
 def _agent(node_dir: Path, hostname: str | None) -> None:
     holders: dict[int, subprocess.Popen[bytes]] = {}
+    kernel = Kernel(node_dir)  # idle until the node has vGPUs (it may not exist yet)
+    kernel.start()
     try:
         if hostname:
             socket.sethostname(hostname)
@@ -151,14 +199,15 @@ def _agent(node_dir: Path, hostname: str | None) -> None:
         request = json.loads(line)
         try:
             answer = {"error": broken} if broken else _serve(node_dir, request, holders)
-        except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as error:
+        except (OSError, ValueError, KeyError, VgpuError, subprocess.TimeoutExpired) as error:
             answer = {"error": f"{request.get('op')}: {type(error).__name__}: {error}"}
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
     for proc in holders.values():  # holders and daemons: SimNode forgets its holders below
         end_process(proc)
+    kernel.stop()
     if (node_dir / "state.json").exists():
-        SimNode(node_dir).unhold_all()
+        SimNode(node_dir).unhold_all()  # holders, hypervisors and impostors
     shutil.rmtree(node_dir / CGROUPS, ignore_errors=True)
 
 
@@ -207,7 +256,27 @@ def _serve(node_dir: Path, request: dict[str, Any], holders: dict) -> dict[str, 
     if op == "stop":
         end_process(holders.pop(int(request["pid"])))
         return {}
+    if op in VM_REQUESTS:
+        return _serve_vm(SimNode(node_dir), request)
     raise ValueError(f"unknown request {op!r}")
+
+
+def _serve_vm(node: SimNode, request: dict[str, Any]) -> dict[str, Any]:
+    """The VM processes' requests: SimNode's, run here so that their pids are the namespace's."""
+    op = request["op"]
+    if op == "start_hypervisor":
+        instance, device, socket_path = request["instance"], request["device"], request["socket"]
+        return {"pid": node.start_hypervisor(instance, device, socket_path)}
+    if op == "start_vm":
+        instance, device, socket_path = request["instance"], request["device"], request["socket"]
+        return {"pid": node.start_vm(instance, device, socket_path, **request["fields"])}
+    if op == "start_impostor":
+        return {"pid": node.start_impostor()}
+    if op == "stop_hypervisor":
+        node.stop_hypervisor(int(request["pid"]))
+        return {}
+    assert op == "pid_start_time", op
+    return {"start_time": node.pid_start_time(int(request["pid"]))}
 
 
 def pod_cgroup(uid: str, container_id: str) -> str:

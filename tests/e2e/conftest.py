@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.sim import mig_story
+from enforcer.sim import mig_story, vgpu_story
 from enforcer.sim.namespace import NodeNamespace
 from enforcer.sim.node import SimNode
 
@@ -66,6 +66,15 @@ class Node:
         report_file = self.state_dir / "report.json"
         report = json.loads(report_file.read_text()) if report_file.exists() else None
         return Enforced(done.returncode, done.stdout + done.stderr, report)
+
+    def converge(self, runs: int) -> list[Enforced]:
+        """`runs` runs, each of which must succeed."""
+        done = []
+        for _ in range(runs):
+            run = self.enforce()
+            assert run.rc == 0, run.output
+            done.append(run)
+        return done
 
     def configure(self, **data: object) -> None:
         """Host data for the next runs, on top of the simulated node's paths."""
@@ -139,3 +148,34 @@ def mig_node(tmp_path, namespaces):
         node.gis = gis
         ns.hold_mig(0, gis["a"], 0, mig_story.LLM_A)  # llm-a's process, in its pod's cgroup
         yield node
+
+
+class VgpuNode(Node):
+    """The VM host of the vGPU story; `vgpus`: its vGPUs by name, `pids`: its VMs' processes."""
+
+    vgpus: dict[str, str]
+    pids: dict[str, int]
+
+    def configure(self, **data: object) -> None:
+        """Host data for the next runs: the story's, on top of the simulated node's paths."""
+        merged = {**vgpu_story.host_data(self.path), "enforcer_grace_seconds": 0, **data}
+        self.inventory.write_text(f"hosts = [('@local', {merged!r})]\n")
+
+    def present(self) -> set[str]:
+        """The vGPUs sysfs shows: mdev UUIDs, and VFs whose vGPU type is set."""
+        vfs = {vf for vf, t in self.sim.vgpu_types().items() if t}
+        return self.sim.mdevs() | vfs
+
+
+@pytest.fixture
+def vgpu_node(tmp_path, namespaces):
+    """The vGPU story's VM host (enforcer.sim.vgpu_story), its VMs running in its namespace."""
+    path = tmp_path / "node"
+    sim, vgpus = vgpu_story.build(path)
+    with NodeNamespace(path) as ns:
+        node = VgpuNode(ns, path, tmp_path / "inventory.py")
+        node.configure()
+        node.vgpus = vgpus
+        node.pids = vgpu_story.start(ns, sim, vgpus)
+        yield node
+    sim.remove_socket_dir()

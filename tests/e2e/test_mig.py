@@ -20,19 +20,10 @@ from operations.enforce import destroy_command
 LLM_C = "9b8a7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
 
 
-def converge(node: MigNode, runs: int):
-    done = []
-    for _ in range(runs):
-        run = node.enforce()
-        assert run.rc == 0, run.output
-        done.append(run)
-    return done
-
-
 def test_gc_deleted_record_story(mig_node):
     """llm-b's partition is kept while llm-b lives, though its record is gone; the leak is not."""
     a, b, leak = (mig_node.gis[k] for k in ("a", "b", "leak"))
-    runs = converge(mig_node, 3)
+    runs = mig_node.converge(3)
     assert [r.verdict(leak) for r in runs] == ["pending", "pending", "orphan"]
     for run in runs:
         assert run.verdict(a) == "held" and run.verdict(b) == "claimed"
@@ -42,7 +33,7 @@ def test_gc_deleted_record_story(mig_node):
     # llm-b is deleted: kubelet forgets it, the runtime too. Then its partition is an orphan.
     mig_node.sim.remove_pod(LLM_B)
     mig_node.sim.release(LLM_B)
-    runs = converge(mig_node, 3)
+    runs = mig_node.converge(3)
     assert [r.verdict(b) for r in runs] == ["pending", "pending", "orphan"]
     assert mig_node.instances() == {a}
 
@@ -54,7 +45,7 @@ def test_unreadable_record_story(mig_node):
     torn = mig_node.path / "rootfs" / GPUSTACK_PODS.lstrip("/") / LLM_A / "c-side"
     torn.mkdir(parents=True)
     (torn / f"nvidia-mig-{uuid}.json").write_text('{"podUID": "')
-    for run in converge(mig_node, 4):
+    for run in mig_node.converge(4):
         assert run.verdict(leak) == "inconclusive"
         assert "markers unreadable" in run.reason(leak) and "c-side" in run.reason(leak)
     assert leak in mig_node.instances()
@@ -65,7 +56,7 @@ def test_unreadable_record_story(mig_node):
 def test_successor_story(mig_node):
     """A successor at the same slot has the same GI id and MIG UUID: it never inherits a streak."""
     leak = mig_node.gis["leak"]
-    converge(mig_node, 3)  # the leak is destroyed
+    mig_node.converge(3)  # the leak is destroyed
     assert leak not in mig_node.instances()
     again = mig_node.sim.create_gi(0, "1g.10gb+me", start=4)  # made anew, identical
     assert again == leak
@@ -81,7 +72,7 @@ def test_successor_story(mig_node):
     mig_node.sim.release(LLM_C)
     mig_node.sim.remove_marker_dir(LLM_C)
     mig_node.sim.remove_pod(LLM_C)
-    runs = converge(mig_node, 2)
+    runs = mig_node.converge(2)
     assert [r.verdict(leak) for r in runs] == ["pending", "pending"]
 
 
@@ -89,7 +80,7 @@ def test_in_use_destroy_is_a_destroy_failed_verdict_retried_later(mig_node):
     leak = mig_node.gis["leak"]
     # A process opened it after the guard looked: nvidia-smi refuses its compute instance.
     mig_node.sim.set_fault("nvidia-smi", "dci", fail_gis=[(0, leak)])
-    converge(mig_node, 2)
+    mig_node.converge(2)
     failed = mig_node.enforce()
     assert failed.verdict(leak) == "orphan"
     assert "In use by another client" in failed.output
@@ -106,7 +97,7 @@ def test_in_use_destroy_is_a_destroy_failed_verdict_retried_later(mig_node):
 def test_a_process_with_the_capability_open_keeps_the_partition(mig_node):
     leak = mig_node.gis["leak"]
     pid = mig_node.ns.hold_mig(0, leak, 0, listed=False)  # seen by the fd scan alone
-    for run in converge(mig_node, 4):
+    for run in mig_node.converge(4):
         assert run.verdict(leak) == "held" and f"pid {pid} has" in run.reason(leak)
     assert leak in mig_node.instances()
 
@@ -114,7 +105,7 @@ def test_a_process_with_the_capability_open_keeps_the_partition(mig_node):
 def test_stale_live_set_story(mig_node):
     """The runtime's live set empties while records still name pods: the breaker refuses."""
     leak = mig_node.gis["leak"]
-    converge(mig_node, 2)
+    mig_node.converge(2)
     mig_node.sim.set_fault("crictl", "pods", stdout='{\n  "items": [\n  ]\n}\n')
     mig_node.sim.set_fault("crictl", "ps", stdout='{\n  "containers": [\n  ]\n}\n')
     run = mig_node.enforce()
@@ -131,7 +122,7 @@ def test_static_geometry_is_kept_and_its_drift_reported(mig_node):
         enforcer_mig_geometry={uuid: declared},
         **mig_story.HOST_DATA,
     )
-    for run in converge(mig_node, 4):
+    for run in mig_node.converge(4):
         assert run.verdict(leak) == "pinned"
         assert run.report["drift"] == [
             f"{uuid}: 1g.10gb at placement 5 is declared (enforcer_mig_geometry), not there"

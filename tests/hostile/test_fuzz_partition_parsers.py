@@ -1,7 +1,9 @@
 """
 The MIG-era parsers fuzzed like the others (test_fuzz_parsers.py): nvidia-smi, ppu-smi, hy-smi,
-the driver's procfs tables and the ownership-record listing. A parser that raises anything but a
-ParseError would abort the whole pyinfra run for every host; a parse must keep every row.
+the driver's procfs tables, the ownership-record listing, and the vGPU era's: the vGPU listing,
+mdevctl's definitions, /proc/net/unix, the VM processes and the VMM's instance records. A parser
+that raises anything but a ParseError would abort the whole pyinfra run for every host; a parse
+must keep every row.
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ import json
 import re
 from pathlib import Path
 
-from hostile.test_fuzz_parsers import FUZZ, either, parse_or_error, seeds
+from hostile.test_fuzz_parsers import FUZZ, either, mutated, mutated_json, parse_or_error, seeds
 from hypothesis import given
 from hypothesis import strategies as st
 
-from facts import hygon, markers, nvidia, ppu
+from facts import hygon, markers, nvidia, ppu, vgpu, vmmeta
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 H200 = "H200-MIG-2x1g.18gb-proc-GI11_prickle-exporter.txt"
@@ -114,3 +116,111 @@ def test_marker_listing_keeps_every_line_as_a_marker_or_an_unreadable(record, pa
     if found is not None:
         good, bad = found
         assert len(good) + len(bad) == 1
+
+
+# --- vGPUs and VM records ----------------------------------------------------------------------
+
+VGPU_LISTINGS = seeds([], ["vgpu/vgpu-listing_M10-mdev_vfio-ap-mdev_H200X-vfs.txt"])
+MDEVCTL_DUMPS = seeds(
+    ["mdevctl_list-d-dumpjson_testdata-defined_mdevctl.txt"],
+    ["vgpu/mdevctl_list-d-dumpjson_defined-same-uuid-two-parents.json"],
+)
+UNIX_TABLES = seeds([], ["vgpu/proc-net-unix_qemu-sock-listening-and-connected.txt"])
+VM_PROCESSES = seeds([], ["vgpu/vm-processes_qemu-live-gone-denied.txt"])
+STATS = seeds(
+    [], ["vgpu/proc-pid-stat_comm-with-paren-and-space.txt", "vgpu/proc-self-stat_cat.txt"]
+)
+VM_TREES = seeds([], ["vgpu/vm-trees_hypeman-root-and-absent-root.txt"])
+VM_RECORDS = seeds(
+    [],
+    [
+        "vgpu/hypeman_metadata_snapshot-version_mdev-L40S-1Q.json",
+        "vgpu/hypeman_metadata_newer_vendor-vfio-H200X.json",
+    ],
+)
+RECORD_IDS = ["tz4a98xxat96iws9zmbrgj3a", "k3v9q2m7w1x8c5b4n6z0p2r7"]
+LISTENING = re.compile(r".*: [0-9A-F]{8} [0-9A-F]{8} 00010000 [0-9A-F]{4} 01 +([0-9]+) (.+)")
+
+
+def _rows(text: str) -> int:
+    """The node read's lines: split at "\\n" only, a final newline ending the last one."""
+    body = text.removesuffix("\n")
+    return len(body.split("\n")) if body else 0
+
+
+def _json_or_text(texts: list[str]) -> st.SearchStrategy[str]:
+    return st.one_of(mutated_json(texts), mutated(texts, max_steps=2), st.sampled_from(texts))
+
+
+@FUZZ
+@given(either(VGPU_LISTINGS))
+def test_vgpu_listing_keeps_every_line_as_a_device_or_raises_parse_error(text):
+    found = parse_or_error(vgpu.parse_vgpu_listing, text)
+    if found is not None:
+        mdevs, vfs = found
+        assert len(mdevs) + len(vfs) == _rows(text)
+
+
+@FUZZ
+@given(_json_or_text(MDEVCTL_DUMPS))
+def test_mdevctl_definitions_parse_or_raise_parse_error(text):
+    parse_or_error(vgpu.parse_mdevctl_defined, text)
+
+
+@FUZZ
+@given(either(UNIX_TABLES))
+def test_unix_sockets_keep_every_listening_line_or_raise_parse_error(text):
+    found = parse_or_error(vgpu.parse_unix_sockets, text)
+    if found is not None:
+        rows = {(m[2], int(m[1])) for x in text.split("\n") if (m := LISTENING.fullmatch(x))}
+        assert {(path, inode) for path, inodes in found.items() for inode in inodes} == rows
+
+
+@st.composite
+def _process_lines(draw: st.DrawFn) -> str:
+    """A vm_processes line around a mutated stat line: the b64 hides it from text mutation."""
+    stat = draw(st.one_of(mutated(STATS), st.sampled_from(STATS)))
+    pid = draw(st.sampled_from([stat.split(" ")[0], "18365", "1"]))
+    sockets = draw(st.sampled_from(["-", "gone", "denied", "5171559,5171564", ""]))
+    return f"{pid} {_b64(stat)} {sockets}\n"
+
+
+@FUZZ
+@given(st.one_of(either(VM_PROCESSES), _process_lines()))
+def test_vm_processes_keep_every_pid_or_raise_parse_error(text):
+    found = parse_or_error(vgpu.parse_vm_processes, text)
+    if found is not None:
+        assert len(found) == _rows(text)
+
+
+@FUZZ
+@given(either(VM_TREES), st.integers(0, 3))
+def test_vm_listing_parses_or_raises_parse_error(text, roots):
+    trees = parse_or_error(vmmeta.parse_vm_listing, text, roots)
+    if trees is not None:
+        assert len(trees) == roots
+        for _, body in trees:
+            parse_or_error(vmmeta.parse_vm_records, body, "/var/lib/hypeman", vmmeta.FIELDS)
+
+
+@st.composite
+def _record_lines(draw: st.DrawFn) -> tuple[str, str]:
+    """(a vm_records line around a mutated record, the id its path names)."""
+    seed, own_id = draw(st.sampled_from(list(zip(VM_RECORDS, RECORD_IDS, strict=True))))
+    record = draw(_json_or_text([seed]))
+    instance_id = draw(st.sampled_from([own_id] * 3 + [*RECORD_IDS, "x/y", ".."]))
+    mtime = draw(st.sampled_from(["1768205444"] * 3 + ["!", "-1", "\u0661"]))
+    path = _b64(f"guests/{instance_id}/metadata.json")
+    if mtime == "!":
+        return f"{path} ! !\n", instance_id
+    return f"{path} {mtime} {_b64(record) or '-'}\n", instance_id
+
+
+@FUZZ
+@given(_record_lines())
+def test_vm_record_is_an_instance_or_raises_parse_error(case):
+    text, instance_id = case
+    found = parse_or_error(vmmeta.parse_vm_records, text, "/var/lib/hypeman", vmmeta.FIELDS)
+    if found is not None:
+        (instance,) = found
+        assert instance.id == instance_id and len(instance.devices) <= 2

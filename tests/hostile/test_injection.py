@@ -549,3 +549,53 @@ def test_a_path_the_policy_accepts_renders_in_every_command_and_one_it_refuses_n
     for command in COMMANDS.values():
         command(paths)  # no UnsafeValue: what passes the policy passes the shell
     NodeSnapshot().command(paths, pod_resources=True)
+
+
+# --- vGPUs: the device, its listing line and its VFIO nodes -------------------------------------
+
+
+def vgpu(kind: str = "mdev", **fields: str) -> Partition:
+    """An mdev or a vendor-VFIO vGPU as facts.vms makes one; `fields` replace identity fields."""
+    if kind == "mdev":
+        base = {
+            "uuid": "aa618089-8b16-4d01-a136-25a0f3c73123",
+            "parent": "0000:3b:00.0",
+            "type": "nvidia-230",
+            "type_name": "GRID T4-1Q",
+            "iommu_group": "4",
+            "vfio_cdev": "-",
+        }
+        device = base["uuid"]
+    else:
+        base = {
+            "vf": "0000:41:00.4",
+            "physfn": "0000:41:00.0",
+            "vgpu_type": "557",
+            "iommu_group": "60",
+            "vfio_cdev": "vfio3",
+        }
+        device = base["vf"]
+    base |= fields
+    device = fields.get("uuid", fields.get("vf", device))
+    return Partition(kind, "pci:0000:3b:00.0", device, base.get("type", "557"), tuple(base.items()))
+
+
+@pytest.mark.parametrize("kind", ["mdev", "nvidia-vfio"])
+def test_a_sound_vgpu_renders_and_names_its_sysfs_attribute(kind):
+    script = destroy_command(orphan(vgpu(kind)), observation(), PATHS)
+    attribute = "/remove" if kind == "mdev" else "/nvidia/current_vgpu_type"
+    assert attribute in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
+
+
+@pytest.mark.parametrize("value", list(HOSTILE.values()), ids=list(HOSTILE))
+@pytest.mark.parametrize("field", ["uuid", "iommu_group", "vfio_cdev"])
+def test_destroy_command_refuses_a_hostile_vgpu_device_or_node(field, value):
+    with pytest.raises(UnsafeValue):
+        destroy_command(orphan(vgpu(**{field: value})), observation(), PATHS)
+
+
+@pytest.mark.parametrize("value", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_a_hostile_type_name_reaches_the_vgpu_guard_only_base64_encoded(value):
+    script = destroy_command(orphan(vgpu(type_name=value)), observation(), PATHS)
+    assert value not in script

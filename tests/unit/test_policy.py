@@ -42,6 +42,12 @@ def test_schema_is_valid_draft_2020_12_and_names_every_key_of_the_table():
         "enforcer_rootfs", "enforcer_procfs", "enforcer_sysfs", "enforcer_tools",
         "enforcer_state_dir", "enforcer_lock_path", "enforcer_command_timeout_seconds",
         "enforcer_mig_geometry",  # the MIG issue's static geometry
+        "enforcer_vm_stuck_seconds",  # the vGPU issue's stuck claims
+        "enforcer_reports_dir",  # issue 6's fleet view, on the control node
+        "enforcer_schedule", "enforcer_schedule_on", "enforcer_schedule_period",
+        "enforcer_schedule_randomized_delay", "enforcer_schedule_persistent",
+        "enforcer_schedule_timeout", "enforcer_schedule_inventory", "enforcer_schedule_deploy",
+        "enforcer_schedule_pyinfra",  # issue 6's scheduled convergence (schedule.py)
     }  # fmt: skip
     assert set(HOST_DATA_KEYS) == table
     assert not SCHEMA.get("required")

@@ -185,7 +185,10 @@ def test_the_node_read_renders_every_value_shlex_quoted():
     script = snapshot()
     assert f"tool npu-smi-m {shlex.quote(NPU_SMI)} info -m\n" in script
     assert f"tool crictl-pods {shlex.quote(CRICTL)} pods -o json\n" in script
-    devs = "for f in /srv/n1/dev/vdavinci* /srv/n1/dev/nvidia-caps/nvidia-cap*; do\n"
+    devs = (
+        "for f in /srv/n1/dev/vdavinci* /srv/n1/dev/nvidia-caps/nvidia-cap* \\\n"
+        "  /srv/n1/dev/vfio/[0-9]* /srv/n1/dev/vfio/devices/vfio*; do\n"
+    )
     assert devs in script
     checkpoint = "/srv/n1/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
     assert f'elif cp {checkpoint} "$records" 2>"$err"; then run checkpoint cat "$records"' in script
@@ -260,6 +263,8 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "nvidia-smi",
         "nvidia-caps",
         "nvidia-gpus",
+        "vgpu",
+        "mdevctl",
         "devnodes",
         "fd-scan",
         "holder-cgroups",
@@ -278,6 +283,8 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "absent",
         "absent",
     )
+    # No mdev bus and no vendor-VFIO VF under this sysfs: an empty listing, not a failure.
+    assert (rcs["vgpu"], sections.by_name["vgpu"].stdout) == ("0", "")
     # No kubelet socket under this rootfs: the client says "unavailable" (2) and why.
     assert rcs["pod-resources"] == "2", sections.by_name["pod-resources"].stderr
     assert "no socket at" in sections.by_name["pod-resources"].stderr

@@ -1,0 +1,589 @@
+"""
+The `enforcer` command: what the runs said, for people (tables) and machines (`--json`).
+
+    enforcer report DIR                       the fleet view: where are we leaking?
+    enforcer explain REPORT PARTITION         why this verdict: reason, evidence, streak, owners
+    enforcer ledger show [STATE_DIR_OR_FILE]  one node's ledger: the candidate streaks
+    enforcer validate INVENTORY               every host's enforcer_* host data, every error
+    enforcer sim ...                          the simulator (python -m enforcer.sim ...)
+
+Exit codes: 0 ok; 1 findings or a failed check (a node that needs a person, a report that cannot
+be read, a corrupt ledger, bad host data, no such partition); 2 usage (bad arguments, a path that
+is not there, a partition that matches more than one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from enforcer import ledger as ledgers
+from enforcer.policy import PREFIX, PolicyError, policy_from_host_data
+from enforcer.report import SCHEMA as REPORT_SCHEMA
+from enforcer.report import owner_name
+
+OK, FINDINGS, USAGE = 0, 1, 2
+BOLD, RED = "1", "31"  # ANSI colours, only for a terminal
+DEFAULT_LEDGER = "/var/lib/partition-enforcer/ledger.json"
+
+# The fleet view's columns: verdict statuses in the order a partition's life goes.
+COUNTED = (
+    ("held", "HELD"),
+    ("claimed", "CLAIMED"),
+    ("pinned", "PINNED"),
+    ("pending", "PENDING"),
+    ("orphan", "ORPHAN"),
+    ("destroyed", "DESTROYED"),
+    ("destroy-failed", "FAILED"),
+    ("inconclusive", "INCONCLUSIVE"),
+    ("breaker", "BREAKER"),
+)
+
+
+class Failed(Exception):
+    """A subcommand stops: its message goes to stderr, its code is the exit code."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+# --- reading what the runs left ---------------------------------------------------------------
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """One run report, validated against schemas/report.schema.json; Failed(1) says why not."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise Failed(FINDINGS, f"{path}: cannot be read: {error}") from error
+    except json.JSONDecodeError as error:
+        raise Failed(FINDINGS, f"{path}: not JSON: {error}") from error
+    try:
+        jsonschema.validate(data, REPORT_SCHEMA)
+    except jsonschema.ValidationError as error:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top)"
+        message = _cut(error.message, 160)
+        raise Failed(FINDINGS, f"{path}: not a run report: at {where}: {message}") from error
+    return data
+
+
+def _existing(path: str, what: str) -> Path:
+    found = Path(path)
+    if not found.exists():
+        raise Failed(USAGE, f"{path}: no such {what}")
+    return found
+
+
+# --- enforcer report DIR: the fleet view ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FleetRow:
+    """One node and partition kind of the fleet view; `needs`: why a person should look."""
+
+    host: str
+    node: str
+    kind: str
+    mode: str
+    run_at: float
+    counts: dict[str, int]
+    needs: tuple[str, ...]
+    file: str
+
+
+@dataclass(frozen=True)
+class FleetView:
+    rows: tuple[FleetRow, ...]  # nodes that need a person first, then the rest; by host, kind
+    unreadable: tuple[tuple[str, str], ...]  # (file, why)
+    total: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def findings(self) -> bool:
+        return bool(self.unreadable) or any(r.needs for r in self.rows)
+
+
+def fleet_view(directory: Path) -> FleetView:
+    """Every `*.json` run report in `directory`; one that is not a valid report is unreadable."""
+    rows: list[FleetRow] = []
+    unreadable: list[tuple[str, str]] = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            rows += _rows(read_report(path), path.name)
+        except Failed as error:
+            unreadable.append((path.name, str(error).removeprefix(f"{path}: ")))
+    person = {r.host for r in rows if r.needs}
+    rows.sort(key=lambda r: (r.host not in person, r.host, r.file, r.kind))
+    total = {status: sum(r.counts[status] for r in rows) for status, _ in COUNTED}
+    return FleetView(tuple(rows), tuple(unreadable), total)
+
+
+def _rows(report: dict[str, Any], file: str) -> list[FleetRow]:
+    by_kind: dict[str, Counter[str]] = {}
+    for v in report["verdicts"]:
+        by_kind.setdefault(v["partition"]["kind"], Counter())[v["status"]] += 1
+    node_needs = needs_a_person(report)
+    return [
+        FleetRow(
+            host=report["host"],
+            node=report["node"],
+            kind=kind,
+            mode=report["mode"],
+            run_at=report["run_at"],
+            counts={status: counts[status] for status, _ in COUNTED},
+            needs=tuple(_kind_needs(counts) + node_needs),
+            file=file,
+        )
+        for kind, counts in sorted((by_kind or {"-": Counter()}).items())
+    ]
+
+
+def _kind_needs(counts: Counter[str]) -> list[str]:
+    return [f"{counts[s]} {s}" for s in ("destroy-failed", "inconclusive") if counts[s]]
+
+
+def needs_a_person(report: dict[str, Any]) -> list[str]:
+    """What in a node's report a person should look at: each makes runs keep partitions or
+    stop destroying (a source not read, the breaker) or says that something is off."""
+    needs = [f"breaker: {report['breaker']}"] if report["breaker"] else []
+    needs += [
+        f"source {s['source']} {s['status']} ({s['scope']})"
+        for s in report["sources"]
+        if s["status"] != "ok"
+    ]
+    for count, one, more in (
+        (len(report.get("stuck_claims", ())), "stuck claim", "stuck claims"),
+        (len(report["dangling_claims"]), "dangling claim", "dangling claims"),
+        (len(report.get("drift", ())), "declared partition missing", "declared partitions missing"),
+    ):
+        if count:
+            needs.append(f"{count} {one if count == 1 else more}")
+    if report["ledger"].startswith("set aside"):
+        needs.append("ledger set aside")
+    return needs
+
+
+def _report(args: argparse.Namespace) -> int:
+    directory = _existing(args.dir, "directory")
+    if not directory.is_dir():
+        raise Failed(USAGE, f"{args.dir}: not a directory")
+    view = fleet_view(directory)
+    if not view.rows and not view.unreadable:
+        raise Failed(FINDINGS, f"{args.dir}: no run report (*.json) here")
+    if args.json:
+        _print_json(
+            {
+                "rows": [asdict(r) for r in view.rows],
+                "unreadable": [{"file": f, "error": e} for f, e in view.unreadable],
+                "total": view.total,
+            }
+        )
+    else:
+        print(fleet_table(view, colour=_colour_wanted()))
+    return FINDINGS if view.findings else OK
+
+
+def fleet_table(view: FleetView, colour: bool = False, now: float | None = None) -> str:
+    """The fleet view for people: one aligned table, what needs a person first."""
+    now = time.time() if now is None else now
+    hosts = {r.host for r in view.rows}
+    person = {r.host for r in view.rows if r.needs}
+    head = (
+        f"{len(hosts)} host(s), {len(person)} need a person, "
+        f"{len(view.unreadable)} unreadable report(s)"
+    )
+    header = ("HOST", "NODE", "KIND", *(title for _, title in COUNTED), "MODE", "AGE", "NEEDS")
+    rows: list[tuple[str, ...]] = [header]
+    styles = [BOLD]
+    dashes = ("-",) * (len(COUNTED) + 2)
+    for file, why in view.unreadable:
+        rows.append((file, "-", "-", *dashes, f"unreadable report: {why}"))
+        styles.append(RED)
+    for r in view.rows:
+        counts = (str(r.counts[status]) for status, _ in COUNTED)
+        needs = "; ".join(r.needs)
+        rows.append((r.host, r.node, r.kind, *counts, r.mode, _age(now - r.run_at), needs))
+        styles.append(RED if r.host in person else "")
+    rows.append(("total", "", "", *(str(view.total[s]) for s, _ in COUNTED), "", "", ""))
+    styles.append(BOLD)
+    lines = aligned(rows, right=range(3, 3 + len(COUNTED)))
+    if colour:
+        lines = [_paint(line, style) for line, style in zip(lines, styles, strict=True)]
+    return "\n".join([head, *lines])
+
+
+def aligned(rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> list[str]:
+    """Columns padded to their widest cell (`right`: right-aligned); the last is not padded."""
+    right = set(right)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for row in rows:
+        cells = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row[:-1], widths, strict=True))
+        ]
+        lines.append("  ".join([*cells, row[-1]]).rstrip())
+    return lines
+
+
+def _age(seconds: float) -> str:
+    """How long ago, by the control node's clock against the node's: 45s, 12m, 5h, 3d."""
+    s = max(0, int(seconds))
+    for unit, size, upto in (("s", 1, 120), ("m", 60, 7200), ("h", 3600, 172800)):
+        if s < upto:
+            return f"{s // size}{unit}"
+    return f"{s // 86400}d"
+
+
+# --- enforcer explain REPORT PARTITION --------------------------------------------------------
+
+
+def find_verdicts(report: dict[str, Any], wanted: str) -> list[dict[str, Any]]:
+    """
+    The verdicts `wanted` names, by the most exact match that finds any: the partition's
+    identity, else its key (`kind/accelerator/id`), else its id. A key may be two verdicts: a
+    partition gone (destroyed) and its successor at the same place; their identities differ.
+    """
+    verdicts = report["verdicts"]
+
+    def key(v: dict[str, Any]) -> str:
+        p = v["partition"]
+        return f"{p['kind']}/{p['accelerator']}/{p['id']}"
+
+    for matches in (
+        lambda v: v["partition"]["identity"] == wanted,
+        lambda v: key(v) == wanted,
+        lambda v: v["partition"]["id"] == wanted,
+    ):
+        found = [v for v in verdicts if matches(v)]
+        if found:
+            return found
+    return []
+
+
+def _explain(args: argparse.Namespace) -> int:
+    path = _existing(args.report, "report file")
+    report = read_report(path)
+    found = find_verdicts(report, args.partition)
+    if not found:
+        listed = sorted({v["partition"]["id"] for v in report["verdicts"]})
+        raise Failed(
+            FINDINGS,
+            f"{path}: no partition {args.partition!r} (by identity, kind/accelerator/id or id); "
+            f"ids in this report: {', '.join(listed) or 'none'}",
+        )
+    if len({v["partition"]["identity"] for v in found}) > 1:
+        head = f"{path}: {args.partition!r} matches {len(found)} partitions; name one by its"
+        lines = [f"  {v['status']:<14} {v['partition']['identity']}" for v in found]
+        raise Failed(USAGE, "\n".join([f"{head} identity (or kind/accelerator/id):", *lines]))
+    context = {
+        "file": str(path),
+        "host": report["host"],
+        "node": report["node"],
+        "run_at": report["run_at"],
+        "mode": report["mode"],
+        "grace_runs": report["grace_runs"],
+        "grace_seconds": report["grace_seconds"],
+        "breaker": report["breaker"],
+        "sources_not_ok": [s for s in report["sources"] if s["status"] != "ok"],
+    }
+    if args.json:
+        _print_json({**context, "verdicts": found})
+    else:
+        print("\n\n".join(explanation(v, context) for v in found))
+    return OK
+
+
+def explanation(v: dict[str, Any], context: dict[str, Any]) -> str:
+    """One verdict for people: what it was, why, on which evidence, since when, who claims it."""
+    p, streak = v["partition"], v["streak"]
+    profile = f" ({p['profile']})" if p["profile"] else ""
+    lines = [
+        f"{p['kind']} {p['accelerator']} {p['id']}{profile} on {context['host']} "
+        f"(node {context['node']}), run of {_when(context['run_at'])}, mode {context['mode']}",
+        f"  status:           {v['status']}",
+        f"  reason:           {v['reason']}",
+        "  evidence:" + ("" if v["evidence"] else "         none recorded"),
+        *(f"    - {line}" for line in v["evidence"]),
+        f"  streak:           {streak['runs']} run(s), {streak['seconds']:.0f} s "
+        f"(grace: {context['grace_runs']} runs, {context['grace_seconds']:.0f} s)",
+        f"  destroy attempts: {v['destroy_attempts']}",
+        "  claimed by:" + ("" if v["claimed_by"] else "       no live owner's exact claim"),
+        *(f"    - {owner_name(o)} [{', '.join(o['sources'])}]" for o in v["claimed_by"]),
+        f"  identity:         {p['identity']}",
+    ]
+    if context["breaker"]:
+        lines.append(f"  breaker:          {context['breaker']}")
+    lines += [
+        f"  source {s['source']} [{s['scope']}] {s['status']}: {s['reason']}"
+        for s in context["sources_not_ok"]
+    ]
+    return "\n".join(lines)
+
+
+# --- enforcer ledger show [STATE_DIR_OR_FILE] -------------------------------------------------
+
+
+def _ledger_show(args: argparse.Namespace) -> int:
+    path = _existing(args.path, "ledger or state directory")
+    if path.is_dir():
+        path = _existing(str(path / "ledger.json"), "ledger in that state directory")
+    try:
+        ledger = ledgers.load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ledgers.LedgerError) as error:
+        raise Failed(FINDINGS, f"{path}: {error}") from error
+    entries = sorted(ledger.entries.items(), key=lambda item: (-item[1].streak_runs, item[0]))
+    if args.json:
+        _print_json(
+            {
+                "file": str(path),
+                "node": ledger.node,
+                "boot_id": ledger.boot_id,
+                "run": ledger.run,
+                "last_run": ledger.last_run,
+                "live_owners": ledger.live_owners,
+                "entries": [
+                    {"identity": identity, **asdict(e), "streak_seconds": _streak_seconds(e)}
+                    for identity, e in entries
+                ],
+            }
+        )
+        return OK
+    owners = ", ".join(f"{s} {n}" for s, n in sorted(ledger.live_owners.items())) or "none"
+    print(
+        f"{path}: node {ledger.node or '-'}, boot {ledger.boot_id or '-'}, run {ledger.run}, "
+        f"last run {_when(ledger.last_run)}; live owners seen: {owners}"
+    )
+    rows = [("KEY", "IDENTITY", "FIRST SEEN", "RUNS", "SECONDS", "DESTROY ATTEMPTS")]
+    for identity, e in entries:
+        runs = str(e.streak_runs) if e.streak_runs else "-"
+        seconds = f"{_streak_seconds(e):.0f}" if e.streak_runs else "-"
+        short = short_identity(identity, e.key)
+        rows.append((e.key, short, _when(e.first_seen), runs, seconds, str(e.destroy_attempts)))
+    print("\n".join(aligned(rows, right={3, 4, 5})) if entries else "no partition recorded")
+    return OK
+
+
+def _streak_seconds(e: ledgers.Entry) -> float:
+    return 0.0 if e.streak_start is None else round(e.last_observed - e.streak_start, 1)
+
+
+def short_identity(identity: str, key: str, width: int = 48) -> str:
+    """An identity without its key, its fields cut to fit and its boot id to 8 characters."""
+    rest = identity.removeprefix(key)
+    fields, at, boot = rest.rpartition("@")
+    if not at:
+        fields, boot = rest, ""
+    fields = fields.strip("[]")
+    room = width - (9 if boot else 0)
+    if len(fields) > room:
+        fields = fields[: room - 3] + "..."
+    return (fields or "-") + (f"@{boot[:8]}" if boot else "")
+
+
+# --- enforcer validate INVENTORY --------------------------------------------------------------
+
+
+def load_inventory(path: Path, data: dict[str, Any], group_data: Sequence[str]) -> list[Any]:
+    """
+    The hosts of an inventory file, loaded by pyinfra's own CLI code as `pyinfra INVENTORY ...`
+    loads them: the file's groups, `group_data/` in the current directory and beside the file,
+    `--group-data` directories, `--data` over all. Importing pyinfra_cli monkey-patches the
+    standard library for gevent, as the `pyinfra` command does: this runs in a CLI process only.
+    """
+    from pyinfra.api import State
+    from pyinfra.context import ctx_state
+    from pyinfra_cli.inventory import make_inventory
+
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.append(cwd)  # pyinfra does so: an inventory may import modules from there
+    with ctx_state.use(State()):
+        inventory = make_inventory(
+            str(path), override_data=data, cwd=cwd, group_data_directories=list(group_data)
+        )
+    return list(inventory)
+
+
+def host_errors(host: Any) -> list[tuple[PolicyError, bool]]:
+    """
+    Every bad key of one host's enforcer_* host data, with its first error, and whether the
+    key is one the run sets itself (the node name defaults to the host's name).
+    `policy_from_host_data` stops at the first error: the key it names is set aside and the
+    rest checked again, until they pass. Keys the schema does not know are checked too (the run
+    ignores them: a typo, and the error says which key was meant).
+    """
+    from operations.converge import host_data
+
+    data = host_data(host)
+    defaulted = "enforcer_node_name" not in host.data.dict()
+    data |= {k: v for k, v in host.data.dict().items() if k.startswith(PREFIX) and k not in data}
+    errors = []
+    while True:
+        try:
+            policy_from_host_data(host.name, data)
+            return errors
+        except PolicyError as error:
+            errors.append((error, defaulted and error.key == "enforcer_node_name"))
+            if error.key not in data:
+                return errors
+            del data[error.key]
+
+
+def _validate(args: argparse.Namespace) -> int:
+    path = _existing(args.inventory, "inventory file")
+    if not path.is_file():
+        raise Failed(USAGE, f"{args.inventory}: not an inventory file")
+    overrides = {}
+    for item in args.data:
+        key, equals, value = item.partition("=")
+        if not equals:
+            raise Failed(USAGE, f"--data {item!r}: expected KEY=VALUE")
+        overrides[key] = value
+    import click  # pyinfra's CLI is click: its errors are click's
+    from pyinfra.api.exceptions import PyinfraError
+    from pyinfra_cli.util import parse_cli_arg
+
+    try:
+        data = {key: parse_cli_arg(value) for key, value in overrides.items()}
+        hosts = load_inventory(path, data, args.group_data)
+    except click.ClickException as error:
+        message = f"{path}: pyinfra cannot load it: {error.format_message()}"
+        raise Failed(FINDINGS, message) from error
+    except (PyinfraError, SyntaxError, OSError) as error:
+        raise Failed(FINDINGS, f"{path}: pyinfra cannot load it: {error}") from error
+    if not hosts:
+        raise Failed(FINDINGS, f"{path}: no host in this inventory")
+    results = [(host.name, host_errors(host)) for host in hosts]
+    bad = sum(1 for _, errors in results if errors)
+    if args.json:
+        _print_json(
+            {
+                "inventory": str(path),
+                "hosts": [
+                    {
+                        "host": name,
+                        "ok": not errors,
+                        "errors": [
+                            {"key": e.key, "where": e.where, "message": e.message, "text": str(e)}
+                            for e, _ in errors
+                        ],
+                    }
+                    for name, errors in results
+                ],
+            }
+        )
+    else:
+        for _, errors in results:
+            for error, defaulted in errors:
+                print(f"{error}{' (not set: it is the host name)' if defaulted else ''}")
+        print(f"{path}: {len(results)} host(s), {bad} with bad host data")
+    return FINDINGS if bad else OK
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+def _sim(argv: Sequence[str]) -> int:
+    from enforcer.sim.__main__ import main as sim_main
+
+    return sim_main(argv)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="enforcer",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    report = sub.add_parser("report", help="the fleet view: every host's last run report")
+    report.add_argument("dir", metavar="DIR", help="the reports directory (enforcer_reports_dir)")
+    report.set_defaults(run=_report)
+    explain = sub.add_parser("explain", help="why a partition got its verdict")
+    explain.add_argument("report", metavar="REPORT", help="a run report (<host>.json)")
+    explain.add_argument("partition", metavar="PARTITION", help="identity, kind/accelerator/id, id")
+    explain.set_defaults(run=_explain)
+    ledger = sub.add_parser("ledger", help="a node's ledger")
+    ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="COMMAND")
+    show = ledger_sub.add_parser("show", help="the candidate streaks in a ledger")
+    show.add_argument(
+        "path",
+        metavar="STATE_DIR_OR_FILE",
+        nargs="?",
+        default=DEFAULT_LEDGER,
+        help=f"a state directory or a ledger file (default {DEFAULT_LEDGER})",
+    )
+    show.set_defaults(run=_ledger_show)
+    validate = sub.add_parser("validate", help="check every host's enforcer_* host data")
+    validate.add_argument("inventory", metavar="INVENTORY", help="a pyinfra inventory file")
+    validate.add_argument(
+        "--data", action="append", default=[], metavar="KEY=VALUE", help="as pyinfra --data"
+    )
+    validate.add_argument(
+        "--group-data", action="append", default=[], metavar="DIR", help="as pyinfra --group-data"
+    )
+    validate.set_defaults(run=_validate)
+    for command in (report, explain, show, validate):
+        command.add_argument("--json", action="store_true", help="print JSON, for machines")
+    sub.add_parser("sim", help="the simulator: enforcer sim --help", add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv[:1] == ["sim"]:
+            return _sim(argv[1:])
+        args = _parser().parse_args(argv)
+        return int(args.run(args))
+    except SystemExit as exit_:  # argparse: --help (0) or a usage error (2)
+        return exit_.code if isinstance(exit_.code, int) else USAGE
+    except Failed as failed:
+        sys.stderr.write(f"enforcer: {failed}\n")
+        return failed.code
+    except BrokenPipeError:  # `enforcer report DIR | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return FINDINGS
+
+
+# --- output -----------------------------------------------------------------------------------
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=1, sort_keys=True))
+
+
+def _colour_wanted() -> bool:
+    """Colour only for a person at a terminal: never into a pipe or a file, nor with NO_COLOR."""
+    plain = os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb"
+    return sys.stdout.isatty() and not plain
+
+
+def _paint(line: str, code: str) -> str:
+    return f"\x1b[{code}m{line}\x1b[0m" if code else line
+
+
+def _when(epoch: float | None) -> str:
+    if epoch is None:
+        return "-"
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+if __name__ == "__main__":
+    sys.exit(main())

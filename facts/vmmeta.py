@@ -1,0 +1,282 @@
+"""
+A VMM's instance records, the `vm-metadata` claim source (RECORD-FORMATS.md section 4).
+
+hypeman (kernel/hypeman) keeps one record per VM at `<root>/guests/<id>/metadata.json`, Go
+`json.MarshalIndent` of `StoredMetadata`, a struct without json tags: the keys are the Go field
+names. Which keys say what is a mapping of JSON pointers (RFC 6901), `FIELDS` for the `hypeman`
+layout; a host may override some of them.
+
+The node read prints, per configured root, `root <n> <rc|absent>` and then one line per record:
+`<b64 path below root> <mtime> <b64 bytes|->`, or `<b64 path> ! !` when it could not be read.
+A record that cannot be read whole raises ParseError naming its file: a VM whose record is not
+understood could hold any vGPU, so the caller makes the whole source unreadable.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from enforcer.model import MDEV, VFIO, Instance
+from facts import strictjson
+from facts.errors import ParseError
+from facts.vgpu import PCI, UUID
+
+FIELDS: Mapping[str, str] = MappingProxyType(
+    {
+        "id": "/Id",
+        "name": "/Name",
+        "device_path": "/GPUDevicePath",
+        "legacy_uuid": "/GPUMdevUUID",
+        "pid": "/HypervisorPID",
+        "start_time": "/HypervisorStartTime",
+        "boot_id": "/HypervisorBootID",
+        "socket": "/SocketPath",
+    }
+)
+LAYOUTS: Mapping[str, Mapping[str, str]] = MappingProxyType({"hypeman": FIELDS})
+
+_ID = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)
+_RECORD_PATH = re.compile(r"guests/(?P<id>[^/]+)/metadata\.json", re.DOTALL)
+_MDEV_PATH = re.compile(rf"/sys/bus/mdev/devices/(?P<uuid>{UUID})", re.ASCII | re.IGNORECASE)
+_VF_PATH = re.compile(rf"/sys/bus/pci/devices/(?P<bdf>{PCI})", re.ASCII | re.IGNORECASE)
+_UUID = re.compile(UUID, re.ASCII | re.IGNORECASE)
+_BOOT_ID = re.compile(r"[0-9a-f-]{1,64}", re.ASCII)
+_MTIME = re.compile(r"[0-9]{1,20}", re.ASCII)
+_DECIMAL = re.compile(r"[0-9]{1,20}", re.ASCII)
+_POINTER_TOKEN = re.compile(r"(?:[^~]|~[01])*", re.DOTALL)
+_INDEX = re.compile(r"0|[1-9][0-9]{0,9}", re.ASCII)
+_PID_LIMIT = 2**31  # a Go int, read as a pid: pid_max is at most 2**22
+_START_LIMIT = 2**64  # HypervisorStartTime is a uint64
+_ABSENT = object()
+
+
+class _Bad(Exception):
+    """A record that cannot be read whole; the message says why."""
+
+
+# --- the field mapping -------------------------------------------------------------------------
+
+
+def _check_pointer(name: str, pointer: str) -> None:
+    if not pointer.startswith("/") or not all(
+        _POINTER_TOKEN.fullmatch(t) for t in pointer[1:].split("/")
+    ):
+        raise ValueError(f"vm-metadata field {name!r}: {pointer!r} is not a JSON pointer to a key")
+
+
+def fields_for(layout: str, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A layout's field mapping with a host's overrides merged over it; ValueError when bad."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown vm-metadata layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    fields = {**LAYOUTS[layout], **(overrides or {})}
+    _check_fields(fields)
+    return fields
+
+
+def _check_fields(fields: Mapping[str, str]) -> None:
+    if set(fields) != set(FIELDS):
+        raise ValueError(f"vm-metadata fields must be exactly {sorted(FIELDS)}: {sorted(fields)}")
+    for name, pointer in fields.items():
+        _check_pointer(name, pointer)
+
+
+def _step(value: Any, token: str) -> Any:
+    """One pointer step. Go matches struct keys case-insensitively: a near-miss is refused."""
+    if isinstance(value, list):
+        if not _INDEX.fullmatch(token):
+            raise _Bad(f"{token!r} is not an array index")
+        return value[int(token)] if int(token) < len(value) else _ABSENT
+    if not isinstance(value, dict):
+        raise _Bad(f"{token!r} is looked up in {type(value).__name__}, not an object")
+    folded = [k for k in value if k != token and k.casefold() == token.casefold()]
+    if folded:
+        raise _Bad(f"key {folded[0]!r} would be read by the VMM as {token!r}")
+    return value.get(token, _ABSENT)
+
+
+def _resolve(doc: dict[str, Any], pointer: str) -> Any:
+    """The value at a JSON pointer; _ABSENT when a key is missing or a step is null."""
+    value: Any = doc
+    for raw in pointer[1:].split("/"):
+        if value is None or value is _ABSENT:
+            return _ABSENT
+        value = _step(value, raw.replace("~1", "/").replace("~0", "~"))
+    return value
+
+
+# --- the listing -------------------------------------------------------------------------------
+
+
+def parse_vm_listing(text: str, roots: int) -> list[tuple[str, str]]:
+    """The node read's `vm_trees`: per root, its exit code (or "absent") and its record lines."""
+    trees: list[tuple[str, list[str]]] = []
+    body = text.removesuffix("\n")
+    for lineno, line in enumerate(body.split("\n") if body else [], start=1):
+        words = line.split(" ")
+        if words[0] == "root":
+            if len(words) != 3 or words[1] != str(len(trees)):
+                raise ParseError("vm-metadata: not 'root <n> <rc>' in order", line, lineno)
+            if words[2] != "absent" and not _DECIMAL.fullmatch(words[2]):
+                raise ParseError("vm-metadata: root exit code is not a number", line, lineno)
+            trees.append((words[2], []))
+        elif trees and trees[-1][0] != "absent":
+            trees[-1][1].append(line)
+        else:
+            raise ParseError("vm-metadata: record line outside a root", line, lineno)
+    if len(trees) != roots:
+        raise ParseError(f"vm-metadata: expected {roots} roots, read {len(trees)}", text[:80])
+    return [(rc, "".join(f"{x}\n" for x in lines)) for rc, lines in trees]
+
+
+def _unb64(field: str, what: str, line: str, lineno: int) -> bytes:
+    try:
+        return base64.b64decode(field, validate=True)
+    except (binascii.Error, ValueError) as err:  # ValueError: non-ASCII text
+        raise ParseError(f"vm-metadata: {what} is not base64", line, lineno) from err
+
+
+def _record_path(field: str, line: str, lineno: int) -> tuple[str, str]:
+    """(path below the root, the instance id its directory names)."""
+    try:
+        path = _unb64(field, "path", line, lineno).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ParseError("vm-metadata: path is not UTF-8", line, lineno) from err
+    found = _RECORD_PATH.fullmatch(path)
+    if found is None:
+        raise ParseError(f"vm-metadata: {path!r} is not guests/<id>/metadata.json", line, lineno)
+    return path, found["id"]
+
+
+# --- one record --------------------------------------------------------------------------------
+
+
+def _load(raw: bytes) -> dict[str, Any]:
+    try:
+        return strictjson.load_object(raw, "json.MarshalIndent")
+    except ParseError as err:
+        raise _Bad(str(err)) from err
+
+
+def _text(name: str, value: Any) -> str:
+    """A string field; absent or null (what Go reads as "") is ""."""
+    if value is _ABSENT or value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _Bad(f"{name} is not a string: {repr(value)[:40]}")
+    return value
+
+
+def _number(name: str, value: Any, limit: int, strings: bool = False) -> int | None:
+    """A non-negative JSON integer (not a bool or float), or a decimal string when allowed."""
+    if value is _ABSENT or value is None:
+        return None
+    if strings and isinstance(value, str) and _DECIMAL.fullmatch(value):
+        value = int(value)
+    if type(value) is not int or not 0 <= value < limit:
+        raise _Bad(f"{name} is not an integer in [0, {limit}): {repr(value)[:40]}")
+    return value or None  # 0 is Go's "not recorded"
+
+
+def _device(value: Any) -> tuple[str, str] | None:
+    path = _text("device_path", value)
+    if not path:
+        return None
+    if found := _MDEV_PATH.fullmatch(path):
+        return (MDEV, found["uuid"].lower())
+    if found := _VF_PATH.fullmatch(path):
+        return (VFIO, found["bdf"].lower())
+    raise _Bad(f"device_path {path[:80]!r} is neither an mdev nor a PCI device: unknown claim")
+
+
+def _legacy(value: Any) -> tuple[str, str] | None:
+    uuid = _text("legacy_uuid", value)
+    if not uuid:
+        return None
+    if not _UUID.fullmatch(uuid):
+        raise _Bad(f"legacy_uuid {uuid[:80]!r} is not a UUID")
+    return (MDEV, uuid.lower())
+
+
+def _optional(name: str, value: Any, pattern: re.Pattern[str], what: str) -> str | None:
+    text = _text(name, value)
+    if text and not pattern.fullmatch(text):
+        raise _Bad(f"{name} {text[:80]!r} is not {what}")
+    return text or None
+
+
+_SOCKET = re.compile(r"/[^\x00]*", re.DOTALL)
+
+
+def _instance(doc: dict[str, Any], dir_id: str, fields: Mapping[str, str]) -> dict[str, Any]:
+    """The Instance fields of one record; `where` and `written_at` are the caller's."""
+    value = {name: _resolve(doc, pointer) for name, pointer in fields.items()}
+    if value["id"] is _ABSENT:
+        raise _Bad("no id")
+    instance_id = _text("id", value["id"])
+    if not _ID.fullmatch(instance_id) or instance_id in (".", ".."):
+        raise _Bad(f"id {instance_id[:80]!r} is not an instance id")
+    if instance_id != dir_id:
+        raise _Bad(f"id {instance_id!r} is not its directory's {dir_id!r}")
+    claimed = [_device(value["device_path"]), _legacy(value["legacy_uuid"])]
+    return {
+        "id": instance_id,
+        "name": _text("name", value["name"]),
+        "devices": tuple(dict.fromkeys(d for d in claimed if d is not None)),
+        "pid": _number("pid", value["pid"], _PID_LIMIT),
+        "start_time": _number("start_time", value["start_time"], _START_LIMIT, strings=True),
+        "boot_id": _optional("boot_id", value["boot_id"], _BOOT_ID, "a boot id"),
+        "socket": _optional("socket", value["socket"], _SOCKET, "an absolute path"),
+    }
+
+
+def _split(line: str, lineno: int) -> tuple[str, str | None, str | None]:
+    """(b64 path, mtime, b64 content or "-"); the last two None for `! !`."""
+    fields = line.split(" ")
+    if len(fields) != 3:
+        raise ParseError(
+            "vm-metadata: not '<b64 path> <mtime> <b64 bytes|->' or '! !'", line, lineno
+        )
+    path, mtime, content = fields
+    if (mtime, content) == ("!", "!"):
+        return path, None, None
+    if not _MTIME.fullmatch(mtime):
+        raise ParseError("vm-metadata: mtime is not decimal seconds", line, lineno)
+    return path, mtime, content
+
+
+def _record(root: str, line: str, lineno: int, fields: Mapping[str, str]) -> Instance:
+    b64_path, mtime, content = _split(line, lineno)
+    path, dir_id = _record_path(b64_path, line, lineno)
+    where = f"{root}/{path}"
+    try:
+        if mtime is None or content is None:
+            raise _Bad("the node could not read it")
+        raw = b"" if content == "-" else _unb64(content, f"{where}: content", line, lineno)
+        values = _instance(_load(raw), dir_id, fields)
+    except _Bad as bad:
+        raise ParseError(f"vm-metadata: {where}: {bad}", line, lineno) from bad
+    return Instance(where=where, written_at=float(mtime), **values)
+
+
+def parse_vm_records(text: str, root: str, fields: Mapping[str, str]) -> list[Instance]:
+    """
+    Every record of one root as an Instance, in listing order. Any record that cannot be read
+    whole, or whose mapped fields have the wrong type or an unknown device, raises ParseError
+    naming its file. `fields` is a full mapping (see `fields_for`); a bad one is a ValueError.
+    """
+    _check_fields(fields)
+    instances: list[Instance] = []
+    seen: set[str] = set()
+    body = text.removesuffix("\n")
+    for lineno, line in enumerate(body.split("\n") if body else [], start=1):
+        instance = _record(root, line, lineno, fields)
+        if instance.where in seen:
+            raise ParseError("vm-metadata: record listed twice", line, lineno)
+        seen.add(instance.where)
+        instances.append(instance)
+    return instances

@@ -1,0 +1,15 @@
+"""
+Scheduled convergence: install (or remove) a systemd service and timer that converge on a period
+(operations/schedule.py says how, and which host data keys it reads).
+
+    pyinfra inventory.py schedule.py                       # every node converges itself (@local)
+    pyinfra @local schedule.py --data enforcer_schedule_on=control \\
+        --data enforcer_schedule_inventory=$PWD/inventory.py   # this control node converges them
+    pyinfra inventory.py schedule.py --data enforcer_schedule=absent   # remove it
+"""
+
+from pyinfra import host
+
+from operations.schedule import schedule
+
+schedule(host)

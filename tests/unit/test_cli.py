@@ -1,0 +1,533 @@
+"""
+The `enforcer` command on hand-built run reports, ledgers and inventories: the fleet view, explain,
+ledger show, validate, sim; exit codes 0 ok, 1 findings, 2 usage; --json for machines.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from enforcer import ledger as ledgers
+from enforcer.cli import main, short_identity
+from enforcer.report import SCHEMA
+from operations.converge import keep_report, report_file_name, reports_dir
+
+ENFORCER = str(Path(sys.executable).with_name("enforcer"))
+BOOT = "0b6c1a7e-5d2f-4c3a-9e8b-7f1d2c3b4a59"
+
+
+def verdict(
+    id_: str,
+    status: str,
+    *,
+    kind: str = "ascend-vnpu",
+    accelerator: str = "npu:0:0",
+    identity: str | None = None,
+    evidence: tuple[str, ...] = (),
+    runs: int = 0,
+    attempts: int = 0,
+    claimed_by: tuple[dict[str, Any], ...] = (),
+) -> dict[str, Any]:
+    key = f"{kind}/{accelerator}/{id_}"
+    return {
+        "partition": {
+            "kind": kind,
+            "accelerator": accelerator,
+            "id": id_,
+            "profile": "vir02",
+            "identity": identity or f"{key}[vnpu={id_},template=vir02]@{BOOT}",
+        },
+        "status": status,
+        "reason": f"{status} because the test says so",
+        "evidence": list(evidence) or [f"{status} evidence for {id_}"],
+        "streak": {"runs": runs, "seconds": 60.0 * runs},
+        "destroy_attempts": attempts,
+        "claimed_by": list(claimed_by),
+    }
+
+
+def report(host: str, *verdicts: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """A run report as `enforcer.report.build` makes it, checked against the schema."""
+    data = {
+        "version": 1,
+        "host": host,
+        "node": host.split(".")[0],
+        "boot_id": BOOT,
+        "run_at": 1764450000.0,
+        "mode": "converge",
+        "grace_seconds": 900.0,
+        "grace_runs": 3,
+        "ledger": "ok",
+        "breaker": None,
+        "sources": [],
+        "summary": {},
+        "drift": [],
+        "verdicts": list(verdicts),
+        "dangling_claims": [],
+        "stuck_claims": [],
+        **fields,
+    }
+    jsonschema.validate(data, SCHEMA)
+    return data
+
+
+def write_reports(directory: Path, *reports: dict[str, Any]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for r in reports:
+        keep_report(directory, r["host"], r)
+    return directory
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Path:
+    """Four nodes: one quiet, one whose breaker tripped, one with a failed destroy, one leaking."""
+    return write_reports(
+        tmp_path / "reports",
+        report("a-quiet", verdict("100", "held"), verdict("101", "claimed")),
+        report(
+            "m-breaker",
+            *(verdict(str(i), "breaker") for i in range(100, 105)),
+            breaker="would destroy 5 of 5 partitions (max 50%, more than 4)",
+        ),
+        report(
+            "z-failed",
+            verdict("100", "destroy-failed", attempts=2),
+            verdict("3", "held", kind="nvidia-mig", accelerator="gpu:GPU-1"),
+        ),
+        report("b-leaking", verdict("100", "pending", runs=2), verdict("101", "orphan", runs=3)),
+    )
+
+
+# --- enforcer report DIR ----------------------------------------------------------------------
+
+
+def test_fleet_view_puts_a_breaker_and_a_failed_destroy_first(capsys, fleet):
+    rc, out, _ = run(capsys, "report", str(fleet))
+    assert rc == 1  # two nodes need a person
+    lines = out.splitlines()
+    assert lines[0] == "4 host(s), 2 need a person, 0 unreadable report(s)"
+    assert lines[1].split()[:3] == ["HOST", "NODE", "KIND"]
+    hosts = [line.split()[0] for line in lines[2:-1]]
+    assert hosts == ["m-breaker", "z-failed", "z-failed", "a-quiet", "b-leaking"]
+    assert "breaker: would destroy 5 of 5 partitions" in lines[2]
+    assert "1 destroy-failed" in lines[3]
+    assert lines[-1].split() == ["total", "2", "1", "0", "1", "1", "0", "1", "0", "5"]
+    assert "\x1b[" not in out  # not a terminal: no colour
+
+
+def test_fleet_view_columns_are_aligned(capsys, fleet):
+    _, out, _ = run(capsys, "report", str(fleet))
+    table = out.splitlines()[1:]
+    header = table[0]
+    for title in ("HELD", "FAILED", "BREAKER"):
+        end = header.index(title) + len(title)  # counts are right-aligned under their title
+        assert all(line[end - 1].isdigit() for line in table[1:]), (title, out)
+
+
+def test_fleet_view_json_has_the_same_rows(capsys, fleet):
+    rc, out, _ = run(capsys, "report", str(fleet), "--json")
+    assert rc == 1
+    view = json.loads(out)
+    assert [(r["host"], r["kind"]) for r in view["rows"]] == [
+        ("m-breaker", "ascend-vnpu"),
+        ("z-failed", "ascend-vnpu"),
+        ("z-failed", "nvidia-mig"),
+        ("a-quiet", "ascend-vnpu"),
+        ("b-leaking", "ascend-vnpu"),
+    ]
+    leaking = view["rows"][-1]
+    assert leaking["counts"]["pending"] == leaking["counts"]["orphan"] == 1
+    assert leaking["needs"] == [] and view["rows"][2]["needs"] == []  # mig of z: nothing
+    assert view["total"]["breaker"] == 5 and view["unreadable"] == []
+
+
+def test_schema_invalid_report_is_listed_as_unreadable(capsys, fleet):
+    broken = dict(json.loads((fleet / "a-quiet.json").read_text()))
+    del broken["verdicts"]
+    (fleet / "broken.json").write_text(json.dumps(broken))
+    (fleet / "truncated.json").write_text('{"version": 1, "ho')
+    (fleet / "notes.txt").write_text("not a report, not *.json: not read")
+    rc, out, _ = run(capsys, "report", str(fleet))
+    assert rc == 1
+    assert out.splitlines()[0].endswith("2 unreadable report(s)")
+    rows = {line.split()[0]: line for line in out.splitlines()[2:]}
+    assert "unreadable report: not a run report: at (top): 'verdicts'" in rows["broken.json"]
+    assert "unreadable report: not JSON" in rows["truncated.json"]
+    assert "notes.txt" not in out
+    view = json.loads(run(capsys, "report", str(fleet), "--json")[1])
+    assert [u["file"] for u in view["unreadable"]] == ["broken.json", "truncated.json"]
+
+
+def test_a_quiet_fleet_exits_0(capsys, tmp_path):
+    directory = write_reports(tmp_path, report("n1", verdict("100", "held")), report("n2"))
+    rc, out, _ = run(capsys, "report", str(directory))
+    assert rc == 0, out
+    rows = [line.split() for line in out.splitlines()[2:-1]]
+    assert [r[:3] for r in rows] == [["n1", "n1", "ascend-vnpu"], ["n2", "n2", "-"]]
+
+
+def test_sources_stuck_and_dangling_claims_and_a_set_aside_ledger_need_a_person(capsys, tmp_path):
+    owner = {"uid": "u1", "name": "default/vm-a"}
+    directory = write_reports(
+        tmp_path,
+        report(
+            "n1",
+            verdict("100", "inconclusive"),
+            sources=[
+                {"source": "cri", "status": "unreadable", "scope": "node", "reason": "timeout"}
+            ],
+        ),
+        report("n2", stuck_claims=[{"owner": owner, "record": "r", "devices": [], "seconds": 900}]),
+        report(
+            "n3",
+            dangling_claims=[
+                {
+                    "owner": owner,
+                    "source": "cri",
+                    "record": "r",
+                    "named": {"kind": "nvidia-mig", "accelerator": None, "id": "9", "uuid": None},
+                }
+            ],
+        ),
+        report("n4", ledger="set aside: ledger is not JSON"),
+        report("n5", verdict("100", "held")),
+    )
+    rc, out, _ = run(capsys, "report", str(directory), "--json")
+    assert rc == 1
+    needs = {r["host"]: r["needs"] for r in json.loads(out)["rows"]}
+    assert needs == {
+        "n1": ["1 inconclusive", "source cri unreadable (node)"],
+        "n2": ["1 stuck claim"],
+        "n3": ["1 dangling claim"],
+        "n4": ["ledger set aside"],
+        "n5": [],
+    }
+
+
+def test_colour_only_when_stdout_is_a_terminal(capsys, monkeypatch, fleet):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    _, out, _ = run(capsys, "report", str(fleet))
+    lines = out.splitlines()
+    assert lines[2].startswith("\x1b[31mm-breaker") and lines[-2].startswith("b-leaking")
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert "\x1b[" not in run(capsys, "report", str(fleet))[1]
+
+
+def test_report_of_a_missing_dir_is_a_usage_error_and_of_an_empty_one_a_finding(capsys, tmp_path):
+    rc, _, err = run(capsys, "report", str(tmp_path / "nowhere"))
+    assert rc == 2 and "no such directory" in err
+    rc, _, err = run(capsys, "report", str(tmp_path))
+    assert rc == 1 and "no run report" in err
+
+
+# --- enforcer explain REPORT PARTITION --------------------------------------------------------
+
+
+@pytest.fixture
+def explained(tmp_path: Path) -> Path:
+    """A destroyed vNPU and its successor at the same place; id 3 on two chips; a claimed one."""
+    pod = {"uid": "5c0e7f3a", "name": "default/infer-b", "sources": ["cri", "kubelet-checkpoint"]}
+    return keep_report(
+        tmp_path,
+        "n1",
+        report(
+            "n1",
+            verdict("101", "destroyed", identity="ascend-vnpu/npu:0:0/101", attempts=1),
+            verdict("101", "pending", runs=1, evidence=("no holder", "no claim")),
+            verdict("3", "pending", accelerator="npu:0:0"),
+            verdict("3", "pending", accelerator="npu:0:1"),
+            verdict("103", "claimed", claimed_by=(pod,)),
+            breaker=None,
+        ),
+    )
+
+
+def test_explain_prints_status_reason_every_evidence_line_streak_attempts_owners(capsys, explained):
+    rc, out, _ = run(capsys, "explain", str(explained), "103")
+    assert rc == 0
+    assert "ascend-vnpu npu:0:0 103 (vir02) on n1 (node n1)" in out
+    assert "status:           claimed" in out
+    assert "reason:           claimed because the test says so" in out
+    assert "    - claimed evidence for 103" in out
+    assert "streak:           0 run(s), 0 s (grace: 3 runs, 900 s)" in out
+    assert "destroy attempts: 0" in out
+    assert "    - default/infer-b (5c0e7f3a) [cri, kubelet-checkpoint]" in out
+    rc, out, _ = run(
+        capsys,
+        "explain",
+        str(explained),
+        f"ascend-vnpu/npu:0:0/103[vnpu=103,template=vir02]@{BOOT}",
+    )
+    assert rc == 0 and "status:           claimed" in out
+
+
+def test_explain_by_key_or_identity_tells_a_destroyed_partition_from_its_successor(
+    capsys, explained
+):
+    # The destroyed one's identity is its key (it is no longer listed): that names it alone.
+    rc, out, _ = run(capsys, "explain", str(explained), "ascend-vnpu/npu:0:0/101")
+    assert rc == 0 and "status:           destroyed" in out and "destroy attempts: 1" in out
+    rc, out, _ = run(
+        capsys,
+        "explain",
+        str(explained),
+        f"ascend-vnpu/npu:0:0/101[vnpu=101,template=vir02]@{BOOT}",
+    )
+    assert rc == 0 and "status:           pending" in out
+    assert "    - no holder\n    - no claim" in out
+
+
+def test_explain_an_ambiguous_id_lists_the_candidates_and_exits_2(capsys, explained):
+    rc, out, err = run(capsys, "explain", str(explained), "3")
+    assert rc == 2 and out == ""
+    assert "'3' matches 2 partitions" in err
+    assert "ascend-vnpu/npu:0:0/3[" in err and "ascend-vnpu/npu:0:1/3[" in err
+    rc, out, _ = run(capsys, "explain", str(explained), "ascend-vnpu/npu:0:1/3")
+    assert rc == 0 and "ascend-vnpu npu:0:1 3" in out
+
+
+def test_explain_not_found_exits_1_and_json_parses(capsys, explained, tmp_path):
+    rc, _, err = run(capsys, "explain", str(explained), "999")
+    assert rc == 1 and "no partition '999'" in err and "ids in this report: 101, 103, 3" in err
+    rc, out, _ = run(capsys, "explain", str(explained), "103", "--json")
+    assert rc == 0
+    data = json.loads(out)
+    assert data["host"] == "n1" and [v["status"] for v in data["verdicts"]] == ["claimed"]
+    assert run(capsys, "explain", str(tmp_path / "gone.json"), "1")[0] == 2
+    (tmp_path / "bad.json").write_text("{}")
+    rc, _, err = run(capsys, "explain", str(tmp_path / "bad.json"), "1")
+    assert rc == 1 and "not a run report" in err
+
+
+# --- enforcer ledger show ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    identity = f"ascend-vnpu/npu:0:0/101[card=0,chip=0,vnpu=101,vgroup=1,template=vir02]@{BOOT}"
+    ledger = ledgers.Ledger(
+        node="n1",
+        boot_id=BOOT,
+        last_run=1764450600.0,
+        live_owners={"cri": 2},
+        run=7,
+        entries={
+            identity: ledgers.Entry(
+                key="ascend-vnpu/npu:0:0/101",
+                first_seen=1764450000.0,
+                last_observed=1764450600.0,
+                streak_start=1764450120.0,
+                streak_runs=4,
+                destroy_attempts=1,
+            ),
+            "ascend-vnpu/npu:0:0/100[vnpu=100]@x": ledgers.Entry(
+                key="ascend-vnpu/npu:0:0/100", first_seen=1764450000.0, last_observed=1764450600.0
+            ),
+        },
+    )
+    directory = tmp_path / "state"
+    directory.mkdir()
+    (directory / "ledger.json").write_text(ledgers.dump(ledger))
+    return directory
+
+
+def test_ledger_show_prints_the_streaks_in_a_table(capsys, state_dir):
+    rc, out, _ = run(capsys, "ledger", "show", str(state_dir))
+    assert rc == 0
+    head, header, first, second = out.splitlines()
+    assert "node n1" in head and "run 7" in head and "live owners seen: cri 2" in head
+    assert header.split() == [
+        "KEY",
+        "IDENTITY",
+        "FIRST",
+        "SEEN",
+        "RUNS",
+        "SECONDS",
+        "DESTROY",
+        "ATTEMPTS",
+    ]
+    assert first.split()[0] == "ascend-vnpu/npu:0:0/101"  # the candidate first
+    assert first.split()[-3:] == ["4", "480", "1"]
+    assert "2025-11-29 21:00:00Z" in first
+    assert second.split()[-3:] == ["-", "-", "0"]
+    assert run(capsys, "ledger", "show", str(state_dir / "ledger.json"))[1] == out
+
+
+def test_ledger_show_json(capsys, state_dir):
+    rc, out, _ = run(capsys, "ledger", "show", str(state_dir), "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["node"] == "n1"
+    assert data["entries"][0]["streak_seconds"] == 480.0
+    assert data["entries"][0]["identity"].startswith("ascend-vnpu/npu:0:0/101[")
+
+
+def test_a_corrupt_ledger_is_named_and_exits_1(capsys, state_dir, tmp_path):
+    (state_dir / "ledger.json").write_text('{"version": 2}')
+    rc, _, err = run(capsys, "ledger", "show", str(state_dir))
+    assert rc == 1
+    assert str(state_dir / "ledger.json") in err and "does not match its schema" in err
+    assert run(capsys, "ledger", "show", str(tmp_path / "none"))[0] == 2
+
+
+def test_short_identity_keeps_the_fields_start_and_the_boot_id_start():
+    identity = f"k/a/1[{'f=' + 'x' * 80}]@{BOOT}"
+    short = short_identity(identity, "k/a/1")
+    assert len(short) == 48 and short.endswith("...@0b6c1a7e") and short.startswith("f=xx")
+    assert short_identity("k/a/1", "k/a/1") == "-"
+
+
+# --- enforcer validate INVENTORY (in a process of its own: pyinfra_cli patches for gevent) ----
+
+
+def enforcer(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ENFORCER, *argv], capture_output=True, text=True, check=False, cwd=cwd, timeout=120
+    )
+
+
+def test_validate_lists_every_error_of_every_host_at_once(tmp_path):
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(
+        "web = [\n"
+        "    ('web-1', {'enforcer_node_name': 'web-1', 'enforcer_grace_runs': 0,\n"
+        "               'enforcer_rootfs': '/srv/../etc'}),\n"
+        "    ('web-2', {'enforcer_node_name': 'web-2', 'enforcer_mode': 'destroy-all',\n"
+        "               'enforcer_grace_run': 2}),\n"
+        "    ('web-3', {'enforcer_node_name': 'web-3'}),\n"
+        "]\n"
+        "odd = ['Odd_Host']\n"
+    )
+    (tmp_path / "group_data").mkdir()
+    (tmp_path / "group_data" / "web.py").write_text("enforcer_breaker = 'maybe'\n")
+    done = enforcer("validate", str(inventory), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines == [
+        "host web-1: host data enforcer_grace_runs: expected an integer >= 1, got 0",
+        "host web-1: host data enforcer_breaker: expected one of 'on', 'off' or a boolean, "
+        "got 'maybe'",
+        "host web-1: host data enforcer_rootfs: expected a path without '..' (write it "
+        "normalized), got '/srv/../etc'",
+        "host web-2: host data enforcer_grace_run: not a known key (did you mean "
+        "enforcer_grace_runs?)",
+        "host web-2: host data enforcer_mode: expected one of 'converge', 'plan', got "
+        "'destroy-all'",
+        "host web-2: host data enforcer_breaker: expected one of 'on', 'off' or a boolean, "
+        "got 'maybe'",
+        "host web-3: host data enforcer_breaker: expected one of 'on', 'off' or a boolean, "
+        "got 'maybe'",
+        "host Odd_Host: host data enforcer_node_name: expected a Kubernetes node name "
+        "(lowercase letters, digits, '-' and '.'), got 'Odd_Host' (not set: it is the host "
+        "name)",
+        f"{inventory}: 4 host(s), 4 with bad host data",
+    ]
+    fixed = enforcer(
+        "validate", str(inventory), "--data", "enforcer_breaker=off", "--json", cwd=tmp_path
+    )
+    assert fixed.returncode == 1
+    hosts = {h["host"]: h for h in json.loads(fixed.stdout)["hosts"]}
+    assert hosts["web-3"] == {"host": "web-3", "ok": True, "errors": []}
+    assert [e["key"] for e in hosts["web-1"]["errors"]] == [
+        "enforcer_grace_runs",
+        "enforcer_rootfs",
+    ]
+
+
+def test_validate_a_good_inventory_exits_0_and_a_missing_one_2(tmp_path):
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text("hosts = [('n1', {'enforcer_grace_runs': 2})]\n")
+    done = enforcer("validate", str(inventory))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == f"{inventory}: 1 host(s), 0 with bad host data\n"
+    assert enforcer("validate", str(tmp_path / "nope.py")).returncode == 2
+    inventory.write_text("hosts = [('n1', {)]\n")
+    broken = enforcer("validate", str(inventory))
+    assert broken.returncode == 1 and "pyinfra cannot load it" in broken.stderr
+
+
+# --- the installed command, usage, sim --------------------------------------------------------
+
+
+def test_the_installed_command_reads_the_fleet_view(fleet):
+    done = enforcer("report", str(fleet), "--json")
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["rows"][0]["host"] == "m-breaker"
+
+
+def test_usage_errors_exit_2_and_help_0(capsys):
+    assert main([]) == 2
+    assert main(["report"]) == 2
+    assert main(["ledger"]) == 2
+    assert main(["frobnicate"]) == 2
+    assert main(["--help"]) == 0
+    assert "enforcer report DIR" in capsys.readouterr().out
+
+
+def test_sim_passes_through_to_the_simulators_command_line(capsys):
+    assert main(["sim", "--help"]) == 0
+    assert "python -m enforcer.sim build SCENARIO.yaml NODE_DIR" in capsys.readouterr().out
+    assert main(["sim", "pod"]) == 2
+
+
+# --- the fleet view's files, as a converge run writes them ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "file"),
+    [
+        ("node-1.example.com", "node-1.example.com.json"),
+        ("@local", "@local.json"),
+        ("ops@10.0.0.5:2222", "ops@10.0.0.5%3A2222.json"),
+        ("../../etc/passwd", "%2E.%2F..%2Fetc%2Fpasswd.json"),
+        (".hidden", "%2Ehidden.json"),
+        ("a b/c\n", "a%20b%2Fc%0A.json"),
+        ("50%", "50%25.json"),
+    ],
+)
+def test_a_host_name_becomes_a_safe_file_name(host, file):
+    assert report_file_name(host) == file
+    assert "/" not in file and not file.startswith(".")
+
+
+def test_file_names_are_one_to_one_and_fit_a_file_system():
+    names = ["a/b", "a%2Fb", "a_b", "a b", "x" * 300, "x" * 299 + "y", ""]
+    files = [report_file_name(n) for n in names]
+    assert len(set(files)) == len(files)
+    assert all(len(f) <= 255 for f in files)
+
+
+def test_keep_report_replaces_the_last_one_and_leaves_no_temp_file(tmp_path):
+    first = keep_report(tmp_path / "new" / "dir", "n1", report("n1"))
+    second = keep_report(tmp_path / "new" / "dir", "n1", report("n1", verdict("1", "held")))
+    assert first == second == tmp_path / "new" / "dir" / "n1.json"
+    assert [p.name for p in first.parent.iterdir()] == ["n1.json"]
+    assert json.loads(first.read_text())["verdicts"][0]["status"] == "held"
+
+
+def test_a_relative_reports_dir_is_taken_from_the_current_dir_outside_pyinfras_cli(
+    tmp_path, monkeypatch
+):
+    from operations import converge
+
+    converge.inventory_dir.cache_clear()
+    monkeypatch.chdir(tmp_path)
+    try:
+        assert reports_dir("reports") == tmp_path / "reports"
+        assert reports_dir("/srv/fleet") == Path("/srv/fleet")
+    finally:
+        converge.inventory_dir.cache_clear()

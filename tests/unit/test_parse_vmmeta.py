@@ -1,0 +1,345 @@
+"""
+hypeman's instance records, the `vm-metadata` claim source, parsed from the node read's listing.
+
+Fixtures follow RECORD-FORMATS.md section 4 (Go field names, json.MarshalIndent); see
+tests/fixtures/vgpu/README.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from enforcer.model import MDEV, VFIO, Instance
+from facts.errors import ParseError
+from facts.vmmeta import FIELDS, LAYOUTS, fields_for, parse_vm_listing, parse_vm_records
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "vgpu"
+ROOT = "/var/lib/hypeman"
+OLD_ID = "tz4a98xxat96iws9zmbrgj3a"
+NEW_ID = "k3v9q2m7w1x8c5b4n6z0p2r7"
+MDEV_UUID = "aa618089-8b16-4d01-a136-25a0f3c73123"
+BOOT_ID = "8d4f1c52-3a1e-4b9e-9c07-2f6e5d4c3b2a"
+OLD = (FIXTURES / "hypeman_metadata_snapshot-version_mdev-L40S-1Q.json").read_bytes()
+NEW = (FIXTURES / "hypeman_metadata_newer_vendor-vfio-H200X.json").read_bytes()
+MTIME = 1768205444
+
+
+def b64(data: bytes | str) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+def path_of(instance_id: str) -> str:
+    return f"guests/{instance_id}/metadata.json"
+
+
+def line(instance_id: str, content: bytes | str | None, mtime: str | int = MTIME) -> str:
+    """One record line as `vm_records` prints it; None is a file it could not read."""
+    if content is None:
+        return f"{b64(path_of(instance_id))} ! !"
+    body = b64(content) if content else "-"
+    return f"{b64(path_of(instance_id))} {mtime} {body}"
+
+
+def edited(raw: bytes, **changes) -> str:
+    """The record with keys set (a value of ... drops the key), indented as MarshalIndent does."""
+    record = json.loads(raw)
+    for key, value in changes.items():
+        if value is ...:
+            del record[key]
+        else:
+            record[key] = value
+    return json.dumps(record, indent=2)
+
+
+def records(*lines: str, fields=FIELDS) -> list[Instance]:
+    return parse_vm_records("".join(x + "\n" for x in lines), ROOT, fields)
+
+
+def one(content: bytes | str, instance_id: str = OLD_ID) -> Instance:
+    (instance,) = records(line(instance_id, content))
+    return instance
+
+
+def refused(content: bytes | str | None, instance_id: str = OLD_ID) -> str:
+    with pytest.raises(ParseError) as error:
+        records(line(instance_id, content))
+    return str(error.value)
+
+
+# --- the fixtures ------------------------------------------------------------------------------
+
+
+def test_fixtures_are_go_field_names_marshal_indented_with_two_spaces():
+    for raw in (OLD, NEW):
+        assert raw.startswith(b'{\n  "Id": "') and not raw.endswith(b"\n")
+    snapshot = {"Id", "Name", "HypervisorType", "HypervisorPID", "SocketPath", "DataDir",
+                "Devices", "GPUProfile", "GPUMdevUUID", "CreatedAt", "StartedAt"}  # fmt: skip
+    newer = {"GPUFramework", "GPUDevicePath", "GPUAssignedAt", "HypervisorStartTime",
+             "HypervisorBootID"}  # fmt: skip
+    assert snapshot <= set(json.loads(OLD)) and newer <= set(json.loads(NEW)) - set(json.loads(OLD))
+
+
+def test_snapshot_version_record_claims_its_mdev_by_the_legacy_uuid():
+    assert one(OLD) == Instance(
+        id=OLD_ID,
+        where=f"{ROOT}/{path_of(OLD_ID)}",
+        devices=((MDEV, MDEV_UUID),),
+        pid=48213,
+        start_time=None,
+        boot_id=None,
+        socket=f"/var/lib/hypeman/guests/{OLD_ID}/qemu.sock",
+        name="vgpu-l40s",
+        written_at=float(MTIME),
+    )
+
+
+def test_vendor_vfio_device_path_names_the_vf():
+    instance = one(NEW, NEW_ID)
+    assert instance.devices == ((VFIO, "0000:41:00.4"),)
+    assert (instance.pid, instance.start_time, instance.boot_id) == (18365, 3933180, BOOT_ID)
+    assert instance.socket == f"/var/lib/hypeman/guests/{NEW_ID}/ch.sock"
+    assert instance.owner_uid == f"vm:{NEW_ID}"
+
+
+def test_legacy_mdev_uuid_field_claims_the_same_device_as_the_device_path():
+    both = edited(
+        NEW,
+        GPUFramework="mdev",
+        GPUDevicePath=f"/sys/bus/mdev/devices/{MDEV_UUID}",
+        GPUMdevUUID=MDEV_UUID.upper(),
+    )
+    assert one(both, NEW_ID).devices == ((MDEV, MDEV_UUID),)
+
+
+def test_record_naming_two_devices_claims_both():
+    other = "0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d"
+    instance = one(edited(NEW, GPUMdevUUID=other), NEW_ID)
+    assert instance.devices == ((VFIO, "0000:41:00.4"), (MDEV, other))
+
+
+@pytest.mark.parametrize("value", [..., None, ""])
+def test_record_without_a_vgpu_claims_nothing(value):
+    assert one(edited(NEW, GPUDevicePath=value, GPUMdevUUID=value), NEW_ID).devices == ()
+
+
+@pytest.mark.parametrize("pid", [..., None, 0])
+def test_record_without_pid_is_a_booting_instance(pid):
+    instance = one(edited(OLD, HypervisorPID=pid))
+    assert instance.pid is None and instance.devices == ((MDEV, MDEV_UUID),)
+
+
+@pytest.mark.parametrize(("value", "read"), [(..., None), (None, None), (0, None), ("42", 42)])
+def test_start_time_absent_zero_or_decimal_string(value, read):
+    assert one(edited(NEW, HypervisorStartTime=value), NEW_ID).start_time == read
+
+
+@pytest.mark.parametrize("value", [..., None, ""])
+def test_absent_boot_id_socket_and_name_are_unrecorded(value):
+    instance = one(edited(NEW, HypervisorBootID=value, SocketPath=value, Name=value), NEW_ID)
+    assert (instance.boot_id, instance.socket, instance.name) == (None, None, "")
+
+
+def test_keys_hypeman_does_not_know_are_ignored():
+    instance = one(edited(OLD, GPURetainedForCleanup=True, phases={"running": 12}))
+    assert instance.devices == ((MDEV, MDEV_UUID),)
+
+
+# --- what the record claims cannot be told: fail closed -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/dev/vfio/12",
+        f"/sys/bus/mdev/devices/{MDEV_UUID}/",
+        f"/sys/class/mdev_bus/0000:41:00.4/{MDEV_UUID}",
+        "/sys/bus/pci/devices/0000:41:00.4/nvidia",
+        "/sys/bus/pci/devices/41:00.4",
+        "0000:41:00.4",
+        "/sys/bus/pci/devices/../devices/0000:41:00.4",
+    ],
+)
+def test_unknown_device_path_fails_closed(path):
+    assert "neither an mdev nor a PCI device" in refused(edited(NEW, GPUDevicePath=path), NEW_ID)
+
+
+def test_half_written_record_is_unreadable():
+    message = refused(NEW[: len(NEW) // 2], NEW_ID)
+    assert f"{ROOT}/{path_of(NEW_ID)}" in message and "not JSON" in message
+
+
+def test_record_the_node_could_not_read_is_unreadable():
+    assert "could not read" in refused(None)
+
+
+def test_empty_record_is_unreadable():
+    assert "not JSON" in refused("")
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"\xff{}", "not UTF-8"),
+        ("[]", "not a JSON object"),
+        ('"x"', "not a JSON object"),
+        (edited(OLD, HypervisorPID=True), "pid"),
+        (edited(OLD, HypervisorPID=48213.0), "pid"),
+        (edited(OLD, HypervisorPID="48213"), "pid"),
+        (edited(OLD, HypervisorPID=-1), "pid"),
+        (edited(OLD, HypervisorPID=2**31), "pid"),
+        (edited(OLD, HypervisorStartTime=-1), "start_time"),
+        (edited(OLD, HypervisorStartTime=1.5), "start_time"),
+        (edited(OLD, HypervisorStartTime="0x10"), "start_time"),
+        (edited(OLD, HypervisorStartTime="١٢"), "start_time"),
+        (edited(OLD, HypervisorStartTime=2**64), "start_time"),
+        (edited(OLD, HypervisorBootID="Boot-ID"), "boot_id"),
+        (edited(OLD, HypervisorBootID=7), "boot_id"),
+        (edited(OLD, SocketPath="qemu.sock"), "socket"),
+        (edited(OLD, SocketPath=["/run/x"]), "socket"),
+        (edited(OLD, Name=7), "name"),
+        (edited(OLD, GPUMdevUUID="not-a-uuid"), "legacy_uuid"),
+        (edited(OLD, GPUMdevUUID=7), "legacy_uuid"),
+        (edited(OLD, GPUDevicePath={"Path": "/sys"}), "device_path"),
+        (edited(OLD, Id=...), "no id"),
+        (edited(OLD, Id=None), "not an instance id"),
+        (edited(OLD, Id="x/y"), "not an instance id"),
+        (edited(OLD, Id=NEW_ID), "not its directory"),
+        (edited(OLD, hypervisorpid=1), "would be read by the VMM as 'HypervisorPID'"),
+        (OLD.replace(b'"Name"', b'"Id": "x",\n  "Name"'), "duplicate key"),
+        (OLD.replace(b"48213", b"NaN"), "NaN"),
+        (OLD.replace(b"48213", b"9" * 5000), "not JSON"),
+        ("[" * 100_000, "not JSON"),
+    ],
+)
+def test_record_that_cannot_be_read_whole_names_its_file(content, reason):
+    message = refused(content)
+    assert f"{ROOT}/{path_of(OLD_ID)}" in message and reason in message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"{b64(path_of(OLD_ID))} {MTIME}",
+        f"{b64(path_of(OLD_ID))} {MTIME} {b64(OLD)} x",
+        f"{b64(path_of(OLD_ID))} 1.5 {b64(OLD)}",
+        f"{b64(path_of(OLD_ID))} -1 {b64(OLD)}",
+        f"{b64(path_of(OLD_ID))} ١٢ {b64(OLD)}",
+        f"{b64(path_of(OLD_ID))} ! {b64(OLD)}",
+        f"{b64(path_of(OLD_ID))} {MTIME} !",
+        f"{b64(path_of(OLD_ID))} {MTIME} {b64(OLD)[:-3]}",
+        f"{b64(path_of(OLD_ID))[:-1]} {MTIME} {b64(OLD)}",
+        f"{b64('guests/' + OLD_ID + '/config.json')} {MTIME} {b64(OLD)}",
+        f"{b64(OLD_ID + '/metadata.json')} {MTIME} {b64(OLD)}",
+        b64(b"guests/\xff/metadata.json") + f" {MTIME} {b64(OLD)}",
+        "",
+    ],
+)
+def test_unexpected_record_line_is_an_error(text):
+    with pytest.raises(ParseError):
+        parse_vm_records(text + "\n" + line(NEW_ID, NEW) + "\n", ROOT, FIELDS)
+
+
+def test_record_listed_twice_is_an_error():
+    with pytest.raises(ParseError, match="twice"):
+        records(line(OLD_ID, OLD), line(OLD_ID, OLD))
+
+
+def test_empty_root_has_no_records():
+    assert parse_vm_records("", ROOT, FIELDS) == []
+
+
+# --- the field mapping -------------------------------------------------------------------------
+
+
+def test_layouts_know_hypeman():
+    assert LAYOUTS == {"hypeman": FIELDS}
+    assert fields_for("hypeman") == dict(FIELDS)
+
+
+def test_mapping_override():
+    """A fork that records the vGPU elsewhere: its pointer replaces the layout's, no more."""
+    fields = fields_for("hypeman", {"device_path": "/Gpu/Path", "pid": "/Vmm/Pid"})
+    record = edited(OLD, Gpu={"Path": "/sys/bus/pci/devices/0000:41:00.5"}, Vmm={"Pid": 77})
+    (instance,) = records(line(OLD_ID, record), fields=fields)
+    assert instance.devices == ((VFIO, "0000:41:00.5"), (MDEV, MDEV_UUID))
+    assert instance.pid == 77 and instance.name == "vgpu-l40s"
+
+
+def test_override_pointer_escapes_and_null_parents_follow_rfc_6901():
+    fields = fields_for("hypeman", {"pid": "/a~1b/m~0n/0"})
+    (instance,) = records(line(OLD_ID, edited(OLD, **{"a/b": {"m~n": [5]}})), fields=fields)
+    assert instance.pid == 5
+    (instance,) = records(line(OLD_ID, edited(OLD, **{"a/b": None})), fields=fields)
+    assert instance.pid is None
+
+
+def test_override_through_a_scalar_is_a_wrong_shape():
+    fields = fields_for("hypeman", {"pid": "/Name/Pid"})
+    with pytest.raises(ParseError, match="looked up in str"):
+        records(line(OLD_ID, OLD), fields=fields)
+
+
+@pytest.mark.parametrize(
+    ("layout", "overrides"),
+    [
+        ("libvirt", {}),
+        ("hypeman", {"pid": "HypervisorPID"}),
+        ("hypeman", {"pid": ""}),
+        ("hypeman", {"pid": "/a~2"}),
+        ("hypeman", {"gpu": "/Gpu"}),
+    ],
+)
+def test_bad_mapping_is_a_configuration_error_not_a_parse_error(layout, overrides):
+    with pytest.raises(ValueError) as error:
+        fields_for(layout, overrides)
+    assert not isinstance(error.value, ParseError)
+
+
+def test_partial_mapping_is_refused_by_the_parser():
+    with pytest.raises(ValueError, match="exactly"):
+        parse_vm_records("", ROOT, {"id": "/Id"})
+
+
+# --- the listing of roots ----------------------------------------------------------------------
+
+
+def test_listing_splits_roots_and_keeps_absent_ones():
+    text = (FIXTURES / "vm-trees_hypeman-root-and-absent-root.txt").read_text()
+    (rc, body), absent = parse_vm_listing(text, 2)
+    assert (rc, absent) == ("0", ("absent", ""))
+    assert [i.id for i in parse_vm_records(body, ROOT, FIELDS)] == [NEW_ID, OLD_ID]
+
+
+def test_failed_root_keeps_what_it_printed_for_the_caller():
+    assert parse_vm_listing(f"root 0 1\n{line(OLD_ID, OLD)}\n", 1) == [
+        ("1", f"{line(OLD_ID, OLD)}\n")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "roots"),
+    [
+        ("", 1),
+        ("root 0 0\n", 2),
+        ("root 0 0\nroot 0 0\n", 2),
+        ("root 1 0\n", 1),
+        ("root 0\n", 1),
+        ("root 0 0 x\n", 1),
+        ("root 0 -1\n", 1),
+        ("root 0 ok\n", 1),
+        ("root 0 ١\n", 1),
+        (f"{line(OLD_ID, OLD)}\nroot 0 0\n", 1),
+        (f"root 0 absent\n{line(OLD_ID, OLD)}\n", 1),
+    ],
+)
+def test_listing_of_another_shape_is_an_error(text, roots):
+    with pytest.raises(ParseError):
+        parse_vm_listing(text, roots)
+
+
+def test_no_roots_configured_is_an_empty_listing():
+    assert parse_vm_listing("", 0) == []
