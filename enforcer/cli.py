@@ -492,6 +492,33 @@ def _validate(args: argparse.Namespace) -> int:
     return FINDINGS if bad else OK
 
 
+# --- enforcer audit [STATE_DIR_OR_FILE] ------------------------------------------------------
+
+
+def _audit(args: argparse.Namespace) -> int:
+    """The newest events of a node's audit log (enforcer.audit), rotated logs included."""
+    path = _existing(args.path, "audit log or state directory")
+    log = path / "audit.jsonl" if path.is_dir() else path
+    files = [Path(f"{log}.{n}") for n in range(100, 0, -1)] + [log]
+    events = []
+    for f in (f for f in files if f.is_file()):
+        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), start=1):
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise Failed(FINDINGS, f"{f}:{n}: not an audit event: {error}") from error
+    events = events[-args.last :] if args.last else events
+    if args.json:
+        _print_json(events)
+        return OK
+    rows = [("WHEN", "HOST", "EVENT", "PARTITION", "REASON")]
+    for e in events:
+        what = e.get("partition", {}).get("identity") or ", ".join(e.get("partitions", ()))
+        rows.append((_when(e["run_at"]), e["host"], e["event"], what, _cut(e["reason"], 80)))
+    print("\n".join(aligned(rows)) if events else f"{log}: no event recorded")
+    return OK
+
+
 # --- the command line -------------------------------------------------------------------------
 
 
@@ -535,7 +562,17 @@ def _parser() -> argparse.ArgumentParser:
         "--group-data", action="append", default=[], metavar="DIR", help="as pyinfra --group-data"
     )
     validate.set_defaults(run=_validate)
-    for command in (report, explain, show, validate):
+    audit = sub.add_parser("audit", help="a node's recent destroys, failures and breaker trips")
+    audit.add_argument(
+        "path",
+        metavar="STATE_DIR_OR_FILE",
+        nargs="?",
+        default=str(Path(DEFAULT_LEDGER).parent),
+        help="a state directory or an audit log (default: the default state directory)",
+    )
+    audit.add_argument("--last", type=int, default=20, metavar="N", help="the newest N (0: all)")
+    audit.set_defaults(run=_audit)
+    for command in (report, explain, show, validate, audit):
         command.add_argument("--json", action="store_true", help="print JSON, for machines")
     sub.add_parser("sim", help="the simulator: enforcer sim --help", add_help=False)
     return parser

@@ -76,6 +76,7 @@ class NodePaths:
     command_timeout: int
     marker_roots: tuple[tuple[str, str], ...] = ()  # (path under rootfs, layout)
     vm_metadata_roots: tuple[VmRoot, ...] = ()
+    metrics_dir: str = ""  # the node_exporter textfile's folder; "": the state dir
 
     @classmethod
     def from_rootfs(
@@ -90,6 +91,7 @@ class NodePaths:
         command_timeout: int = DEFAULTS["enforcer_command_timeout_seconds"],
         marker_roots: tuple[Any, ...] = (),
         vm_metadata_roots: tuple[Any, ...] = (),
+        metrics_dir: str | None = None,
     ) -> NodePaths:
         """Node paths as host data gives them: state dir and lock path are prefixed here."""
         return cls(
@@ -109,6 +111,7 @@ class NodePaths:
                 else (under(rootfs, r["path"]), r["layout"])
                 for r in marker_roots
             ),
+            metrics_dir=under(rootfs, metrics_dir or state_dir),
             vm_metadata_roots=tuple(
                 VmRoot(under(rootfs, r), "hypeman")
                 if isinstance(r, str)
@@ -173,6 +176,8 @@ class Policy:
     marker_roots: tuple[Any, ...]  # as given: a path or {path, layout}; not under rootfs yet
     vm_metadata_roots: tuple[Any, ...]
     vm_stuck_seconds: float
+    audit_max_bytes: int
+    audit_keep: int
     pinned: tuple[PinSelector, ...]
     paths: NodePaths
     # Static MIG geometry: (GPU UUID, profile, placement start) of each declared GPU instance.
@@ -213,6 +218,8 @@ def _build(host_name: str, d: Mapping[str, Any]) -> Policy:
         marker_roots=tuple(d["enforcer_marker_roots"]),
         vm_metadata_roots=tuple(d["enforcer_vm_metadata_roots"]),
         vm_stuck_seconds=float(d["enforcer_vm_stuck_seconds"]),
+        audit_max_bytes=int(d["enforcer_audit_max_bytes"]),
+        audit_keep=int(d["enforcer_audit_keep"]),
         pinned=tuple(_selector(item) for item in d["enforcer_pinned"]),
         mig_geometry=tuple(
             (gpu, gi["profile"], gi["start"])
@@ -229,6 +236,7 @@ def _build(host_name: str, d: Mapping[str, Any]) -> Policy:
             command_timeout=int(d["enforcer_command_timeout_seconds"]),
             marker_roots=tuple(d["enforcer_marker_roots"]),
             vm_metadata_roots=tuple(d["enforcer_vm_metadata_roots"]),
+            metrics_dir=d["enforcer_metrics_dir"],
         ),
     )
 
@@ -289,6 +297,7 @@ def _check(host: str, given: Mapping[str, Any]) -> None:
 # refused here, before anything runs, naming the key; a path is written normalized.
 PATH_MAX = 4096  # Linux: a longer path names no file
 _PATH_KEYS = (
+    "enforcer_metrics_dir",
     "enforcer_rootfs",
     "enforcer_procfs",
     "enforcer_sysfs",
@@ -300,7 +309,7 @@ _PATH_KEYS = (
 def _node_paths(given: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
     """(key, where in it, path) for every node path in schema-valid host data."""
     for key in _PATH_KEYS:
-        if key in given:
+        if given.get(key) is not None:
             yield key, "", given[key]
     for tool, value in (given.get("enforcer_tools") or {}).items():
         yield "enforcer_tools", f".{tool}", value

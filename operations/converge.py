@@ -19,6 +19,7 @@ import click
 import pyinfra
 from pyinfra.api.exceptions import DeployError
 
+from enforcer import audit, metrics
 from enforcer import ledger as ledgers
 from enforcer import report as reports
 from enforcer.contract import decide, drift
@@ -117,6 +118,10 @@ def converge(host) -> None:
         stamp=int(obs.now),
         consumed=len(obs.destroyed),
         why=ledgers.why_record(read, next_ledger, len(obs.destroyed)),
+        audit=audit.lines(report),
+        audit_max_bytes=policy.audit_max_bytes,
+        audit_keep=policy.audit_keep,
+        metrics=metrics.render(report),
     )
     if policy.mode == "converge":
         enforce.destroy_orphans(

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pyinfra import host
 from pyinfra.api import operation
 
+from enforcer.metrics import FILE as METRICS_FILE
 from enforcer.model import MDEV, MIG, VGPU_KINDS, VNPU, Observation, Partition, Verdict
 from enforcer.policy import NodePaths
 from enforcer.shell import decimal, render
@@ -26,12 +27,19 @@ def write_state(
     stamp: int,
     consumed: int = 0,
     why: str = "always",
+    audit: str = "",
+    audit_max_bytes: int = 10485760,
+    audit_keep: int = 5,
+    metrics: str = "",
 ):
     """
     Write the next ledger and the run report, atomically (temp file, fsync, rename; 0600 in a
     0700 dir) under the node lock. ``set_aside`` keeps a ledger that could not be read, renamed.
     ``why`` (`enforcer.ledger.why_record`): empty when the run changed nothing of substance;
     then nothing is written, and the node read's last-read alone says that this run happened.
+    ``audit``: JSON lines (`enforcer.audit.lines`) appended to audit.jsonl first, synced, the
+    file rotated when it has reached ``audit_max_bytes`` (``audit_keep`` old ones kept).
+    ``metrics``: the node_exporter textfile (`enforcer.metrics.render`), renamed into place.
 
     .. code:: python
 
@@ -49,6 +57,11 @@ def write_state(
         set_aside=set_aside,
         stamp=stamp,
         consumed=consumed,
+        audit=_b64(audit) if audit else "",
+        audit_max_bytes=audit_max_bytes,
+        audit_keep=audit_keep,
+        metrics=_b64(metrics) if metrics else "",
+        metrics_file=f"{paths.metrics_dir}/{METRICS_FILE}",
     )
 
 

@@ -139,6 +139,7 @@ def test_full_disk_fails_the_host_before_any_destroy_and_keeps_the_ledger(seed_n
     infer_b = armed(seed_node)
     d = seed_node.state_dir
     before = (d / "ledger.json").read_text()
+    audit = (d / "audit.jsonl").read_text() if (d / "audit.jsonl").exists() else None
     sh(
         seed_node,
         f"tar -C {d} -cf /tmp/pe-state.tar . && mount -t tmpfs -o size=64k pe-full {d} && "
@@ -151,8 +152,13 @@ def test_full_disk_fails_the_host_before_any_destroy_and_keeps_the_ledger(seed_n
         assert "No space left on device" in run.output
         assert 101 in seed_node.vnpus()
         assert sh(seed_node, f"cat {d}/ledger.json") == before
+        # The audit log grows by whole lines only: a write cut short is taken back.
+        now = sh(seed_node, f"cat {d}/audit.jsonl 2>/dev/null || true")
+        assert now.startswith(audit or "")
+        assert all(json.loads(line)["event"] for line in now.splitlines())
         # The node read's heartbeat (last-read, a few bytes) may fit where the ledger does not.
-        assert [f for f in sh(seed_node, f"ls -A {d}").split() if f != "last-read"] == [
+        listed = [f for f in sh(seed_node, f"ls -A {d}").split() if f != "last-read"]
+        assert [f for f in listed if f not in ("audit.jsonl", "partition-enforcer.prom")] == [
             "destroyed",
             "filler",
             "ledger.json",

@@ -324,7 +324,17 @@ COMMANDS = {
     "destroy": lambda paths: destroy_command(orphan(partition()), observation(), paths),
     "node-read": lambda paths: NodeSnapshot().command(paths, pod_resources=True),
     "write-state": lambda paths: render(
-        "write-state.sh.j2", paths=paths, ledger="", report="", set_aside=False, stamp=0
+        "write-state.sh.j2",
+        paths=paths,
+        ledger="",
+        report="",
+        set_aside=False,
+        stamp=0,
+        audit="e30K",
+        audit_max_bytes=4096,
+        audit_keep=1,
+        metrics="e30K",
+        metrics_file=f"{paths.metrics_dir}/partition-enforcer.prom",
     ),
 }
 # Which commands print which node path (rootfs itself is printed by none: the paths under it).
@@ -332,6 +342,7 @@ USES = {
     "rootfs": ("destroy", "node-read", "write-state"),
     "procfs": ("destroy", "node-read"),
     "state_dir": ("destroy", "node-read", "write-state"),
+    "metrics_dir": ("write-state",),  # and the node read that records (heartbeat)
     "lock_path": ("destroy", "write-state"),
     "dev_dir": ("destroy", "node-read"),
     "checkpoint": ("destroy", "node-read"),
