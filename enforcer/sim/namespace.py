@@ -186,7 +186,7 @@ class NodeNamespace:
 
 def _agent(node_dir: Path, hostname: str | None) -> None:
     holders: dict[int, subprocess.Popen[bytes]] = {}
-    kernel = Kernel(node_dir)  # idle until the node has vGPUs (it may not exist yet)
+    kernel = Kernel(node_dir)  # polls every 20 ms; finds nothing to do on a node without vGPUs
     kernel.start()
     try:
         if hostname:
