@@ -3,10 +3,10 @@ The audit trail: what a run did or refused to do, with the evidence, as JSON lin
 state write appends to `<state_dir>/audit.jsonl` before anything is destroyed (rotated by size,
 operations/templates/write-state.sh.j2).
 
-A destroy is logged twice: `destroy` when a run proves a partition orphaned and is about to
-destroy it (its whole verdict: reason, evidence, streak), then its outcome in a later run,
-`destroyed` (verified gone) or `destroy-failed` (still listed). A circuit breaker trip is one
-`breaker` line naming the partitions it kept. Pure: built from the run report.
+A destroy is logged twice: `destroy` when a run proves a partition orphaned (a drain: free)
+and is about to destroy it (its whole verdict: reason, evidence, streak), then its outcome in a
+later run, `destroyed` (verified gone) or `destroy-failed` (still listed). A circuit breaker
+trip is one `breaker` line naming the partitions it kept. Pure: built from the run report.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ def events(report: dict) -> list[dict]:
 
 
 def _logged(status: str, mode: str) -> bool:
-    """Outcomes always; a destroy about to run only when the run destroys (converge mode)."""
-    return status in ("destroyed", "destroy-failed") or (status == "orphan" and mode == "converge")
+    """Outcomes always; a destroy about to run only when the run destroys (converge, drain)."""
+    destroys = mode in ("converge", "drain")
+    return status in ("destroyed", "destroy-failed") or (status == "orphan" and destroys)
 
 
 def _about(v: dict) -> dict:

@@ -139,7 +139,7 @@ def _rows(report: dict[str, Any], file: str) -> list[FleetRow]:
             host=report["host"],
             node=report["node"],
             kind=kind,
-            mode=report["mode"],
+            mode=_mode(report),
             run_at=report["run_at"],
             counts={status: counts[status] for status, _ in COUNTED},
             needs=tuple(_kind_needs(counts) + node_needs),
@@ -147,6 +147,12 @@ def _rows(report: dict[str, Any], file: str) -> list[FleetRow]:
         )
         for kind, counts in sorted((by_kind or {"-": Counter()}).items())
     ]
+
+
+def _mode(report: dict[str, Any]) -> str:
+    """The run's mode, and a node's drain (drain.py) until undrain.py ends it."""
+    drain = report.get("drain")
+    return f"{report['mode']}, {drain['state']}" if drain else report["mode"]
 
 
 def _kind_needs(counts: Counter[str]) -> list[str]:
@@ -171,6 +177,8 @@ def needs_a_person(report: dict[str, Any]) -> list[str]:
             needs.append(f"{count} {one if count == 1 else more}")
     if report["ledger"].startswith("set aside"):
         needs.append("ledger set aside")
+    if (report.get("drain") or {}).get("state") == "draining":
+        needs.append("drain not finished")
     return needs
 
 

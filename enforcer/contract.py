@@ -35,6 +35,7 @@ from enforcer.model import (
     OwnerRecord,
     Partition,
     Pod,
+    SourceHealth,
     Verdict,
 )
 from enforcer.policy import Policy
@@ -86,16 +87,21 @@ class Index:
 
     @classmethod
     def of(cls, obs: Observation, policy: Policy) -> Index:
-        required = set(policy.required_sources) | set(TOOL_SOURCES)
-        failed = [h for h in obs.health if h.status != "ok" and h.source in required]
         return cls(
-            failed=_grouped(failed, lambda h: h.scope),
+            failed=_grouped(failed_sources(obs, policy), lambda h: h.scope),
             holders=_grouped(obs.holders, lambda h: h.partition_key),
             pins=_grouped(policy.pinned, lambda s: (s.kind, s.id)),
             declared=frozenset(policy.mig_geometry),
             keys=frozenset(p.key for p in obs.partitions),
             accelerators=frozenset(a.accelerator for a in (*obs.chips, *obs.gpus)),
         )
+
+
+def failed_sources(obs: Observation, policy: Policy) -> list[SourceHealth]:
+    """The sources rule 1 requires (the tools, and the required claim sources) that did not
+    answer ok."""
+    required = set(policy.required_sources) | set(TOOL_SOURCES)
+    return [h for h in obs.health if h.status != "ok" and h.source in required]
 
 
 def everything_was_read(p: Partition, index: Index) -> str | None:

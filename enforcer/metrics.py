@@ -56,6 +56,10 @@ def render(report: dict) -> str:
     gauge("breaker_tripped", "1 when the circuit breaker refused the run's destroys.").set(
         1 if report["breaker"] else 0
     )
+    drain = report.get("drain") or {}
+    gauge("drained", "1 while drained, 0.5 while a drain has not finished, else 0.").set(
+        {"drained": 1, "draining": 0.5}.get(drain.get("state", ""), 0)
+    )
     gauge("last_run_timestamp_seconds", "When the last recorded run read the node.").set(
         report["run_at"]
     )

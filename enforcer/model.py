@@ -23,6 +23,7 @@ VFIO = "nvidia-vfio"  # NVIDIA's vendor-specific VFIO vGPU: a VF whose current_v
 VGPU_KINDS = (MDEV, VFIO)  # the vGPUs a VMM assigns to virtual machines
 KINDS = (VNPU, MIG, MDEV, VFIO)
 VM_METADATA = "vm-metadata"
+DRAIN_MARKER = "drain-marker"  # the node read's section of <state_dir>/drain.json (enforcer.drain)
 NO_CONTAINER = "000000000000"  # npu-smi's Container ID for a vNPU no container is using
 
 
@@ -196,6 +197,7 @@ class Observation:
     claim_digest: str = ""
     ledger_text: str | None = None  # None: no ledger file on the node
     destroyed: tuple[str, ...] = ()  # identities the guarded destroy verified gone since last run
+    drain_text: str | None = None  # the drain marker (enforcer.drain); None: not drained
     devnodes: dict[str, str] = field(default_factory=dict)  # device node path -> "dev:ino:rdev"
     containers: tuple[Container, ...] | None = None  # None: the runtime's listing was not read
     instances: tuple[Instance, ...] = ()  # the VMM's records (vm-metadata)

@@ -12,7 +12,17 @@ import jsonschema
 
 from enforcer.claims import exact_claims
 from enforcer.contract import live_claims, stuck_claims
-from enforcer.model import MDEV, MIG, VFIO, VM_METADATA, VNPU, Claim, Observation, Verdict
+from enforcer.model import (
+    MDEV,
+    MIG,
+    VFIO,
+    VM_METADATA,
+    VNPU,
+    Claim,
+    Observation,
+    Partition,
+    Verdict,
+)
 from enforcer.policy import Policy
 
 SCHEMA = json.loads((Path(__file__).parent.parent / "schemas" / "report.schema.json").read_text())
@@ -27,8 +37,10 @@ def build(
     drift: Sequence[str] = (),
     *,
     policy: Policy,
+    drain: dict | None = None,
 ) -> dict:
-    """`drift`: declared partitions (static geometry) that are not there."""
+    """`drift`: declared partitions (static geometry) that are not there. `drain`: the node's
+    drain marker (enforcer.drain), when it is drained or being drained."""
     breaker = next((v.reason for v in verdicts if v.status == "breaker"), None)
     named, dangling = exact_claims(obs.partitions, live_claims(obs))
     # A verdict about a partition no longer listed has no claims: its key may be a successor's.
@@ -51,6 +63,7 @@ def build(
             for h in obs.health
         ],
         "summary": dict(sorted(Counter(v.status for v in verdicts).items())),
+        "drain": drain,
         "drift": list(drift),
         "verdicts": [
             _verdict(v, obs.boot_id, claims_of.get(v.partition, []), names) for v in verdicts
@@ -125,16 +138,19 @@ def _dangling(c: Claim, names: dict[str, str]) -> dict:
     }
 
 
-def _verdict(v: Verdict, boot_id: str, claims: Sequence[Claim], names: dict[str, str]) -> dict:
-    p = v.partition
+def partition(p: Partition, boot_id: str) -> dict:
     return {
-        "partition": {
-            "kind": p.kind,
-            "accelerator": p.accelerator,
-            "id": p.id,
-            "profile": p.profile,
-            "identity": p.identity(boot_id) if p.identity_fields else p.key,
-        },
+        "kind": p.kind,
+        "accelerator": p.accelerator,
+        "id": p.id,
+        "profile": p.profile,
+        "identity": p.identity(boot_id) if p.identity_fields else p.key,
+    }
+
+
+def _verdict(v: Verdict, boot_id: str, claims: Sequence[Claim], names: dict[str, str]) -> dict:
+    return {
+        "partition": partition(v.partition, boot_id),
         "status": v.status,
         "reason": v.reason,
         "evidence": list(v.evidence),
@@ -154,6 +170,8 @@ def table(report: dict) -> str:
             f"  CIRCUIT BREAKER: {report['breaker']} (lift for one run: "
             "--data enforcer_breaker=off)"
         )
+    if report.get("drain"):
+        lines.append(f"  {drain_line(report['drain'])}")
     bad = [s for s in report["sources"] if s["status"] != "ok"]
     lines += [f"  source {s['source']} [{s['scope']}] {s['status']}: {s['reason']}" for s in bad]
     if report["ledger"] != "ok":
@@ -165,7 +183,7 @@ def table(report: dict) -> str:
     for v in report["verdicts"]:
         p, streak = v["partition"], v["streak"]
         status = v["status"]
-        if status in ("orphan", "destroy-failed") and mode != "converge":
+        if status in ("orphan", "destroy-failed") and mode not in ("converge", "drain"):
             status += " (would destroy)"
         rows.append(
             (
@@ -205,4 +223,15 @@ def stuck_line(claim: dict) -> str:
     return (
         f"VM {owner_name(claim['owner'])} has claimed {', '.join(claim['devices'])} with no "
         f"hypervisor PID for {claim['seconds']:.0f} s ({claim['record']}): kept"
+    )
+
+
+def drain_line(marker: dict) -> str:
+    """A drained node, or one whose drain has not finished: said first, until undrain.py."""
+    n = len(marker["destroyed"])
+    if marker["state"] == "drained":
+        return f"DRAINED by {marker['by']}, {n} partition(s) destroyed (undrain.py ends it)"
+    return (
+        f"DRAINING: the drain by {marker['by']} has not found the node free yet ({n} "
+        "partition(s) to destroy or destroyed; run drain.py again, or undrain.py)"
     )

@@ -14,8 +14,10 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,23 +153,26 @@ def _get_page(
     core: client.CoreV1Api, host: str, token: str | None, deadline: float, page: int
 ) -> dict[str, Any]:
     url = f"GET {host}/api/v1/pods (page {page})"
+    call = core.list_pod_for_all_namespaces
+    return _decode(_request(url, deadline, call, limit=PAGE_SIZE, _continue=token), url)
+
+
+def _request(what: str, deadline: float, call: Callable[..., Any], *args: Any, **kw: Any) -> bytes:
+    """One API request within the deadline: the answer's body, or a _Failure naming `what`."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
-        raise _Failure(f"{url}: list incomplete, time budget spent")
+        raise _Failure(f"{what}: incomplete, time budget spent")
     response = None
     try:
-        response = core.list_pod_for_all_namespaces(
-            limit=PAGE_SIZE, _continue=token, _preload_content=False, _request_timeout=remaining
-        )
-        data = response.data
+        response = call(*args, _preload_content=False, _request_timeout=remaining, **kw)
+        return response.data
     except ApiException as error:
-        raise _Failure(f"{url}: {_api_error(error)}") from error
+        raise _Failure(f"{what}: {_api_error(error)}") from error
     except (urllib3.exceptions.HTTPError, OSError) as error:
-        raise _Failure(f"{url}: {type(error).__name__}: {_oneline(error)}") from error
+        raise _Failure(f"{what}: {type(error).__name__}: {_oneline(error)}") from error
     finally:
         if response is not None:
             response.release_conn()
-    return _decode(data, url)
 
 
 def _decode(data: bytes, url: str) -> dict[str, Any]:
@@ -234,3 +239,81 @@ def _status(error: ApiException) -> str:
 def _oneline(value: object, limit: int = 300) -> str:
     text = " ".join(str(value).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- cordon ---------------------------------------------------------------------------------
+
+# A Node's name is a DNS-1123 subdomain (as the API server validates it).
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# kubectl cordon/uncordon (k8s.io/kubectl/pkg/drain/cordon.go, PatchOrReplaceWithContext) send
+# a strategic-merge patch made by CreateTwoWayMergePatch of the Node before and after setting
+# spec.unschedulable. That field is `bool json:"unschedulable,omitempty"`, so uncordon removes
+# it: {"spec":{"unschedulable":null}}; cordon sends {"spec":{"unschedulable":true}}. Same here.
+_STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+
+
+class CordonError(Exception):
+    """The node could not be (un)cordoned: says the request, HTTP status and server message."""
+
+
+def set_unschedulable(
+    kubeconfig: str | None, node_name: str, unschedulable: bool, timeout: float = 10
+) -> bool:
+    """
+    Cordon (True) or uncordon (False) the Node `node_name`, as `kubectl cordon/uncordon` do:
+    GET it, and PATCH spec.unschedulable only when it differs, all within `timeout` seconds.
+    Returns whether the node was unschedulable before; raises CordonError on any failure.
+    """
+    if len(node_name) > 253 or not _NODE_NAME.fullmatch(node_name):
+        raise CordonError(f"not a node name (DNS-1123 subdomain): {node_name!r}")
+    deadline = time.monotonic() + timeout
+    try:
+        cfg = _configuration(kubeconfig)
+        url = f"{cfg.host}/api/v1/nodes/{node_name}"
+        with client.ApiClient(cfg) as api:
+            core = client.CoreV1Api(api)
+            before = _node_call(f"GET {url}", node_name, deadline, core.read_node, node_name)
+            if before != unschedulable:
+                _patch_node(core, url, node_name, unschedulable, deadline)
+    except _Failure as failure:
+        raise CordonError(str(failure)) from failure
+    return before
+
+
+def _patch_node(
+    core: client.CoreV1Api, url: str, node_name: str, unschedulable: bool, deadline: float
+) -> None:
+    """PATCH spec.unschedulable as kubectl does (see _STRATEGIC_MERGE); the answer must agree."""
+    patch = {"spec": {"unschedulable": True if unschedulable else None}}
+    what = f"PATCH {url}"
+    call = core.patch_node
+    after = _node_call(
+        what, node_name, deadline, call, node_name, patch, _content_type=_STRATEGIC_MERGE
+    )
+    if after != unschedulable:
+        raise _Failure(f"{what}: the node answered spec.unschedulable={after}")
+
+
+def _node_call(
+    what: str, node_name: str, deadline: float, call: Callable[..., Any], *args: Any, **kw: Any
+) -> bool:
+    """One request that answers a Node, within the deadline: its spec.unschedulable."""
+    return _node_unschedulable(_request(what, deadline, call, *args, **kw), what, node_name)
+
+
+def _node_unschedulable(data: bytes, what: str, node_name: str) -> bool:
+    """spec.unschedulable of the Node `node_name` in the answer; absent means schedulable."""
+    try:
+        body = json.loads(data)
+    except ValueError as error:  # also UnicodeDecodeError
+        raise _Failure(f"{what}: not JSON: {_oneline(error)}") from error
+    if not isinstance(body, dict) or (body.get("kind"), body.get("apiVersion")) != ("Node", "v1"):
+        raise _Failure(f"{what}: not a v1 Node: {_oneline(repr(body))}")
+    meta, spec = body.get("metadata"), body.get("spec")
+    if not isinstance(meta, dict) or meta.get("name") != node_name:
+        raise _Failure(f"{what}: not the Node {node_name!r}: {_oneline(repr(meta))}")
+    spec = {} if spec is None else spec
+    value = spec.get("unschedulable", False) if isinstance(spec, dict) else None
+    if not isinstance(value, bool):  # absent is schedulable; null or anything else is malformed
+        raise _Failure(f"{what}: malformed Node spec: {_oneline(repr(spec))}")
+    return value

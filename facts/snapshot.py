@@ -15,6 +15,7 @@ from pathlib import Path
 from pyinfra.api import FactBase
 
 from enforcer.model import (
+    DRAIN_MARKER,
     MIG,
     NO_CONTAINER,
     NODE,
@@ -34,7 +35,7 @@ from facts import ascend, checkpoint, cri, markers, podresources, procfs, vms
 from facts.errors import ParseError
 from facts.mig import mig_holders, observe_mig
 
-NO_LEDGER = "(absent)"  # the ledger section's marker for a node without a ledger file
+ABSENT = "(absent)"  # the ledger and drain sections' value for a file that is not there
 SHOWN_LINES = 3  # lines of a failed command's output that go into its health reason
 
 
@@ -126,6 +127,7 @@ COMMANDS = {
     "pod-resources": "pod-resources List on kubelet.sock",
     "ledger": "cat ledger.json",
     "destroyed": "cat destroyed",
+    "drain": "cat drain.json",
     "claim-digest": "sha256sum kubelet_internal_checkpoint",
     "last-read": "write last-read",
 }
@@ -276,11 +278,16 @@ def observe(
         else None  # not asked: not a claim source (a missing section of one asked is unreadable)
     )
     marked = _markers(r, paths) if MARKERS in claim_sources else []
-    ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=NO_LEDGER)
+    ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=ABSENT)
     destroyed = (
         r.read("destroyed", "ledger", lambda s: _destroyed(s.stdout), absent=())
         if "destroyed" in sections.by_name
         else ()  # a read from before this record existed: the ledger alone decides
+    )
+    drain = (
+        r.read("drain", DRAIN_MARKER, lambda s: s.stdout, absent=ABSENT)
+        if "drain" in sections.by_name
+        else None  # a read from before drains were marked: as if none were
     )
     digest = r.read("claim-digest", "kubelet-checkpoint", lambda s: _one_line(s.stdout, "digest"))
     _heartbeat(r, paths)
@@ -308,8 +315,9 @@ def observe(
         pods=tuple(p for p in pods if p.source in keep),
         health=tuple(r.health),
         claim_digest=digest or "",
-        ledger_text=None if ledger_text in (None, NO_LEDGER) else ledger_text,
+        ledger_text=None if ledger_text in (None, ABSENT) else ledger_text,
         destroyed=tuple(destroyed or ()),
+        drain_text=None if drain in (None, ABSENT) else drain,
         devnodes={k: f"{v.dev_ino}:{v.rdev}" for k, v in (devnodes or {}).items()},
         containers=_containers(sandboxes, containers),
         instances=tuple(instances),

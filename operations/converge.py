@@ -11,6 +11,7 @@ import os
 import sys
 import tempfile
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,11 @@ import pyinfra
 from pyinfra.api.exceptions import DeployError
 
 from enforcer import audit, metrics
+from enforcer import drain as drains
 from enforcer import ledger as ledgers
 from enforcer import report as reports
 from enforcer.contract import decide, drift
-from enforcer.model import Observation
+from enforcer.model import DRAIN_MARKER, NODE, Observation, SourceHealth
 from enforcer.policy import DEFAULTS, HOST_DATA_KEYS, Policy, PolicyError, policy_from_host_data
 from facts import kubeapi
 from facts.snapshot import NodeSnapshot, observe
@@ -46,13 +48,20 @@ def host_policy(host) -> Policy:
         raise DeployError(str(error)) from error
 
 
-def read_node(host, policy: Policy, record: bool = False) -> Observation:
-    """`record`: the read leaves its heartbeat on the node (<state_dir>/last-read)."""
+def read_node(
+    host,
+    policy: Policy,
+    record: bool = False,
+    list_pods: Callable[[str | None], kubeapi.PodList] = kubeapi.list_pods_once,
+) -> Observation:
+    """`record`: the read leaves its heartbeat on the node (<state_dir>/last-read).
+    `list_pods`: by default one LIST per run for all hosts; a drain, which reads again while it
+    waits, lists again (kubeapi.list_pods)."""
     asks = "kubelet-pod-resources" in policy.claim_sources
     sections = host.get_fact(NodeSnapshot, paths=policy.paths, pod_resources=asks, record=record)
     obs = observe(sections, policy.node_name, policy.paths, policy.claim_sources, policy.kinds)
     if "kubernetes-api" in policy.claim_sources:
-        pod_list = kubeapi.list_pods_once(policy.kubeconfig)  # one LIST per run for all hosts
+        pod_list = list_pods(policy.kubeconfig)
         pods, records, health = kubeapi.for_node(pod_list, policy.node_name)
         obs = Observation(
             **{
@@ -65,7 +74,7 @@ def read_node(host, policy: Policy, record: bool = False) -> Observation:
     return obs
 
 
-def _ledger(obs: Observation) -> tuple[ledgers.Ledger, str]:
+def ledger_of(obs: Observation) -> tuple[ledgers.Ledger, str]:
     """The previous ledger, or an empty one; one that cannot be read is set aside, never lost."""
     unreadable = [h.reason for h in obs.health if h.source == "ledger"]
     if unreadable:
@@ -77,6 +86,16 @@ def _ledger(obs: Observation) -> tuple[ledgers.Ledger, str]:
     except ledgers.LedgerError as error:
         return ledgers.Ledger(), f"set aside: {error}"
     return ledger, _restart_note(ledger, obs)
+
+
+def drain_marker(obs: Observation) -> tuple[dict | None, Observation]:
+    """The node's drain marker (drain.py); one that cannot be read is said as a source's health
+    (no rule requires it: a drain changes no verdict of a converge run)."""
+    try:
+        return drains.load_marker(obs.drain_text), obs
+    except drains.MarkerError as error:
+        bad = SourceHealth(DRAIN_MARKER, "unreadable", NODE, str(error))
+        return None, replace(obs, health=(*obs.health, bad))
 
 
 def _restart_note(ledger: ledgers.Ledger, obs: Observation) -> str:
@@ -99,10 +118,13 @@ def converge(host) -> None:
     policy = host_policy(host)
     dry = "--dry" in sys.argv  # pyinfra does not tell a deploy
     obs = read_node(host, policy, record=not dry)  # --dry leaves nothing on the node
-    ledger, note = _ledger(obs)
+    ledger, note = ledger_of(obs)
+    marker, obs = drain_marker(obs)
     verdicts, next_ledger = decide(obs, ledger, policy, obs.now)
     mode = "dry" if dry else policy.mode
-    report = reports.build(host.name, obs, verdicts, mode, note, drift(obs, policy), policy=policy)
+    report = reports.build(
+        host.name, obs, verdicts, mode, note, drift(obs, policy), policy=policy, drain=marker
+    )
     print(reports.table(report), flush=True)
     keep_in_fleet_view(host, report)
     if any(h.source == "node" and h.status != "ok" for h in obs.health):

@@ -52,15 +52,15 @@ def write_state(
     yield render(
         "write-state.sh.j2",
         paths=paths,
-        ledger=_b64(ledger),
-        report=_b64(report),
+        ledger=b64(ledger),
+        report=b64(report),
         set_aside=set_aside,
         stamp=stamp,
         consumed=consumed,
-        audit=_b64(audit) if audit else "",
+        audit=b64(audit) if audit else "",
         audit_max_bytes=audit_max_bytes,
         audit_keep=audit_keep,
-        metrics=_b64(metrics) if metrics else "",
+        metrics=b64(metrics) if metrics else "",
         metrics_file=f"{paths.metrics_dir}/{METRICS_FILE}",
     )
 
@@ -123,7 +123,7 @@ def _destroy_mig(p: Partition, obs: Observation, paths: NodePaths) -> str:
         expected=[fields["profile"], fields["profile_id"], fields["placement"]],
         computes=computes,
         ci_ids=[decimal(c.split(":")[0]) for c in computes],
-        identity=_b64(p.identity(obs.boot_id)),
+        identity=b64(p.identity(obs.boot_id)),
         boot_id=obs.boot_id,
         digest=obs.claim_digest,
     )
@@ -136,9 +136,9 @@ def _destroy_vgpu(p: Partition, obs: Observation, paths: NodePaths) -> str:
         paths=paths,
         kind=p.kind,
         device=p.id,
-        expected=_b64(_listing_line(p)),
+        expected=b64(_listing_line(p)),
         devnodes=devnodes_of(p, paths.dev_dir),
-        identity=_b64(p.identity(obs.boot_id)),
+        identity=b64(p.identity(obs.boot_id)),
         boot_id=obs.boot_id,
         digest=obs.claim_digest,
     )
@@ -154,5 +154,6 @@ def _listing_line(p: Partition) -> str:
     return "|".join(words)
 
 
-def _b64(text: str) -> str:
+def b64(text: str) -> str:
+    """Text for a template's `base64` filter."""
     return base64.b64encode(text.encode()).decode()

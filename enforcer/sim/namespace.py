@@ -146,6 +146,10 @@ class NodeNamespace:
         """A daemon in the namespace (a node's sshd), output to `log`; ended with the agent."""
         return int(self.call(op="start", argv=argv, log=str(log))["pid"])
 
+    def wait(self, pid: int, timeout: float = 300) -> int:
+        """Wait for a daemon `start` gave to exit on its own; its exit code."""
+        return int(self.call(op="wait", pid=pid, timeout=timeout)["rc"])
+
     def stop(self, pid: int) -> None:
         """End a daemon `start` gave (SIGTERM, then SIGKILL after 5 s) and reap it."""
         self.call(op="stop", pid=pid)
@@ -253,6 +257,10 @@ def _serve(node_dir: Path, request: dict[str, Any], holders: dict) -> dict[str, 
             )
         holders[proc.pid] = proc
         return {"pid": proc.pid}
+    if op == "wait":
+        rc = holders[int(request["pid"])].wait(timeout=request["timeout"])
+        holders.pop(int(request["pid"]))
+        return {"rc": rc}
     if op == "stop":
         end_process(holders.pop(int(request["pid"])))
         return {}

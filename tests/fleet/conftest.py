@@ -26,9 +26,9 @@ class Run:
     output: str
 
 
-def pyinfra(fleet: Fleet, *args: str, timeout: float = 300) -> Run:
-    """The real pyinfra CLI over SSH against the fleet's inventory, from the repo (deploy.py)."""
-    argv = [PYINFRA, "-y", str(fleet.inventory), "deploy.py", *args]
+def pyinfra(fleet: Fleet, *args: str, timeout: float = 300, deploy: str = "deploy.py") -> Run:
+    """The real pyinfra CLI over SSH against the fleet's inventory, from the repo."""
+    argv = [PYINFRA, "-y", str(fleet.inventory), deploy, *args]
     done = subprocess.run(
         argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
     )

@@ -6,6 +6,7 @@ a non-root user with sudo), two H100 nodes with the MIG story, one node with not
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -186,3 +187,26 @@ def verify(fleet, *args: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "tests/verify"]
     argv += [f"--ssh-config={fleet.ssh_config}", "--sudo", *args]
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_drain_over_ssh_verifies_a_free_node_and_fails_a_held_one_as_root_through_sudo(fleet):
+    # Last: it leaves node3's held vNPU alone, but marks nodes drained until undrain.py.
+    free, held = fleet.nodes["node4"], fleet.nodes["node3"]
+    drained = pyinfra(fleet, "--limit", free.name, deploy="drain.py")
+    assert drained.rc == 0, drained.output
+    assert json.loads((free.state_dir / "drain.json").read_text())["state"] == "drained"
+    assert "Verify that no partition is left" in drained.output
+
+    quick = ("--data", "enforcer_drain_timeout_seconds=0")
+    blocked = pyinfra(fleet, "--limit", held.name, *quick, deploy="drain.py")
+    assert blocked.rc != 0, blocked.output
+    assert "the drain timed out; still there:" in blocked.output
+    assert "ascend-vnpu npu:0:0 100 (vir02): held" in blocked.output
+    assert 100 in {v["id"] for v in held.sim.state()["vnpus"]}
+    marker = held.state_dir / "drain.json"  # written as root through sudo, 0600
+    assert (marker.stat().st_uid, marker.stat().st_mode & 0o777) == (0, 0o600)
+
+    limits = ("--limit", free.name, "--limit", held.name)
+    undrained = pyinfra(fleet, *limits, deploy="undrain.py")
+    assert undrained.rc == 0, undrained.output
+    assert not (free.state_dir / "drain.json").exists() and not marker.exists()

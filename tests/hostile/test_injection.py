@@ -336,14 +336,17 @@ COMMANDS = {
         metrics="e30K",
         metrics_file=f"{paths.metrics_dir}/partition-enforcer.prom",
     ),
+    "drain-state": lambda paths: render(
+        "drain-state.sh.j2", paths=paths, marker="e30K", audit="", audit_max_bytes=1, audit_keep=1
+    ),
 }
 # Which commands print which node path (rootfs itself is printed by none: the paths under it).
 USES = {
-    "rootfs": ("destroy", "node-read", "write-state"),
+    "rootfs": ("destroy", "node-read", "write-state", "drain-state"),
     "procfs": ("destroy", "node-read"),
-    "state_dir": ("destroy", "node-read", "write-state"),
+    "state_dir": ("destroy", "node-read", "write-state", "drain-state"),
     "metrics_dir": ("write-state",),  # and the node read that records (heartbeat)
-    "lock_path": ("destroy", "write-state"),
+    "lock_path": ("destroy", "write-state", "drain-state"),
     "dev_dir": ("destroy", "node-read"),
     "checkpoint": ("destroy", "node-read"),
     "pod_resources": ("node-read",),
@@ -535,6 +538,16 @@ def test_hostile_record_values_reach_the_node_only_base64_encoded():
         assert done.returncode == 0, done.stderr
     (payload,) = re.findall(r"^put report\.json (\S+)$", script, re.MULTILINE)
     assert base64.b64decode(payload).decode() == report
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs sh")
+@pytest.mark.parametrize("value", HOSTILE.values(), ids=HOSTILE.keys())
+def test_a_failed_drain_says_hostile_text_as_data(value):
+    message = f"node3: still there:\n  pod {value} $(touch /tmp/pwned)\n"
+    script = render("refuse.sh.j2", message=base64.b64encode(message.encode()).decode())
+    assert value not in script
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
+    assert (done.returncode, done.stderr, done.stdout) == (1, message, "")
 
 
 PATH_TEXT = st.lists(

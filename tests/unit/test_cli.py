@@ -179,6 +179,30 @@ def test_a_quiet_fleet_exits_0(capsys, tmp_path):
     assert [r[:3] for r in rows] == [["n1", "n1", "ascend-vnpu"], ["n2", "n2", "-"]]
 
 
+def test_a_drained_node_says_so_and_an_unfinished_drain_needs_a_person(capsys, tmp_path):
+    marker = {
+        "version": 1,
+        "state": "drained",
+        "by": "ops@ctl",
+        "started_at": 1764449000.0,
+        "drained_at": 1764449100.0,
+        "boot_id": BOOT,
+        "cordoned": False,
+        "destroyed": [],
+    }
+    unfinished = {**marker, "state": "draining", "drained_at": None}
+    directory = write_reports(
+        tmp_path, report("n1", drain=marker), report("n2", drain=unfinished), report("n3")
+    )
+    rc, out, _ = run(capsys, "report", str(directory))
+    assert rc == 1, out
+    rows = out.splitlines()[2:-1]
+    assert rows[0].startswith("n2") and rows[0].endswith("drain not finished")
+    assert "converge, draining" in rows[0]
+    assert "converge, drained" in rows[1] and rows[1].startswith("n1")
+    assert "drain" not in rows[2]
+
+
 def test_sources_stuck_and_dangling_claims_and_a_set_aside_ledger_need_a_person(capsys, tmp_path):
     owner = {"uid": "u1", "name": "default/vm-a"}
     directory = write_reports(

@@ -274,6 +274,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "pod-resources",
         "ledger",
         "destroyed",
+        "drain",
         "claim-digest",
     ]
     rcs = {name: s.rc for name, s in sections.by_name.items()}
@@ -283,6 +284,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "absent",
         "absent",
     )
+    assert rcs["drain"] == "absent"
     # No mdev bus and no vendor-VFIO VF under this sysfs: an empty listing, not a failure.
     assert (rcs["vgpu"], sections.by_name["vgpu"].stdout) == ("0", "")
     # No kubelet socket under this rootfs: the client says "unavailable" (2) and why.

@@ -1,0 +1,14 @@
+"""
+Pre-maintenance drain: wait for the pods that claim partitions to leave and their holders to
+exit, destroy every partition that is not pinned, held or claimed, verify none is left, and mark
+the node drained (operations/drain.py says how, enforcer/drain.py what it decides).
+
+    pyinfra inventory.py drain.py --limit node3 [-y] [--data enforcer_drain_cordon=true]
+    pyinfra inventory.py undrain.py --limit node3     # when the maintenance is done
+"""
+
+from pyinfra import host
+
+from operations.drain import drain
+
+drain(host)

@@ -1,0 +1,208 @@
+"""
+The pre-maintenance drain, wired: drain.py calls `drain()`, undrain.py `undrain()`.
+
+    drain:   [cordon] -> read, decide (enforcer.drain) until nothing blocks or the timeout ->
+             record the marker and the audit lines -> destroy every free partition ->
+             fail, listing what blocks | verify nothing is left -> mark the node drained
+    undrain: [uncordon] -> remove the marker
+
+The wait runs while pyinfra prepares the deploy, for every host at once (pyinfra loads a deploy
+file for each host in its own greenlet); the destroys run as operations after every host's wait,
+each re-proven on the node (rule 7).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+
+from pyinfra import host as current_host
+from pyinfra.api import operation
+from pyinfra.operations import python
+
+from enforcer import audit
+from enforcer import drain as drains
+from enforcer import report as reports
+from enforcer.model import Observation, Verdict
+from enforcer.policy import NodePaths, Policy
+from enforcer.shell import render
+from facts import kubeapi
+from operations import enforce
+from operations.converge import drain_marker, host_data, host_policy, ledger_of, read_node
+from operations.enforce import b64
+
+PROGRESS_SECONDS = 30  # while waiting, the blocking partitions are said again this often
+
+
+def drain(host) -> None:
+    policy = host_policy(host)
+    settings = drains.settings(host_data(host))
+    dry = "--dry" in sys.argv  # pyinfra does not tell a deploy
+    if policy.mode == "plan":
+        refuse(
+            name="Fail the drain: this host is in plan mode",
+            message=f"{host.name}: enforcer_mode is plan, which destroys nothing: a drain of "
+            "this host needs --data enforcer_mode=converge\n",
+        )
+        return
+    if settings.cordon and not _cordoned(host, policy, True, dry):
+        return
+    timeout = 0 if dry else settings.timeout_seconds  # --dry: one read, what it would do now
+    started, obs, found, waiting = wait_until_free(host, policy, timeout, settings.poll_seconds)
+    previous, obs = drain_marker(obs)
+    report = reports.build(
+        host.name, obs, found, "dry" if dry else "drain", ledger_of(obs)[1], policy=policy
+    )
+    print(reports.table(report), flush=True)
+    free = [v for v in found if v.is_orphan]
+    marker = drains.draining(
+        previous,
+        by=operator(),
+        started_at=started,
+        boot_id=obs.boot_id,
+        cordoned=settings.cordon and not dry,
+        destroying=[v.partition for v in free],
+    )
+    record_drain(
+        name="Record the drain, and in the audit log the destroys it is about to do",
+        marker=drains.dump(marker),
+        paths=policy.paths,
+        audit=audit.lines(report),
+        audit_max_bytes=policy.audit_max_bytes,
+        audit_keep=policy.audit_keep,
+    )
+    enforce.destroy_orphans(
+        name="Destroy every free partition",
+        verdicts=free,
+        obs=obs,
+        paths=policy.paths,
+        _continue_on_error=True,
+    )
+    if waiting:
+        refuse(
+            name="Fail the drain: partitions are still held or claimed",
+            message=f"{host.name}: the drain timed out; still there:\n" + _listed(waiting),
+        )
+        return
+    python.call(name="Verify that no partition is left", function=verify_free, policy=policy)
+    drained = drains.dump(drains.drained(marker, obs.now))
+    record_drain(name="Mark the node drained", marker=drained, paths=policy.paths)
+
+
+def undrain(host) -> None:
+    """Uncordon when host data cordons (enforcer_drain_cordon) or the drain did; clear the
+    marker (one that cannot be read too)."""
+    policy = host_policy(host)
+    settings = drains.settings(host_data(host))
+    dry = "--dry" in sys.argv
+    marker, obs = drain_marker(read_node(host, policy))
+    cordoned = settings.cordon or bool(marker and marker["cordoned"])
+    if cordoned and not _cordoned(host, policy, False, dry):
+        return
+    if obs.drain_text is None:
+        current_host.noop("the node has no drain marker")
+        return
+    record_drain(name="Clear the drain marker", marker="", paths=policy.paths)
+
+
+def wait_until_free(
+    host, policy: Policy, timeout: float, poll: float
+) -> tuple[float, Observation, list[Verdict], list[str]]:
+    """
+    Read the node every `poll` seconds until nothing blocks a drain or `timeout` seconds have
+    passed; say what is waited for when it changes. Returns the node's clock at the first read,
+    the last read, its verdicts, and what still blocks (empty: the node is free of everything
+    but pinned partitions).
+    """
+    started = time.monotonic()
+    said, said_at, first = None, 0.0, None
+    while True:
+        obs = read_node(host, policy, list_pods=kubeapi.list_pods)
+        first = obs.now if first is None else first
+        found = drains.verdicts(obs, ledger_of(obs)[0], policy)
+        waiting = drains.unread(obs, policy) + [drains.line(v) for v in drains.blocking(found)]
+        waited = time.monotonic() - started
+        if not waiting or waited >= timeout:
+            return first, obs, found, waiting
+        if waiting != said or time.monotonic() - said_at >= PROGRESS_SECONDS:
+            print(f"{host.name}: drain: waited {waited:.0f}/{timeout:.0f} s for:", flush=True)
+            print(_listed(waiting), flush=True)
+            said, said_at = waiting, time.monotonic()
+        time.sleep(min(poll, timeout - waited))
+
+
+def verify_free(state, host, policy: Policy) -> bool:
+    """
+    After the destroys: read the node again; every required source answered and it lists
+    nothing but pinned partitions, or this host fails, saying what is left. (pyinfra passes
+    state and host; the result is the operation's success.)
+    """
+    obs = read_node(host, policy, list_pods=kubeapi.list_pods)
+    found = drains.verdicts(obs, ledger_of(obs)[0], policy)
+    left = drains.unread(obs, policy) + [drains.line(v) for v in drains.remaining(found)]
+    if left:
+        print(f"{host.name}: the drain left:\n{_listed(left)}", file=sys.stderr, flush=True)
+    return not left
+
+
+def _cordoned(host, policy: Policy, unschedulable: bool, dry: bool) -> bool:
+    """(Un)cordon the node, or say what would be done (--dry); False: it failed, and this
+    host's run is made to fail saying why."""
+    verb = "cordon" if unschedulable else "uncordon"
+    if dry:
+        print(f"{host.name}: would {verb} node {policy.node_name}", flush=True)
+        return True
+    try:
+        before = kubeapi.set_unschedulable(policy.kubeconfig, policy.node_name, unschedulable)
+    except kubeapi.CordonError as error:
+        refuse(name=f"Fail: {verb} the node", message=f"{host.name}: cannot {verb}: {error}\n")
+        return False
+    done = "was already" if before == unschedulable else "is now"
+    state = "cordoned" if unschedulable else "schedulable"
+    print(f"{host.name}: node {policy.node_name} {done} {state}", flush=True)
+    return True
+
+
+def operator() -> str:
+    """Who runs the drain: user@host of the control node."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for the uid (KeyError before Python 3.13)
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _listed(lines: Sequence[str]) -> str:
+    return "".join(f"  {line}\n" for line in lines)
+
+
+@operation(is_idempotent=False)
+def record_drain(
+    marker: str,
+    paths: NodePaths,
+    audit: str = "",
+    audit_max_bytes: int = 10485760,
+    audit_keep: int = 5,
+):
+    """
+    Write the drain marker (`enforcer.drain.dump`), or remove it (``marker=""``), under the
+    node lock; ``audit``: JSON lines appended to the audit log first (as write_state does).
+    """
+    yield render(
+        "drain-state.sh.j2",
+        paths=paths,
+        marker=b64(marker) if marker else "",
+        audit=b64(audit) if audit else "",
+        audit_max_bytes=audit_max_bytes,
+        audit_keep=audit_keep,
+    )
+
+
+@operation(is_idempotent=False)
+def refuse(message: str):
+    """Fail this host's run: ``message`` goes to stderr, where pyinfra shows it."""
+    yield render("refuse.sh.j2", message=b64(message))

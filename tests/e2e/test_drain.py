@@ -1,0 +1,222 @@
+"""
+The pre-maintenance drain end to end: the real pyinfra CLI runs drain.py and undrain.py on the
+seed story's node (enforcer/sim/scenarios/seed-310p.yaml) in its namespace, while the test plays
+the cluster: pods leave (or do not), and a loopback API server answers the cordon.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from e2e.conftest import PYINFRA, REPO, Node
+from e2e.test_kubernetes_api import kubeconfig
+
+INFER_A = "8ad2a1b0-3c1e-4d1f-9f0e-2b7c1c0d9a11"  # Running, holds vNPU 100
+INFER_B = "5c0e7f3a-91d2-4b8e-a6f1-3d7b2e9c4a20"  # Pending, allocated a vir02
+TRAIN_C = "e1b94c6d-2a7f-4e35-8d0c-7f6a5b3e2d91"  # Pending, nothing allocated
+NODE = "k3s-310p"
+
+
+def drain_data(**data: object) -> dict:
+    return {"enforcer_drain_timeout_seconds": 60, "enforcer_drain_poll_seconds": 0.5, **data}
+
+
+def start(node: Node, deploy: str, log: Path) -> int:
+    """The deploy in the background, in the node's namespace; its pid there."""
+    argv = ["sh", "-c", 'cd "$0" && exec "$@"', str(REPO), PYINFRA, "-y", str(node.inventory)]
+    return node.ns.start([*argv, deploy], log)
+
+
+def run(node: Node, deploy: str) -> tuple[int, str]:
+    done = node.ns.run([PYINFRA, "-y", str(node.inventory), deploy], cwd=str(REPO))
+    return done.returncode, done.stdout + done.stderr
+
+
+def pods_leave(node: Node, *uids: str) -> None:
+    """What an eviction does on the node: the processes exit, the runtime and kubelet let go."""
+    if INFER_A in uids:
+        end_holders = (
+            f"from enforcer.sim.node import SimNode; SimNode({str(node.path)!r}).unhold_all()"
+        )
+        done = node.ns.run([sys.executable, "-c", end_holders], cwd=str(REPO))
+        assert done.returncode == 0, done.stderr
+        node.sim.detach(100)
+    for uid in uids:
+        node.sim.remove_pod(uid)
+        node.sim.release(uid)
+
+
+def marker(node: Node) -> dict | None:
+    path = node.state_dir / "drain.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def audit_events(node: Node) -> list[dict]:
+    path = node.state_dir / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def until(predicate, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def api_node() -> Iterator[dict]:
+    """A loopback API server that knows one Node and answers GET and PATCH as the API server
+    does; `spec` is the Node's spec, `patches` what was sent."""
+    seen: dict = {"spec": {}, "patches": []}
+
+    class Handler(BaseHTTPRequestHandler):
+        def _node(self) -> None:
+            body = json.dumps(
+                {
+                    "kind": "Node",
+                    "apiVersion": "v1",
+                    "metadata": {"name": NODE},
+                    "spec": seen["spec"],
+                }
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            assert self.path == f"/api/v1/nodes/{NODE}", self.path
+            self._node()
+
+        def do_PATCH(self) -> None:  # noqa: N802
+            patch = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen["patches"].append(patch)
+            for key, value in patch["spec"].items():
+                if value is None:
+                    seen["spec"].pop(key, None)
+                else:
+                    seen["spec"][key] = value
+            self._node()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    seen["url"] = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_clean_drain_cordons_waits_for_the_pods_destroys_everything_and_undrain_ends_it(
+    seed_node, tmp_path, api_node
+):
+    seed_node.configure(
+        **drain_data(
+            enforcer_drain_cordon=True,
+            enforcer_kubeconfig=kubeconfig(tmp_path / "kubeconfig", api_node["url"]),
+        )
+    )
+    log = tmp_path / "drain.log"
+    pid = start(seed_node, "drain.py", log)
+    until(lambda: "drain: waited" in log.read_text())
+    assert api_node["spec"] == {"unschedulable": True}  # cordoned before it waits
+    assert seed_node.vnpus() == {100, 101, 102}  # nothing destroyed while pods claim
+    time.sleep(1.1)  # the node's clock (whole seconds) moves on before they leave
+    pods_leave(seed_node, INFER_A, INFER_B, TRAIN_C)
+    rc = seed_node.ns.wait(pid)
+    output = log.read_text()
+    assert rc == 0, output
+    assert "ascend-vnpu npu:0:0 100 (vir02): held" in output  # the progress said what it waited for
+    assert seed_node.vnpus() == set()
+    drained = marker(seed_node)
+    assert drained["state"] == "drained" and drained["cordoned"] is True
+    assert {d["id"] for d in drained["destroyed"]} == {"100", "101", "102"}
+    assert "@" in drained["by"] and drained["started_at"] < drained["drained_at"]
+    destroys = [e for e in audit_events(seed_node) if e["event"] == "destroy"]
+    assert {(e["partition"]["id"], e["mode"]) for e in destroys} == {
+        ("100", "drain"),
+        ("101", "drain"),
+        ("102", "drain"),
+    }
+
+    converged = seed_node.enforce()
+    assert converged.rc == 0, converged.output
+    assert converged.report["drain"]["state"] == "drained"
+    assert "DRAINED by" in converged.output
+
+    rc, output = run(seed_node, "undrain.py")
+    assert rc == 0, output
+    assert marker(seed_node) is None
+    assert api_node["spec"] == {}  # uncordoned as kubectl does: the field removed
+    assert api_node["patches"] == [
+        {"spec": {"unschedulable": True}},
+        {"spec": {"unschedulable": None}},
+    ]
+    converged = seed_node.enforce()
+    assert converged.rc == 0, converged.output
+    assert converged.report["drain"] is None
+
+
+def test_drain_blocked_by_a_pod_that_never_leaves_fails_listing_it_and_keeps_what_it_claims(
+    seed_node,
+):
+    seed_node.configure(**drain_data(enforcer_drain_timeout_seconds=2))
+    pods_leave(seed_node, INFER_B, TRAIN_C)  # infer-a stays, and its process holds vNPU 100
+    rc, output = run(seed_node, "drain.py")
+    assert rc != 0, output
+    assert "the drain timed out; still there:" in output
+    assert "ascend-vnpu npu:0:0 100 (vir02): held" in output
+    assert seed_node.vnpus() == {100}  # the free zombies went, the held vNPU stayed
+    unfinished = marker(seed_node)
+    assert unfinished["state"] == "draining" and unfinished["drained_at"] is None
+    assert {d["id"] for d in unfinished["destroyed"]} == {"101", "102"}
+
+    converged = seed_node.enforce()
+    assert converged.rc == 0, converged.output
+    assert converged.report["drain"]["state"] == "draining"
+    assert converged.verdict(100) == "held"
+    assert "DRAINING" in converged.output
+
+
+def test_drain_interrupted_half_way_and_run_again_finishes_and_records_every_destroy(
+    seed_node, tmp_path
+):
+    seed_node.configure(**drain_data())
+    pods_leave(seed_node, INFER_A, INFER_B, TRAIN_C)
+    seed_node.sim.set_fault("npu-smi", "destroy-vnpu", hang_seconds=3)  # each destroy is slow
+    log = tmp_path / "drain.log"
+    pid = start(seed_node, "drain.py", log)
+    until(lambda: len(seed_node.vnpus()) < 3)  # the first destroy is done
+    seed_node.ns.stop(pid)  # the control node goes away half way
+    assert marker(seed_node)["state"] == "draining"
+    assert seed_node.vnpus()  # it did not finish
+
+    seed_node.sim.clear_faults()
+    rc, output = run(seed_node, "drain.py")
+    assert rc == 0, output
+    assert seed_node.vnpus() == set()
+    drained = marker(seed_node)
+    assert drained["state"] == "drained"
+    assert {d["id"] for d in drained["destroyed"]} == {"100", "101", "102"}
+
+
+def test_a_host_in_plan_mode_is_not_drained(seed_node):
+    seed_node.configure(**drain_data(enforcer_mode="plan"))
+    pods_leave(seed_node, INFER_B, TRAIN_C)
+    rc, output = run(seed_node, "drain.py")
+    assert rc != 0 and "enforcer_mode is plan" in output, output
+    assert seed_node.vnpus() == {100, 101, 102} and marker(seed_node) is None
