@@ -18,6 +18,8 @@ import pytest
 from e2e.conftest import PYINFRA, REPO, Node
 from e2e.test_kubernetes_api import kubeconfig
 
+from enforcer.sim import mig_story, vgpu_story
+
 INFER_A = "8ad2a1b0-3c1e-4d1f-9f0e-2b7c1c0d9a11"  # Running, holds vNPU 100
 INFER_B = "5c0e7f3a-91d2-4b8e-a6f1-3d7b2e9c4a20"  # Pending, allocated a vir02
 TRAIN_C = "e1b94c6d-2a7f-4e35-8d0c-7f6a5b3e2d91"  # Pending, nothing allocated
@@ -220,3 +222,45 @@ def test_a_host_in_plan_mode_is_not_drained(seed_node):
     rc, output = run(seed_node, "drain.py")
     assert rc != 0 and "enforcer_mode is plan" in output, output
     assert seed_node.vnpus() == {100, 101, 102} and marker(seed_node) is None
+
+
+def end_holders(node: Node) -> None:
+    """Every process the simulator started that holds a partition exits (in the namespace)."""
+    script = f"from enforcer.sim.node import SimNode; SimNode({str(node.path)!r}).unhold_all()"
+    done = node.ns.run([sys.executable, "-c", script], cwd=str(REPO))
+    assert done.returncode == 0, done.stderr
+
+
+def test_drain_of_the_h100_waits_for_llm_a_then_destroys_every_gpu_instance(mig_node):
+    data = {**mig_story.HOST_DATA, **drain_data(enforcer_drain_timeout_seconds=1)}
+    mig_node.configure(enforcer_tools=mig_story.tools(mig_node.path), **data)
+    rc, output = run(mig_node, "drain.py")
+    assert rc != 0 and f"nvidia-mig gpu:{mig_node.sim.state()['gpus'][0]['uuid']}" in output
+    assert mig_node.instances() == {mig_node.gis["a"], mig_node.gis["b"]}  # the leak went
+
+    end_holders(mig_node)
+    for uid in (mig_story.LLM_A, mig_story.LLM_B):
+        mig_node.sim.remove_pod(uid)
+        mig_node.sim.release(uid)
+    mig_node.sim.remove_marker_dir(mig_story.LLM_A)
+    rc, output = run(mig_node, "drain.py")
+    assert rc == 0, output
+    assert mig_node.instances() == set()
+    assert len(marker(mig_node)["destroyed"]) == 3
+
+
+def test_drain_of_the_vm_host_keeps_a_persistent_mdev_and_destroys_the_rest(vgpu_node):
+    kept = vgpu_node.sim.create_mdev(vgpu_story.T4, "nvidia-230")
+    vgpu_node.sim.define_mdev(kept, vgpu_story.T4, "nvidia-230")  # the operator's: pinned
+    vgpu_node.configure(**drain_data(enforcer_drain_timeout_seconds=1))
+    rc, output = run(vgpu_node, "drain.py")
+    assert rc != 0, output  # web runs, booting has claimed its VF
+    assert {vgpu_node.vgpus["web"], vgpu_node.vgpus["booting"], kept} <= vgpu_node.present()
+
+    end_holders(vgpu_node)  # the VMs are shut down and the VMM forgets them
+    for instance in (vgpu_story.WEB, vgpu_story.BATCH, vgpu_story.RESTORED, vgpu_story.BOOTING):
+        vgpu_node.sim.remove_vm_metadata(instance)
+    rc, output = run(vgpu_node, "drain.py")
+    assert rc == 0, output
+    assert vgpu_node.present() == {kept}
+    assert marker(vgpu_node)["state"] == "drained"
