@@ -273,6 +273,8 @@ def check_gpus(gpus: Sequence[State]) -> None:
 
 
 def model(gpu: Mapping[str, Any]) -> Model:
+    if is_ppu(gpu):  # T-Head PPU: profiles follow its memory (ppu_model, below)
+        return ppu_model(int(gpu["memory_mib"]))
     return MODELS[gpu["name"]]
 
 
@@ -531,3 +533,217 @@ def gpu_memory_used(gpu: Mapping[str, Any], processes: Sequence[Mapping[str, Any
 
 def bar1_mib(gpu: Mapping[str, Any], gp: GiProfile) -> int:
     return model(gpu).bar1_per_slice_mib * gp.size
+
+
+# --- T-Head PPU (ppu-smi; rendered by enforcer/sim/ppu_smi.py) -----------------------------------
+#
+# A PPU is stored like a GPU (same keys, `"vendor": "thead"`, in the state's own "ppus" list) so
+# that the bookkeeping above (find_profile, free_count, gi_at, ci_at, mig_uuid) serves it too;
+# what differs is here. The public source is the T-Head SAIL PPU-SMI reference (PPU-SMI 1.28),
+# /work/shared/samples/ppu-smi_*: a vendor document with hand edits, not a capture.
+#
+# GI profiles (`ppu_model`), from its `mig -lgip` of a 96 GiB PPU-ZW810E: ids 0..3 are 1g..8g,
+# 8 memory slices of memory/8 each, named "<slices>g<GiB>gb" (1g12gb .. 8g96gb), CUs 8 per slice,
+# DEC/ENC/JPEG 0,1,2,4, CpyEng 2, OFA 0, no P2P. The doc's other examples name a 16-CU GI
+# "2g12gb": a PPU of 48 GiB under the same rule (no such PPU is documented: UNVERIFIED). Their
+# placements are -lgipp's, except 8g: the doc prints "{0,4}:4" (a copy of 4g's line); an 8-slice
+# GI spans {0}:8 here.
+#
+# UNVERIFIED choices (no public text shows them): a new GI takes the lowest free GI id and the
+# lowest free placement (the doc's -cgi on an empty PPU gives GI 0, its -lgi has GI 0 at 0:2);
+# a new CI the lowest free CI id (its -cci and -C give CI 0). CI profiles (`ppu_ci_profiles`):
+# "<n>u.<GI profile>" for n CUs, ids by n in PPU_CI_UNITS (the doc's -lcip of a 16-CU GI: 1u..16u
+# are ids 0..6, 16u the default "6*"), "Total" = GI CUs / n rounded up to a power of two (the
+# doc's 16/16, 8/8, 4/4, 4/4, 2/2, 1/1, 1/1); CIs of a GI share its CUs (sum <= the GI's), at
+# most PPU_CIS_PER_GI of them. Capability minors (`ppu_cap_minor`) follow nv-caps.c's numbering
+# with 8 GIs of 16 CIs per PPU.
+
+PPU_CI_UNITS = (1, 2, 3, 4, 8, 12, 16, 24, 32, 48, 64)
+PPU_SLICES = 8
+PPU_CU_PER_SLICE = 8
+PPU_GIS = 8
+PPU_CIS_PER_GI = 16
+PPU_MODEL_NAME = "PPU-ZW810E"
+PPU_MEMORY_MIB = 98304  # 96 GiB, as the doc's default table prints it
+
+# Readings ppu-smi's default table prints, as the doc's (a spec may fix them).
+PPU_READINGS: dict[str, Any] = {
+    "persistence": "N/A",
+    "fan": "N/A",
+    "temp_c": 24,
+    "perf": "N/A",
+    "power_w": 74,
+    "power_cap_w": 400,
+    "util_pct": 0,
+    "memory_used_mib": None,  # None: from the instances and processes (`ppu_memory_used`)
+    "ecc_errors": 0,
+    "compute_mode": "Default",
+}
+
+
+def _pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def ppu_model(memory_mib: int) -> Model:
+    """The GI profiles of a PPU with `memory_mib` (a multiple of 8 GiB), in profile id order."""
+    if memory_mib <= 0 or memory_mib % (PPU_SLICES * 1024):
+        raise ValueError(f"a PPU's memory must be a multiple of 8 GiB, not {memory_mib} MiB")
+    per_slice = memory_mib // PPU_SLICES
+    profiles = []
+    for pid, size in enumerate((1, 2, 4, 8)):
+        engines = 0 if size == 1 else size // 2
+        places = tuple(range(0, PPU_SLICES, size))
+        profiles.append(
+            GiProfile(
+                pid,
+                f"{size}g{size * per_slice // 1024}gb",
+                pid,
+                size * PPU_CU_PER_SLICE,
+                size,
+                places,
+                len(places),
+                size * per_slice,
+                size * PPU_CU_PER_SLICE,
+                engines,
+                engines,
+                2,
+                engines,
+                0,
+                places,
+            )
+        )
+    return Model(tuple(profiles), memory_mib, 0)
+
+
+def is_ppu(gpu: Mapping[str, Any]) -> bool:
+    return gpu.get("vendor") == "thead"
+
+
+def ppu_state(spec: Mapping[str, Any], position: int) -> State:
+    """A PPU as stored, from a `create(ppus=...)` spec: defaults for what was not given."""
+    index = int(spec.get("index", position))
+    bus_id = str(spec.get("bus_id", f"00000000:{0x08 + index:02X}:00.0"))
+    ppu: State = {
+        "vendor": "thead",
+        "index": index,
+        "uuid": str(spec.get("uuid") or default_uuid(bus_id)),
+        "name": str(spec.get("name", PPU_MODEL_NAME)),
+        "list_name": str(spec.get("list_name", "PPU")),  # `-L` prints "PPU", the table the model
+        "bus_id": bus_id,
+        "minor": int(spec.get("minor", index)),
+        "memory_mib": int(spec.get("memory_mib", PPU_MEMORY_MIB)),
+        "mig": bool(spec.get("mig", True)),
+        "mig_uuids": {str(k): str(v) for k, v in spec.get("mig_uuids", {}).items()},
+        "gis": [],
+    }
+    unknown = set(spec) - set(ppu) - set(PPU_READINGS)
+    if unknown:
+        raise ValueError(f"unknown PPU spec keys {sorted(unknown)}")
+    ppu_model(ppu["memory_mib"])  # checks the memory
+    ppu.update({k: spec.get(k, v) for k, v in PPU_READINGS.items()})
+    return ppu
+
+
+def ppu_ci_profiles(gp: GiProfile) -> tuple[CiProfile, ...]:
+    """The CI profiles a PPU GI of profile `gp` offers; the last one is the whole GI (default)."""
+    return tuple(
+        CiProfile(pid, n, (), f"{n}u.{gp.name}", n)
+        for pid, n in enumerate(PPU_CI_UNITS)
+        if n <= gp.compute
+    )
+
+
+def ppu_ci_total(gp: GiProfile, cp: CiProfile) -> int:
+    return min(PPU_CIS_PER_GI, gp.compute // _pow2(cp.slices))
+
+
+def ppu_find_ci_profile(gp: GiProfile, token: str | int | None) -> CiProfile | None:
+    options = ppu_ci_profiles(gp)
+    if token is None:
+        return options[-1]
+    text = str(token).strip()
+    for c in options:
+        if text.isdigit() and int(text) == c.id or text in (c.name, f"MIG {c.name}"):
+            return c
+    return None
+
+
+def ppu_ci_profile_of(gp: GiProfile, ci: Mapping[str, Any]) -> CiProfile:
+    found = ppu_find_ci_profile(gp, ci["profile"])
+    assert found is not None
+    return found
+
+
+def ppu_ci_free(gpu: Mapping[str, Any], gi: Mapping[str, Any], cp: CiProfile) -> int:
+    """-lcip's "Free": CIs of `cp` that could still be made in `gi`."""
+    gp = profile_of(gpu, gi)
+    used = sum(c["size"] for c in gi["cis"])
+    made = sum(1 for c in gi["cis"] if c["profile"] == cp.id)
+    room = PPU_CIS_PER_GI - len(gi["cis"])
+    return max(0, min(ppu_ci_total(gp, cp) - made, (gp.compute - used) // cp.slices, room))
+
+
+def ppu_create_gi(gpu: State, gp: GiProfile, start: int | None = None) -> State:
+    """A new GI of `gp` on a PPU: lowest free GI id, at `start` or the lowest free placement."""
+    line = f"Unable to create a GPU instance on PPU {gpu['index']} using profile {gp.id}"
+    if not gpu["mig"]:
+        raise MigError(NO_MIG, NOT_FOUND, EXIT_NOT_FOUND)
+    if start is not None and start not in gp.placements:
+        raise MigError(f"{line}: {INVALID}", INVALID, EXIT_INVALID_ARGUMENT)
+    free = free_placements(gpu, gp) if free_count(gpu, gp) else []
+    chosen = [p for p in free if start is None or p == start]
+    ids = [i for i in range(PPU_GIS) if i not in {g["id"] for g in gpu["gis"]}]
+    if not chosen or not ids:
+        raise MigError(f"{line}: {INSUFFICIENT}", INSUFFICIENT, EXIT_INSUFFICIENT_RESOURCES)
+    gi: State = {
+        "id": ids[0],
+        "profile": gp.id,
+        "start": chosen[0],
+        "size": gp.size,
+        "cis": [],
+        "memory_used_mib": None,
+    }
+    gpu["gis"].append(gi)
+    return gi
+
+
+def ppu_create_ci(gpu: Mapping[str, Any], gi: State, cp: CiProfile) -> State:
+    """A new CI of `cp` in a PPU GI: lowest free CI id; its CUs come out of the GI's."""
+    if not ppu_ci_free(gpu, gi, cp):
+        raise MigError(
+            f"Unable to create a compute instance on PPU {gpu['index']} GPU instance ID "
+            f"{gi['id']} using profile {cp.id}: {INSUFFICIENT}",
+            INSUFFICIENT,
+            EXIT_INSUFFICIENT_RESOURCES,
+        )
+    ids = [i for i in range(PPU_CIS_PER_GI) if i not in {c["id"] for c in gi["cis"]}]
+    ci: State = {"id": ids[0], "profile": cp.id, "start": 0, "size": cp.slices}
+    gi["cis"].append(ci)
+    return ci
+
+
+def ppu_mig_devices(gpu: Mapping[str, Any]) -> list[tuple[int, State, State]]:
+    """
+    (MIG device index, GI, CI) for every CI of a PPU: by GI id, then CI id from the highest.
+    UNVERIFIED: both of the doc's listings number a GI's two CIs that way (-L: c1 is Device 0,
+    c0 Device 1; the MIG table: CI 2 is device 3, CI 3 device 2); its PPU 0 "device 5" of a
+    single CI fits no rule.
+    """
+    pairs = sorted(
+        ((gi, ci) for gi in gpu["gis"] for ci in gi["cis"]),
+        key=lambda pair: (pair[0]["id"], -pair[1]["id"]),
+    )
+    return [(n, gi, ci) for n, (gi, ci) in enumerate(pairs)]
+
+
+def ppu_cap_minor(ppu_minor: int, gi_id: int, ci_id: int | None = None) -> int:
+    """The alixpu-caps minor of a PPU GI's (ci_id None) or CI's access capability (UNVERIFIED)."""
+    per_gi = 1 + PPU_CIS_PER_GI
+    base = 3 + ppu_minor * PPU_GIS * per_gi + gi_id * per_gi
+    return base if ci_id is None else base + 1 + ci_id
+
+
+def ppu_memory_used(gpu: Mapping[str, Any], processes: Sequence[Mapping[str, Any]]) -> int:
+    """A PPU's used memory: its reading, else as `gpu_memory_used` (UNVERIFIED for a PPU)."""
+    return gpu_memory_used(gpu, processes)

@@ -65,6 +65,7 @@ TOOLS = {
     "crictl": "enforcer.sim.crictl",
     "nvidia-smi": "enforcer.sim.nvidia_smi",
     "mdevctl": "enforcer.sim.mdevctl",
+    "ppu-smi": "enforcer.sim.ppu_smi",
 }
 PROC_DRIVER = "proc-driver"  # <node>/proc-driver: what the namespace agent mounts on /proc/driver
 GPUSTACK_PODS = "/var/lib/gpustack/operator/pods"  # gpustack's OperatorPodsDir
@@ -101,6 +102,7 @@ FAULT_POINTS = {
         "dgi",
     ),
     "mdevctl": ("list", "list-defined"),
+    "ppu-smi": ("list", "table", "lgip", "lgipp", "lgi", "lci", "lcip", "cgi", "cci", "dci", "dgi"),
 }
 _OVERRIDE_KEYS = {"exit": int, "stdout": str, "stderr": str, "hang_seconds": (int, float)}
 
@@ -133,6 +135,17 @@ H100: dict[str, Any] = {
     "memory_mib": 81559,
     "mig": True,
 }
+# One T-Head PPU-ZW810E (96 GiB) in MIG mode, as SimNode.create takes a PPU (ppus=(PPU,)): the
+# T-Head SAIL PPU-SMI reference's PPU 0 (UUID, bus id); mig.ppu_state fills in the rest.
+PPU: dict[str, Any] = {
+    "index": 0,
+    "uuid": "GPU-019ea108-c110-0828-0000-0000c07e1a46",
+    "name": "PPU-ZW810E",
+    "bus_id": "00000000:08:00.0",
+    "memory_mib": 98304,
+    "mig": True,
+}
+PPU_SMI = {"smi_version": "1.28", "driver_version": "2.1.0-dbda51", "hggc_version": "13.0"}
 
 
 class ToolError(Exception):
@@ -325,17 +338,23 @@ class SimNode:
         driver_version: str = "580.173.02",
         cuda_version: str = "13.0",
         nvidia_smi_time: str | None = None,
+        ppus: Sequence[Mapping[str, Any]] = (),
+        ppu_smi_time: str | None = None,
     ) -> SimNode:
         """
         Lay out a new node folder (it must not hold a node yet) with `chips` and no vNPUs, and
         `gpus` (specs like `H100`) with no GPU instances. `nvidia_smi_time` fixes the default
         table's timestamp line ("Wed Jul 29 18:17:43 2026"); None prints the time of the call.
+        `ppus` (specs like `PPU`): T-Head PPUs with no GPU instances, kept apart from the GPUs
+        (state "ppus", ppu-smi's; `ppu_smi_time` as `nvidia_smi_time`); see `_lay_out_ppus`.
         """
         root = Path(path).resolve()
         if (root / STATE_FILE).exists():
             raise FileExistsError(f"{root} already holds a simulated node")
         gpu_states = [mig.gpu_state(g, i, driver_version) for i, g in enumerate(gpus)]
         mig.check_gpus(gpu_states)
+        ppu_states = [mig.ppu_state(p, i) for i, p in enumerate(ppus)]
+        mig.check_gpus(ppu_states)
         for sub in (*LAYOUT_DIRS, Path(CHECKPOINT).parent):
             (root / sub).mkdir(parents=True, exist_ok=True)
         state = _new_state(
@@ -347,12 +366,15 @@ class SimNode:
             "cuda_version": cuda_version,
             "time": nvidia_smi_time,
         }
+        if ppu_states:  # only then: a node without PPUs is stored as before
+            state.update(ppus=ppu_states, ppu_processes=[], thead={**PPU_SMI, "time": ppu_smi_time})
         _write_atomic(root / STATE_FILE, json.dumps(state, indent=1))
         wanted = {
             "crictl": True,
             "npu-smi": bool(chips),
             "nvidia-smi": bool(gpus),
             "mdevctl": False,  # with the first vGPU parent (add_pf)
+            "ppu-smi": bool(ppus),
         }
         for tool, module in TOOLS.items():
             if wanted[tool]:
@@ -360,6 +382,8 @@ class SimNode:
         node = cls(root)
         if gpu_states:
             node._lay_out_gpus(gpu_states)
+        if ppu_states:
+            node._lay_out_ppus(ppu_states)
         with node._mutate():
             pass  # renders the (empty) checkpoint
         return node
@@ -378,6 +402,24 @@ class SimNode:
             info = proc / "nvidia" / "gpus" / mig.proc_bus_dir(gpu["bus_id"]) / "information"
             info.parent.mkdir(parents=True, exist_ok=True)
             _write_atomic(info, mig.render_information(gpu))
+
+    def _lay_out_ppus(self, ppus: Sequence[State]) -> None:
+        """
+        The PPUs' device files, where gpustack's T-Head allocator looks (RECORD-FORMATS.md:
+        thead/mig_visibility.go): `/dev/alixpu`, `/dev/alixpu_ctl`, `/dev/alixpu_ppu<minor>`, and
+        per existing GI and CI `/dev/alixpu-caps/alixpu-cap<minor>` whose minor the driver's
+        `/proc/driver/alixpu/capabilities/ppu<minor>/mig/gi<G>[/ci<C>]/access` gives in its
+        `DeviceFileMinor:` line (`<node>/proc-driver/alixpu/...`). Made and removed with the
+        instances, as nvidia-caps' are; the minors (mig.ppu_cap_minor) and that file's other
+        lines (none written here) are UNVERIFIED: no public listing of either exists.
+        """
+        dev = self.rootfs / "dev"
+        (dev / "alixpu-caps").mkdir(parents=True, exist_ok=True)
+        (self.path / PROC_DRIVER / "alixpu" / "capabilities").mkdir(parents=True, exist_ok=True)
+        for name in ("alixpu", "alixpu_ctl"):
+            (dev / name).write_bytes(b"")
+        for ppu in ppus:
+            self.ppu_devfile(ppu["minor"]).write_bytes(b"")
 
     @property
     def rootfs(self) -> Path:
@@ -555,6 +597,9 @@ class SimNode:
             if "gpu_processes" in state:
                 gpu = [p for p in state["gpu_processes"] if p["pid"] != proc.pid]
                 state["gpu_processes"] = gpu
+            if "ppu_processes" in state:
+                ppu = [p for p in state["ppu_processes"] if p["pid"] != proc.pid]
+                state["ppu_processes"] = ppu
 
     def unhold_all(self) -> list[int]:
         """End every holder this node started (also detached ones); returns their pids."""
@@ -575,6 +620,12 @@ class SimNode:
                 _wait_gone(proc["pid"])
                 killed.append(proc["pid"])
             state["gpu_processes"].remove(proc)
+        for proc in [p for p in state.get("ppu_processes", []) if p["holder"]]:
+            if self._is_holder(proc):
+                os.kill(proc["pid"], signal.SIGKILL)
+                _wait_gone(proc["pid"])
+                killed.append(proc["pid"])
+            state["ppu_processes"].remove(proc)
         vg = state.get("vgpu") or vgpu.new_state()
         for proc in list(vg["vms"]):  # hypervisors and impostors
             if proc["pid"] in vgpu.CHILDREN or self._is_vm_process(proc):
@@ -612,6 +663,8 @@ class SimNode:
             state["processes"] = [p for p in state["processes"] if p["pid"] != pid]
             if "gpu_processes" in state:
                 state["gpu_processes"] = [p for p in state["gpu_processes"] if p["pid"] != pid]
+            if "ppu_processes" in state:
+                state["ppu_processes"] = [p for p in state["ppu_processes"] if p["pid"] != pid]
 
     def listed_processes(self, state: State) -> list[State]:
         """The process table npu-smi prints: holders only while they still hold their device."""
@@ -849,6 +902,222 @@ class SimNode:
             g.update(readings)
             for gi, used in (gi_memory_used_mib or {}).items():
                 mig.gi_at(g, gi)["memory_used_mib"] = used
+
+    # --- T-Head PPUs and their MIG (logic in enforcer/sim/mig.py, output in ppu_smi.py) ----------
+
+    def ppu_devfile(self, ppu_minor: int) -> Path:
+        """`<rootfs>/dev/alixpu_ppu<minor>`, the PPU's device file."""
+        return self.rootfs / "dev" / f"alixpu_ppu{ppu_minor}"
+
+    def _ppu_cap_path(self, ppu: Mapping[str, Any], gi: int, ci: int | None = None) -> Path:
+        minor = mig.ppu_cap_minor(ppu["minor"], gi, ci)
+        return self.rootfs / "dev" / "alixpu-caps" / f"alixpu-cap{minor}"
+
+    def _ppu_access_path(self, ppu: Mapping[str, Any], gi: int, ci: int | None = None) -> Path:
+        folder = self.path / PROC_DRIVER / "alixpu" / "capabilities" / f"ppu{ppu['minor']}"
+        folder = folder / "mig" / f"gi{gi}"
+        return (folder if ci is None else folder / f"ci{ci}") / "access"
+
+    def _make_ppu_cap(self, ppu: Mapping[str, Any], gi: int, ci: int | None = None) -> None:
+        self._ppu_cap_path(ppu, gi, ci).write_bytes(b"")
+        access = self._ppu_access_path(ppu, gi, ci)
+        access.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(access, f"DeviceFileMinor: {mig.ppu_cap_minor(ppu['minor'], gi, ci)}\n")
+
+    def _drop_ppu_cap(self, ppu: Mapping[str, Any], gi: int, ci: int | None = None) -> None:
+        self._retire(self._ppu_cap_path(ppu, gi, ci))
+        access = self._ppu_access_path(ppu, gi, ci)
+        access.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a GI's folder goes with its last entry
+            access.parent.rmdir()
+
+    def ppu_cap_file(self, ppu: int, gi: int, ci: int | None = None) -> Path:
+        """`/dev/alixpu-caps/alixpu-cap<minor>` of GI `gi` (`ci` None) or its CI on PPU `ppu`."""
+        return self._ppu_cap_path(_ppu_at(self.state(), ppu), gi, ci)
+
+    def ppu_access_file(self, ppu: int, gi: int, ci: int | None = None) -> Path:
+        """The driver's `capabilities/ppu<minor>/mig/gi<G>[/ci<C>]/access` (DeviceFileMinor)."""
+        return self._ppu_access_path(_ppu_at(self.state(), ppu), gi, ci)
+
+    def create_ppu_gi(
+        self, ppu: int, profile: str | int, *, ci: bool = True, start: int | None = None
+    ) -> int:
+        """
+        A GPU instance of `profile` (id, "2g24gb" or "MIG 2g24gb") on PPU index `ppu`, at the
+        lowest free placement (or `start`), with its default compute instance when `ci` (-C).
+        Returns its GI id; raises ppu-smi's refusal (MigError) when it cannot be made.
+        """
+        with self._mutate() as state:
+            p = _mig_ppu(state, ppu)
+            gp = mig.find_profile(p, profile)
+            if gp is None:
+                line = f"Unable to create a GPU instance on PPU {ppu} using profile {profile}"
+                raise MigError(f"{line}: {mig.INVALID}", mig.INVALID, mig.EXIT_INVALID_ARGUMENT)
+            new = mig.ppu_create_gi(p, gp, start)
+            self._make_ppu_cap(p, new["id"])
+            if ci:
+                self._new_ppu_ci(p, new, None)
+            return int(new["id"])
+
+    def create_ppu_ci(self, ppu: int, gi: int, profile: str | int | None = None) -> int:
+        """A compute instance in PPU GI `gi` (`profile` None: the default, the whole GI)."""
+        with self._mutate() as state:
+            p = _mig_ppu(state, ppu)
+            return self._new_ppu_ci(p, mig.gi_at(p, gi), profile)
+
+    def _new_ppu_ci(self, ppu: State, gi: State, profile: str | int | None) -> int:
+        cp = mig.ppu_find_ci_profile(mig.profile_of(ppu, gi), profile)
+        if cp is None:
+            raise MigError(
+                f"Unable to create a compute instance on PPU {ppu['index']} GPU instance ID "
+                f"{gi['id']} using profile {profile}: {mig.INVALID}",
+                mig.INVALID,
+                mig.EXIT_INVALID_ARGUMENT,
+            )
+        new = mig.ppu_create_ci(ppu, gi, cp)
+        self._make_ppu_cap(ppu, gi["id"], new["id"])
+        return int(new["id"])
+
+    def destroy_ppu_ci(self, ppu: int, gi: int, ci: int) -> None:
+        """
+        Destroy a PPU compute instance, or raise the refusal (wording UNVERIFIED, nvidia-smi's
+        with "PPU"): in use while ppu-smi lists a process on it or a live process has its
+        capability file open.
+        """
+        with self._mutate() as state:
+            p = _mig_ppu(state, ppu)
+            inst = mig.ci_at(p, gi, ci)
+            listed = [
+                x
+                for x in self.listed_ppu_processes(state)
+                if (x["ppu"], x["gi"], x["ci"]) == (ppu, gi, ci)
+            ]
+            if listed or pids_holding(self._ppu_cap_path(p, gi, ci)):
+                raise MigError(
+                    f"Unable to destroy compute instance ID {ci} from PPU {ppu} "
+                    f"GPU instance {gi}: {mig.IN_USE}",
+                    mig.IN_USE,
+                    mig.EXIT_IN_USE,
+                )
+            mig.gi_at(p, gi)["cis"].remove(inst)
+            self._drop_ppu_cap(p, gi, ci)
+
+    def destroy_ppu_gi(self, ppu: int, gi: int) -> None:
+        """
+        Destroy a PPU GPU instance, or raise the refusal (UNVERIFIED, as destroy_ppu_ci) while
+        it has compute instances (the doc destroys CIs with -dci before -dgi), a listed process
+        or a live process with its capability file open.
+        """
+        with self._mutate() as state:
+            p = _mig_ppu(state, ppu)
+            inst = mig.gi_at(p, gi)
+            listed = [
+                x for x in self.listed_ppu_processes(state) if (x["ppu"], x["gi"]) == (ppu, gi)
+            ]
+            if inst["cis"] or listed or pids_holding(self._ppu_cap_path(p, gi)):
+                raise MigError(
+                    f"Unable to destroy GPU instance ID {gi} from PPU {ppu}: {mig.IN_USE}",
+                    mig.IN_USE,
+                    mig.EXIT_IN_USE,
+                )
+            p["gis"].remove(inst)
+            self._drop_ppu_cap(p, gi)
+
+    def ppu_mig_uuid(self, ppu: int, gi: int, ci: int) -> str:
+        """The MIG device UUID of the CI at (PPU, GI id, CI id): uuid5, as mig.mig_uuid."""
+        return mig.mig_uuid(_ppu_at(self.state(), ppu), gi, ci)
+
+    def ppu_instances(self, ppu: int) -> list[State]:
+        """PPU `ppu`'s GIs by id, each with "name" and its CIs (by id) with "name" and "uuid"."""
+        p = _ppu_at(self.state(), ppu)
+        found = []
+        for gi in sorted(p["gis"], key=lambda g: g["id"]):
+            gp = mig.profile_of(p, gi)
+            cis = [
+                {
+                    **ci,
+                    "name": mig.ppu_ci_profile_of(gp, ci).name,
+                    "uuid": mig.mig_uuid(p, gi["id"], ci["id"]),
+                }
+                for ci in sorted(gi["cis"], key=lambda c: c["id"])
+            ]
+            found.append({**gi, "name": gp.name, "cis": cis})
+        return found
+
+    def hold_ppu_mig(
+        self,
+        ppu: int,
+        gi: int,
+        ci: int = 0,
+        *,
+        lifetime: float = 600,
+        detach: bool = False,
+        pod_uid: str | None = None,
+        listed: bool = True,
+        memory_mib: int = 512,
+    ) -> subprocess.Popen[bytes]:
+        """
+        `hold_mig` for a PPU: a real `sleep` with the CI's `/dev/alixpu-caps/alixpu-cap<minor>`
+        and `/dev/alixpu_ppu<minor>` open, listed by ppu-smi on that GI/CI when `listed`.
+        """
+        with self._mutate() as state:
+            p = _mig_ppu(state, ppu)
+            mig.ci_at(p, gi, ci)
+            cap = self._ppu_cap_path(p, gi, ci)
+            with open(cap, "rb") as cap_fd, open(self.ppu_devfile(p["minor"]), "rb") as dev_fd:
+                proc = subprocess.Popen(
+                    ["sleep", str(max(1, int(lifetime)))],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    pass_fds=(cap_fd.fileno(), dev_fd.fileno()),
+                    start_new_session=detach,
+                )
+            state["ppu_processes"].append(
+                _ppu_process(ppu, gi, ci, proc.pid, "sleep", memory_mib, "C", listed, str(cap))
+                | {"pod_uid": pod_uid}
+            )
+        return proc
+
+    def add_ppu_process(
+        self,
+        ppu: int,
+        gi: int | None,
+        ci: int | None,
+        pid: int,
+        name: str,
+        memory_mib: int = 512,
+        type: str = "C",  # noqa: A002 - ppu-smi's column name
+    ) -> None:
+        """A process row ppu-smi lists (any pid, nothing started); gi/ci None print N/A."""
+        with self._mutate() as state:
+            p = _ppu_at(state, ppu)
+            if gi is not None:
+                mig.ci_at(p, gi, 0 if ci is None else ci)
+            state["ppu_processes"].append(
+                _ppu_process(ppu, gi, ci, pid, name, memory_mib, type, True, None)
+            )
+
+    def listed_ppu_processes(self, state: State) -> list[State]:
+        """The processes ppu-smi lists: added ones, and listed holders while they hold."""
+        return [
+            p
+            for p in state.get("ppu_processes", [])
+            if not p["holder"] or (p["listed"] and self._is_holder(p))
+        ]
+
+    def set_ppu_readings(
+        self, ppu: int, *, gi_memory_used_mib: Mapping[int, int] | None = None, **readings: Any
+    ) -> None:
+        """`set_readings` for a PPU (mig.PPU_READINGS), to reproduce the doc's tables."""
+        unknown = set(readings) - set(mig.PPU_READINGS)
+        if unknown:
+            raise ValueError(f"unknown readings {sorted(unknown)}; have {sorted(mig.PPU_READINGS)}")
+        with self._mutate() as state:
+            p = _ppu_at(state, ppu)
+            p.update(readings)
+            for gi, used in (gi_memory_used_mib or {}).items():
+                mig.gi_at(p, gi)["memory_used_mib"] = used
 
     # --- gpustack's MIG markers ------------------------------------------------------------------
 
@@ -1318,6 +1587,14 @@ class SimNode:
                         self._retire(self._cap_path(gpu, gi["id"], ci["id"]))
                     self._retire(self._cap_path(gpu, gi["id"]))
                 gpu["gis"] = []
+            for ppu in state.get("ppus", []):  # nor do a PPU's (UNVERIFIED, as NVIDIA's)
+                for gi in ppu["gis"]:
+                    for ci in gi["cis"]:
+                        self._drop_ppu_cap(ppu, gi["id"], ci["id"])
+                    self._drop_ppu_cap(ppu, gi["id"])
+                ppu["gis"] = []
+            if "ppu_processes" in state:
+                state["ppu_processes"] = []
             if state.get("vgpu"):
                 vgpu.reboot(vgpu.Tree(self.path), state["vgpu"])
             state.update(vnpus=[], processes=[], gpu_processes=[], boot_id=str(uuid.uuid4()))
@@ -1390,6 +1667,48 @@ def _new_state(chips: list[State], boot_id: str | None, version: str, mcu: bool)
         "checkpoint": [],
         "registered": {},
         "faults": _no_faults(),
+    }
+
+
+def _ppu_at(state: State, index: int) -> State:
+    """A PPU by index; ppu-smi's "No devices were found" (UNVERIFIED: nvidia-smi's) if none."""
+    for ppu in state.get("ppus", []):
+        if ppu["index"] == index:
+            return ppu
+    raise MigError("No devices were found", mig.NOT_FOUND, mig.EXIT_NOT_FOUND)
+
+
+def _mig_ppu(state: State, index: int) -> State:
+    ppu = _ppu_at(state, index)
+    if not ppu["mig"]:
+        raise MigError(mig.NO_MIG, mig.NOT_FOUND, mig.EXIT_NOT_FOUND)
+    return ppu
+
+
+def _ppu_process(
+    ppu: int,
+    gi: int | None,
+    ci: int | None,
+    pid: int,
+    name: str,
+    memory_mib: int,
+    kind: str,
+    listed: bool,
+    cap: str | None,
+) -> State:
+    return {
+        "ppu": ppu,
+        "gpu": ppu,  # the key mig.gpu_memory_used reads
+        "gi": gi,
+        "ci": ci,
+        "pid": pid,
+        "name": name,
+        "memory_mib": memory_mib,
+        "type": kind,
+        "holder": cap is not None,
+        "listed": listed,
+        "cap": cap,
+        "pod_uid": None,
     }
 
 
