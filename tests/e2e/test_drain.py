@@ -36,8 +36,8 @@ def start(node: Node, deploy: str, log: Path) -> int:
     return node.ns.start([*argv, deploy], log)
 
 
-def run(node: Node, deploy: str) -> tuple[int, str]:
-    done = node.ns.run([PYINFRA, "-y", str(node.inventory), deploy], cwd=str(REPO))
+def run(node: Node, deploy: str, *args: str) -> tuple[int, str]:
+    done = node.ns.run([PYINFRA, "-y", str(node.inventory), deploy, *args], cwd=str(REPO))
     return done.returncode, done.stdout + done.stderr
 
 
@@ -214,6 +214,17 @@ def test_drain_interrupted_half_way_and_run_again_finishes_and_records_every_des
     drained = marker(seed_node)
     assert drained["state"] == "drained"
     assert {d["id"] for d in drained["destroyed"]} == {"100", "101", "102"}
+
+
+def test_a_dry_drain_reads_once_and_changes_nothing(seed_node, tmp_path, api_node):
+    config = kubeconfig(tmp_path / "kubeconfig", api_node["url"])
+    seed_node.configure(**drain_data(enforcer_drain_cordon=True, enforcer_kubeconfig=config))
+    pods_leave(seed_node, INFER_B, TRAIN_C)
+    rc, output = run(seed_node, "drain.py", "--dry")
+    assert rc == 0, output
+    assert "would cordon node k3s-310p" in output and api_node["patches"] == []
+    assert "orphan (would destroy)" in output and "drain: waited" not in output
+    assert seed_node.vnpus() == {100, 101, 102} and marker(seed_node) is None
 
 
 def test_a_host_in_plan_mode_is_not_drained(seed_node):
