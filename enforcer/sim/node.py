@@ -16,7 +16,8 @@ A node with GPUs also has (MIG logic in enforcer/sim/mig.py):
                                                      capability of every existing GI and CI
     <node>/proc-driver/nvidia-caps/mig-minors        bind-mounted over /proc/driver by the
     <node>/proc-driver/nvidia/gpus/<bus>/information   namespace agent (namespace.py)
-    <node>/rootfs/var/lib/gpustack/operator/pods/... gpustack MIG markers (`write_marker`)
+    <node>/rootfs/var/lib/gpustack/operator/pods/... gpustack MIG markers (`write_marker`;
+                                                     a PPU's: `write_ppu_marker`)
 
 vGPUs a VMM gives to VMs (logic and the sysfs layout in enforcer/sim/vgpu.py; `add_pf`):
 
@@ -104,6 +105,10 @@ FAULT_POINTS = {
     "mdevctl": ("list", "list-defined"),
     "ppu-smi": ("list", "table", "lgip", "lgipp", "lgi", "lci", "lcip", "cgi", "cci", "dci", "dgi"),
 }
+# fail_gis of `dgi`/`dci`, per tool: state["faults"][key] = {"dgi": [[card, gi]...], "dci": ...}.
+# ppu-smi's key is made on its first use, so a node that never had one is stored as before.
+PPU_MIG_FAIL = "ppu_mig_fail"
+MIG_FAIL_KEYS = {"nvidia-smi": "mig_fail", "ppu-smi": PPU_MIG_FAIL}
 _OVERRIDE_KEYS = {"exit": int, "stdout": str, "stderr": str, "hang_seconds": (int, float)}
 
 # Pod phase -> (sandbox state, container state), as kubelet drives the CRI; None: not created yet.
@@ -978,21 +983,23 @@ class SimNode:
         self._make_ppu_cap(ppu, gi["id"], new["id"])
         return int(new["id"])
 
-    def destroy_ppu_ci(self, ppu: int, gi: int, ci: int) -> None:
+    def destroy_ppu_ci(self, ppu: int, gi: int, ci: int, *, honor_faults: bool = False) -> None:
         """
         Destroy a PPU compute instance, or raise the refusal (wording UNVERIFIED, nvidia-smi's
         with "PPU"): in use while ppu-smi lists a process on it or a live process has its
-        capability file open.
+        capability file open. `honor_faults` applies ppu-smi's fail_gis of `dci` (the ppu-smi
+        tool passes it).
         """
         with self._mutate() as state:
             p = _mig_ppu(state, ppu)
             inst = mig.ci_at(p, gi, ci)
+            failing = _mig_fails(state, "dci", PPU_MIG_FAIL) if honor_faults else []
             listed = [
                 x
                 for x in self.listed_ppu_processes(state)
                 if (x["ppu"], x["gi"], x["ci"]) == (ppu, gi, ci)
             ]
-            if listed or pids_holding(self._ppu_cap_path(p, gi, ci)):
+            if [ppu, gi] in failing or listed or pids_holding(self._ppu_cap_path(p, gi, ci)):
                 raise MigError(
                     f"Unable to destroy compute instance ID {ci} from PPU {ppu} "
                     f"GPU instance {gi}: {mig.IN_USE}",
@@ -1002,19 +1009,22 @@ class SimNode:
             mig.gi_at(p, gi)["cis"].remove(inst)
             self._drop_ppu_cap(p, gi, ci)
 
-    def destroy_ppu_gi(self, ppu: int, gi: int) -> None:
+    def destroy_ppu_gi(self, ppu: int, gi: int, *, honor_faults: bool = False) -> None:
         """
         Destroy a PPU GPU instance, or raise the refusal (UNVERIFIED, as destroy_ppu_ci) while
         it has compute instances (the doc destroys CIs with -dci before -dgi), a listed process
-        or a live process with its capability file open.
+        or a live process with its capability file open. `honor_faults` applies ppu-smi's
+        fail_gis of `dgi` (the ppu-smi tool passes it).
         """
         with self._mutate() as state:
             p = _mig_ppu(state, ppu)
             inst = mig.gi_at(p, gi)
+            failing = _mig_fails(state, "dgi", PPU_MIG_FAIL) if honor_faults else []
             listed = [
                 x for x in self.listed_ppu_processes(state) if (x["ppu"], x["gi"]) == (ppu, gi)
             ]
-            if inst["cis"] or listed or pids_holding(self._ppu_cap_path(p, gi)):
+            cap = self._ppu_cap_path(p, gi)
+            if inst["cis"] or [ppu, gi] in failing or listed or pids_holding(cap):
                 raise MigError(
                     f"Unable to destroy GPU instance ID {gi} from PPU {ppu}: {mig.IN_USE}",
                     mig.IN_USE,
@@ -1098,6 +1108,10 @@ class SimNode:
                 _ppu_process(ppu, gi, ci, pid, name, memory_mib, type, True, None)
             )
 
+    def ppu_holders(self, state: State) -> list[State]:
+        """The `hold_ppu_mig` holders still holding their CI (listed in ppu-smi or not)."""
+        return [p for p in state.get("ppu_processes", []) if p["holder"] and self._is_holder(p)]
+
     def listed_ppu_processes(self, state: State) -> list[State]:
         """The processes ppu-smi lists: added ones, and listed holders while they hold."""
         return [
@@ -1157,14 +1171,50 @@ class SimNode:
             "length": inst["size"],
         }
         folder = self.marker_dir(pod_uid, root) / f"c-{container}"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"nvidia-mig-{g['uuid']}.json"
-        handle, tmp = tempfile.mkstemp(prefix=".nvidia-mig-", suffix=".tmp", dir=folder)
-        with os.fdopen(handle, "w") as out:
-            out.write(_go_json(record))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-        return path
+        return _publish_marker(folder, "nvidia", g["uuid"], record, 0o644)
+
+    def write_ppu_marker(
+        self,
+        pod_uid: str,
+        container: str,
+        ppu: int,
+        gi: int,
+        ci: int = 0,
+        *,
+        root: str = GPUSTACK_PODS,
+    ) -> Path:
+        """
+        gpustack's T-Head ownership record for the PPU MIG device (PPU, GI, CI), as
+        allocator/thead/mig.go writeMarker makes it: `<root>/<podUID>/c-<container>/
+        thead-mig-<PPU UUID>.json`, json.Marshal of its migMarker (podUID, container, card,
+        profile, profileID, giID, ciID, migUUID, computeSlices, start, length: that struct's
+        order), mode 0600 (osx.DurableWrite(path, data, 0o600): the NVIDIA record's is 0644).
+        "profile" is ppu-smi's name without "MIG " ("4g48gb": nodefeature keeps T-Head's own
+        separator-less spelling internally and publishes "4g.48gb" only in resource keys; the
+        caller's spelling was not traced) and "profileID" its -lgi profile id (gpustack records
+        the driver's raw id); "computeSlices" is the GI's slice count ("2g" -> 2),
+        UNVERIFIED (gpustack takes it from the detector's profile record, not read here). The temp
+        file is `.thead-mig-*.tmp` as for NVIDIA; DurableWrite's own temp naming is unknown.
+        """
+        p = _ppu_at(self.state(), ppu)
+        inst = mig.gi_at(p, gi)
+        mig.ci_at(p, gi, ci)
+        gp = mig.profile_of(p, inst)
+        record = {
+            "podUID": pod_uid,
+            "container": container,
+            "card": p["uuid"],
+            "profile": gp.name,
+            "profileID": gp.id,
+            "giID": gi,
+            "ciID": ci,
+            "migUUID": mig.mig_uuid(p, gi, ci),
+            "computeSlices": gp.size,
+            "start": inst["start"],
+            "length": inst["size"],
+        }
+        folder = self.marker_dir(pod_uid, root) / f"c-{container}"
+        return _publish_marker(folder, "thead", p["uuid"], record, 0o600)
 
     def remove_marker_dir(self, pod_uid: str, root: str = GPUSTACK_PODS) -> None:
         """gpustack's GC of a pod gone from the live set: `<root>/<podUID>` removed."""
@@ -1608,7 +1658,8 @@ class SimNode:
         when any is given), hang_seconds (sleep first). For npu-smi destroy-vnpu also
         fail_ids=[ids] (refused as in use though free) and lie_ids=[ids] (success printed,
         vNPU kept). For nvidia-smi dgi / dci also fail_gis=[(gpu, gi)]: destroying that GPU
-        instance (dgi) or its compute instances (dci) is refused "In use by another client".
+        instance (dgi) or its compute instances (dci) is refused "In use by another client";
+        likewise for ppu-smi dgi / dci with fail_gis=[(ppu, gi)], kept apart from NVIDIA's.
         """
         if subcommand not in FAULT_POINTS.get(tool, ()):
             raise ValueError(f"no fault point {tool} {subcommand}; have {FAULT_POINTS}")
@@ -1616,8 +1667,8 @@ class SimNode:
         if (fail or lie) and (tool, subcommand) != ("npu-smi", "destroy-vnpu"):
             raise ValueError("fail_ids/lie_ids are faults of npu-smi destroy-vnpu only")
         fail_gis = [[int(g), int(gi)] for g, gi in spec.pop("fail_gis", None) or ()]
-        if fail_gis and (tool, subcommand) not in (("nvidia-smi", "dgi"), ("nvidia-smi", "dci")):
-            raise ValueError("fail_gis is a fault of nvidia-smi dgi and dci only")
+        if fail_gis and (tool not in MIG_FAIL_KEYS or subcommand not in ("dgi", "dci")):
+            raise ValueError("fail_gis is a fault of nvidia-smi and ppu-smi dgi and dci only")
         _check_override(spec)
         with self._mutate() as state:
             faults = state["faults"]
@@ -1626,7 +1677,7 @@ class SimNode:
             faults["destroy_fail"] = sorted(set(faults["destroy_fail"]) | set(fail or ()))
             faults["destroy_lies"] = sorted(set(faults["destroy_lies"]) | set(lie or ()))
             if fail_gis:
-                mig_fail = faults.setdefault("mig_fail", {"dgi": [], "dci": []})
+                mig_fail = faults.setdefault(MIG_FAIL_KEYS[tool], {"dgi": [], "dci": []})
                 merged = {tuple(x) for x in mig_fail[subcommand]} | {tuple(x) for x in fail_gis}
                 mig_fail[subcommand] = [list(x) for x in sorted(merged)]
 
@@ -1716,8 +1767,22 @@ def _no_faults() -> State:
     return {"tools": {}, "destroy_fail": [], "destroy_lies": [], "mig_fail": {"dgi": [], "dci": []}}
 
 
-def _mig_fails(state: State, subcommand: str) -> list[list[int]]:
-    return list(state["faults"].get("mig_fail", {}).get(subcommand, []))
+def _mig_fails(state: State, subcommand: str, key: str = "mig_fail") -> list[list[int]]:
+    return list(state["faults"].get(key, {}).get(subcommand, []))
+
+
+def _publish_marker(
+    folder: Path, vendor: str, card: str, record: Mapping[str, Any], mode: int
+) -> Path:
+    """`<folder>/<vendor>-mig-<card>.json`: Go json.Marshal, temp file + chmod + rename."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{vendor}-mig-{card}.json"
+    handle, tmp = tempfile.mkstemp(prefix=f".{vendor}-mig-", suffix=".tmp", dir=folder)
+    with os.fdopen(handle, "w") as out:
+        out.write(_go_json(record))
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+    return path
 
 
 def _go_json(record: Mapping[str, Any]) -> str:

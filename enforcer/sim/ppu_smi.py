@@ -44,6 +44,8 @@ UNVERIFIED (no public text shows it; facts/ppu.py accepts what is printed here):
 Not simulated: `mig -r`, `-lcipp`, `vgpu` (out of scope in issue 8 unless a record ties a vGPU
 to a pod), `-q`. A failed create stops at the first refusal; a destroy tries every target and
 ends with "Failed to destroy ...: <reason>" when one was refused. All output goes to stdout.
+`-dci`/`-dgi` honor the node's ppu-smi fail_gis faults (SimNode.set_fault: a (PPU, GI) refused
+"In use by another client" though free); the Python API (destroy_ppu_ci/gi) does not.
 """
 
 from __future__ import annotations
@@ -517,7 +519,7 @@ def _dci(node: SimNode, opts: dict[str, Any]) -> Answer:
 
     def destroy(target: tuple[State, State, State]) -> str:
         ppu, gi, ci = target
-        node.destroy_ppu_ci(ppu["index"], gi["id"], ci["id"])
+        node.destroy_ppu_ci(ppu["index"], gi["id"], ci["id"], honor_faults=True)
         return (
             f"Successfully destroyed compute instance ID {ci['id']} from PPU {ppu['index']} "
             f"GPU instance {gi['id']}\n"
@@ -531,7 +533,7 @@ def _dgi(node: SimNode, opts: dict[str, Any]) -> Answer:
 
     def destroy(target: tuple[State, State]) -> str:
         ppu, gi = target
-        node.destroy_ppu_gi(ppu["index"], gi["id"])
+        node.destroy_ppu_gi(ppu["index"], gi["id"], honor_faults=True)
         return f"Successfully destroyed GPU instance ID {gi['id']} from PPU {ppu['index']}\n"
 
     return _destroy_all(targets, destroy, "GPU")

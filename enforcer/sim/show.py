@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from enforcer.sim import mig
-from enforcer.sim.node import State
+from enforcer.sim.node import PPU_MIG_FAIL, State
 
 if TYPE_CHECKING:
     from enforcer.sim.node import SimNode
@@ -58,6 +58,29 @@ def _gpu_lines(node: SimNode, state: State) -> list[str]:
     return lines
 
 
+def _ppu_lines(node: SimNode, state: State) -> list[str]:
+    """The T-Head PPUs as `_gpu_lines` shows GPUs: the ppu-smi -lgi order is by GI id."""
+    lines = []
+    holders = {(p["ppu"], p["gi"], p["ci"]): p["pid"] for p in node.ppu_holders(state)}
+    for ppu in state.get("ppus", []):
+        mode = "MIG on" if ppu["mig"] else "MIG off"
+        lines.append(
+            f"ppu {ppu['index']} {ppu['name']} {ppu['uuid']} (minor {ppu['minor']}, "
+            f"{ppu['bus_id']}): {mode}, {len(ppu['gis'])} GPU instance(s)"
+        )
+        for gi in sorted(ppu["gis"], key=lambda g: g["id"]):
+            gp = mig.profile_of(ppu, gi)
+            lines.append(f"  gi {gi['id']} {gp.name} {gi['start']}:{gi['size']}")
+            for ci in sorted(gi["cis"], key=lambda c: c["id"]):
+                held = holders.get((ppu["index"], gi["id"], ci["id"]))
+                lines.append(
+                    f"    ci {ci['id']} {mig.ppu_ci_profile_of(gp, ci).name} "
+                    f"{mig.mig_uuid(ppu, gi['id'], ci['id'])}"
+                    + (f", held by pid {held}" if held else "")
+                )
+    return lines
+
+
 def _pod_lines(state: State) -> list[str]:
     lines = [f"pods: {len(state['pods'])}"]
     for pod in state["pods"]:
@@ -73,9 +96,9 @@ def _checkpoint_lines(state: State) -> list[str]:
     lines = [f"checkpoint entries: {len(state['checkpoint'])}"]
     for e in state["checkpoint"]:
         envs = ",".join(f"{k}={v}" for k, v in e["envs"].items())
-        lines.append(
-            f"  {e['pod_uid']}/{e['container']} {e['resource']} {','.join(e['device_ids'])} {envs}"
-        )
+        devices = f" devices {','.join(e['devices'])}" if e.get("devices") else ""
+        line = f"  {e['pod_uid']}/{e['container']} {e['resource']} {','.join(e['device_ids'])}"
+        lines.append(f"{line} {envs}".rstrip() + devices)
     return lines
 
 
@@ -83,13 +106,15 @@ def _fault_lines(state: State) -> list[str]:
     faults = state["faults"]
     points = [f"{tool} {sub}" for tool, subs in faults["tools"].items() for sub in subs]
     mig_fails = {k: v for k, v in faults.get("mig_fail", {}).items() if v}
-    if not (points or faults["destroy_fail"] or faults["destroy_lies"] or mig_fails):
+    ppu_fails = {k: v for k, v in faults.get(PPU_MIG_FAIL, {}).items() if v}
+    if not (points or faults["destroy_fail"] or faults["destroy_lies"] or mig_fails or ppu_fails):
         return ["faults: none"]
     line = (
         f"faults: answers {points or '-'}, destroy fails {faults['destroy_fail'] or '-'}, "
         f"destroy lies {faults['destroy_lies'] or '-'}"
     )
-    return [line + (f", MIG destroy fails {mig_fails}" if mig_fails else "")]
+    line += f", MIG destroy fails {mig_fails}" if mig_fails else ""
+    return [line + (f", PPU MIG destroy fails {ppu_fails}" if ppu_fails else "")]
 
 
 def render_summary(node: SimNode, state: State) -> str:
@@ -98,9 +123,12 @@ def render_summary(node: SimNode, state: State) -> str:
         head += f" npu-smi {state['npu_smi_version']}"
     if state.get("gpus"):
         head += f" nvidia driver {state['nvidia']['driver_version']}"
+    if state.get("ppus"):
+        head += f" ppu driver {state['thead']['driver_version']}"
     body = [
         *_chip_lines(node, state),
         *_gpu_lines(node, state),
+        *_ppu_lines(node, state),
         *_pod_lines(state),
         *_checkpoint_lines(state),
         *_fault_lines(state),

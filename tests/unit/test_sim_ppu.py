@@ -2,13 +2,19 @@
 The simulated node's T-Head PPUs (enforcer/sim/ppu_smi.py, mig.py's T-Head section): ppu-smi
 prints what the T-Head SAIL PPU-SMI reference shows (../shared/samples/ppu-smi_*, byte for byte
 where the doc's state can be made again), facts/ppu.py reads every output back as the state it
-came from, create and destroy round trip, a GI with compute instances is refused, and the device
-and procfs files are where gpustack's T-Head allocator looks. NVIDIA nodes are unchanged.
+came from, create and destroy round trip, a GI with compute instances is refused, the device
+and procfs files are where gpustack's T-Head allocator looks, its ownership records are its
+writer's, and the MIG story on a PPU node (enforcer.sim.ppu_story) is built as told. NVIDIA nodes
+are unchanged.
 """
 
 from __future__ import annotations
 
+import base64
 import difflib
+import json
+import os
+import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +23,11 @@ from typing import Any
 import pytest
 from samples import SAMPLES, sample
 
-from enforcer.sim import mig
-from enforcer.sim.node import H100, PPU, SimNode
+from enforcer.sim import mig, ppu_story
+from enforcer.sim.mig import MigError
+from enforcer.sim.node import GPUSTACK_PODS, H100, PPU, SimNode
+from facts.checkpoint import parse_checkpoint
+from facts.markers import Marker, parse_marker_listing
 from facts.nvidia import ComputeInstance, Gpu, GpuInstance, GpuProcess, GpuRow
 from facts.ppu import parse_compute_instances, parse_gpu_instances, parse_ppu_list, parse_smi
 
@@ -398,3 +407,161 @@ def test_ppus_and_gpus_on_one_node_keep_to_their_own_tool(make_node):
     assert "PPU" not in nvidia and nvidia.count("  MIG ") == 1
     assert parse_ppu_list(ok(node, "-L"))[0] == [Gpu(0, "PPU", PPU["uuid"])]
     assert len(node.gpu_instances(0)) == 1 and len(node.ppu_instances(0)) == 1
+
+
+# --- gpustack's T-Head records, faults, summary -------------------------------------------------
+
+UID_A = "5b2e8c41-9d3a-4f7e-a1c6-0e4d7b9a2f13"
+
+
+def marker_listing(node: SimNode, root: str = GPUSTACK_PODS) -> str:
+    """The node read's listing of a marker root (tests/unit/test_markers.py's shape)."""
+    top = node.rootfs / root.lstrip("/")
+    lines = []
+    for path in sorted(p for p in top.rglob("*") if p.is_file()):
+        rel = str(path.relative_to(top)).encode()
+        lines.append(
+            f"{base64.b64encode(rel).decode()} {base64.b64encode(path.read_bytes()).decode()}"
+        )
+    return "".join(f"{line}\n" for line in lines)
+
+
+def test_a_ppu_marker_is_gpustacks_thead_record_and_parses(make_node):
+    node = make_node(PPU, PPU1)
+    node.create_ppu_gi(1, "1g12gb")
+    gi = node.create_ppu_gi(1, "2g24gb")  # GI 1 at 2:2, profile id 1
+    path = node.write_ppu_marker(UID_A, "vllm", 1, gi)
+    root = node.rootfs / "var/lib/gpustack/operator/pods"
+    assert path == root / UID_A / "c-vllm" / f"thead-mig-{PPU1['uuid']}.json"
+    mig_uuid = node.ppu_mig_uuid(1, gi, 0)
+    assert path.read_text() == (
+        f'{{"podUID":"{UID_A}","container":"vllm","card":"{PPU1["uuid"]}","profile":"2g24gb",'
+        f'"profileID":1,"giID":1,"ciID":0,"migUUID":"{mig_uuid}","computeSlices":2,'
+        '"start":2,"length":2}'
+    )
+    assert json.loads(path.read_text())["migUUID"] == node.ppu_instances(1)[1]["cis"][0]["uuid"]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # thead/mig.go: DurableWrite(..., 0o600)
+    assert os.listdir(path.parent) == [path.name]  # no temp file left
+    rel = f"{UID_A}/c-vllm/{path.name}"
+    assert parse_marker_listing(marker_listing(node)) == (
+        [Marker("thead", UID_A, "vllm", PPU1["uuid"], "2g24gb", gi, 0, mig_uuid, 2, 2, rel)],
+        [],
+    )
+    node.remove_marker_dir(UID_A)
+    assert not (root / UID_A).exists()
+    with pytest.raises(MigError):
+        node.write_ppu_marker(UID_A, "vllm", 1, 5)
+
+
+def test_ppu_and_nvidia_markers_of_one_pod_sit_side_by_side(make_node):
+    node = make_node(PPU, gpus=(H100,))
+    node.write_marker(UID_A, "main", 0, node.create_gi(0, "1g.10gb"))
+    node.write_ppu_marker(UID_A, "main", 0, node.create_ppu_gi(0, "1g12gb"))
+    markers, unreadable = parse_marker_listing(marker_listing(node))
+    assert unreadable == [] and sorted(m.vendor for m in markers) == ["nvidia", "thead"]
+
+
+def test_ppu_fail_gis_refuses_a_free_instance_in_ppu_smi_only(make_node):
+    node = make_node(PPU, gpus=(H100,))
+    gi = node.create_ppu_gi(0, "1g12gb", ci=False)
+    node.set_fault("ppu-smi", "dgi", fail_gis=[(0, gi)])
+    done = smi(node, "mig", "-dgi", "-gi", str(gi))
+    assert done.returncode == mig.EXIT_IN_USE and "In use by another client" in done.stdout
+    assert f"Unable to destroy GPU instance ID {gi} from PPU 0" in done.stdout
+    assert "PPU MIG destroy fails {'dgi': [[0, 0]]}" in node.summary()
+    assert "MIG destroy fails {'dgi'" not in node.summary().replace("PPU MIG destroy", "")
+    nvidia_gi = node.create_gi(0, "1g.10gb", ci=False)  # GPU 0 GI: NVIDIA's faults are apart
+    nvidia = subprocess.run(
+        [str(node.tool("nvidia-smi")), "mig", "-dgi", "-gi", str(nvidia_gi)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert nvidia.returncode == 0, nvidia
+    node.destroy_ppu_gi(0, gi)  # the Python API is not the tool: no faults
+    gi = node.create_ppu_gi(0, "1g12gb")
+    node.set_fault("ppu-smi", "dci", fail_gis=[(0, gi)])
+    done = smi(node, "mig", "-dci")
+    assert done.returncode == mig.EXIT_IN_USE and "In use by another client" in done.stdout
+    assert node.ppu_instances(0)[0]["cis"]
+    node.clear_faults()
+    ok(node, "mig", "-dci")
+    with pytest.raises(ValueError, match="fail_gis"):
+        node.set_fault("ppu-smi", "lgi", fail_gis=[(0, 0)])
+
+
+def test_nvidia_fail_gis_leave_ppu_smi_alone(make_node):
+    node = make_node(PPU, gpus=(H100,))
+    gi = node.create_ppu_gi(0, "1g12gb", ci=False)
+    node.set_fault("nvidia-smi", "dgi", fail_gis=[(0, gi)])
+    ok(node, "mig", "-dgi", "-gi", str(gi))
+    assert "PPU MIG" not in node.summary()
+
+
+def test_the_summary_shows_ppus_their_instances_and_holders(make_node):
+    node = make_node(PPU)
+    gi = node.create_ppu_gi(0, "2g24gb")
+    holder = node.hold_ppu_mig(0, gi, 0, listed=False)
+    text = node.summary()
+    head = text.splitlines()[0]
+    assert head.endswith("ppu driver 2.1.0-dbda51") and "nvidia" not in head
+    assert (
+        f"ppu 0 PPU-ZW810E {PPU['uuid']} (minor 0, 00000000:08:00.0): MIG on, 1 GPU instance(s)\n"
+        "  gi 0 2g24gb 0:2\n"
+        f"    ci 0 16u.2g24gb {node.ppu_mig_uuid(0, gi, 0)}, held by pid {holder.pid}\n"
+    ) in text
+    node.unhold(holder)
+    assert "held by" not in node.summary()
+
+
+# --- the MIG story on a PPU node -----------------------------------------------------------------
+
+
+def test_the_ppu_story_is_built_as_told(tmp_path):
+    node, gis = ppu_story.build(tmp_path / "node")
+    try:
+        assert gis == {"a": 0, "b": 1, "leak": 2}
+        listed = parse_gpu_instances(ok(node, "mig", "-lgi"))
+        assert [(g.gpu, g.gi, g.profile, g.start, g.size) for g in listed] == [
+            (0, 0, "4g48gb", 0, 4),
+            (0, 1, "1g12gb", 6, 1),
+            (0, 2, "2g24gb", 4, 2),
+        ]
+        ppus, migs = parse_ppu_list(ok(node, "-L"))
+        assert ppus == [Gpu(0, "PPU", PPU["uuid"])]
+        assert [m.uuid for m in migs] == [node.ppu_mig_uuid(0, gi, 0) for gi in (0, 1, 2)]
+        markers, unreadable = parse_marker_listing(marker_listing(node))
+        assert unreadable == []
+        assert [(m.vendor, m.pod_uid, m.card, m.gi, m.mig_uuid) for m in markers] == [
+            ("thead", ppu_story.LLM_A, PPU["uuid"], gis["a"], node.ppu_mig_uuid(0, gis["a"], 0))
+        ]
+        assert not node.marker_dir(ppu_story.LLM_B).exists()
+        pods = {p["uid"]: p["phase"] for p in node.state()["pods"]}
+        assert pods == {ppu_story.LLM_A: "Running", ppu_story.LLM_B: "ContainerCreating"}
+        entries = {e.pod_uid: e for e in parse_checkpoint(node.checkpoint_path.read_text())}
+        assert set(entries) == {ppu_story.LLM_A, ppu_story.LLM_B}
+        for uid, gi, slot in ((ppu_story.LLM_A, gis["a"], 0), (ppu_story.LLM_B, gis["b"], 1)):
+            entry = entries[uid]
+            assert entry.resource == ppu_story.RESOURCE == "alibabacloud.com/ppu.partitioned"
+            assert entry.device_ids == (f"partitioned:{PPU['uuid']}:{slot:04d}",)
+            assert entry.envs == ()  # the T-Head Allocate answers device nodes only
+            caps = [mig.ppu_cap_minor(0, gi), mig.ppu_cap_minor(0, gi, 0)]
+            assert entry.devices == (
+                "/dev/alixpu",
+                "/dev/alixpu_ctl",
+                "/dev/alixpu_ppu0",
+                *(f"/dev/alixpu-caps/alixpu-cap{m}" for m in caps),
+            )
+            for dev in entry.devices:  # each names a file of the node
+                assert (node.rootfs / dev.lstrip("/")).exists(), dev
+        assert ppu_story.tools(node.path) == {
+            "ppu-smi": str(node.path / "bin/ppu-smi"),
+            "crictl": str(node.path / "bin/crictl"),
+        }
+        assert ppu_story.HOST_DATA["enforcer_marker_roots"] == [GPUSTACK_PODS]
+        holder = node.hold_ppu_mig(0, gis["a"], pod_uid=ppu_story.LLM_A)  # the caller's part
+        assert [p.pid for p in parse_smi(ok(node)).processes] == [holder.pid]
+        assert smi(node, "mig", "-dgi", "-gi", str(gis["a"])).returncode == mig.EXIT_IN_USE
+    finally:
+        node.unhold_all()
