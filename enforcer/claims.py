@@ -26,6 +26,14 @@ names neither claims partitions of that profile on any GPU. An ownership record 
 source names its partition by MIG UUID and by GI on its GPU. No MIG partition is made with the
 owner's container (plugins make them at Allocate, or before): their age says nothing.
 
+T-Head PPU GPU instances (gpustack's T-Head allocator, allocator/thead/mig.go): its ownership
+record names the GI on its PPU and its MIG UUID; its Allocate answer has no environment, only
+device nodes, among them the capability devices of the GI and its CI
+(`/dev/alixpu-caps/alixpu-cap<minor>`): a kubelet checkpoint entry that holds one claims that
+partition exactly (by the minors the driver's access files give it), which keeps a partition
+whose record was deleted. A record on a `alibabacloud.com/ppu` resource that names no capability
+device but a PPU's UUID claims a partition on that PPU, count-aware.
+
 vGPUs (mdevs, vendor-VFIO VFs) are claimed by a VMM's instance records (`vm-metadata`): a record
 names its vGPU exactly (mdev UUID, VF address). Its owner is the VM, alive while its hypervisor
 process is the one the record names (`vm_liveness`).
@@ -41,6 +49,7 @@ from dataclasses import replace
 
 from enforcer.model import (
     MIG,
+    PPU,
     VM_METADATA,
     VNPU,
     Claim,
@@ -62,6 +71,8 @@ MIG_UUID = re.compile(rf"MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/[0-9]+/[0-9]+", re.
 GPU_UUID = re.compile(rf"GPU-{_HEX_UUID}", re.ASCII)
 # NVIDIA's plugin names a profile's resource with '.' for '+' (`1g.10gb+me`: `mig-1g.10gb.me`).
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-([0-9]+g\.[0-9]+gb(?:\.[a-z]+)*)$", re.ASCII)
+PPU_RESOURCE = re.compile(r"^alibabacloud\.com/ppu(\.[a-z0-9-]+)?$", re.ASCII)
+ALIXPU_CAP = re.compile(r"^/dev/alixpu-caps/(alixpu-cap[0-9]+)$", re.ASCII)
 
 
 def claims_from_records(records: Iterable[OwnerRecord]) -> tuple[Claim, ...]:
@@ -74,6 +85,8 @@ def _claims(record: OwnerRecord) -> list[Claim]:
             Claim(record.owner_uid, record.source, "exact", record.where, kind=kind, partition_id=d)
             for kind, d in (d.split("/", 1) for d in record.device_ids)
         ]
+    if PPU_RESOURCE.match(record.resource) or record.resource == "thead-mig":
+        return _ppu_claims(record)
     return [*_ascend_claims(record), *_mig_claims(record)]
 
 
@@ -171,19 +184,19 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
     return claims
 
 
-def _marker_claims(record: OwnerRecord) -> list[Claim]:
+def _marker_claims(record: OwnerRecord, kind: str = MIG, prefix: str = "gpu") -> list[Claim]:
     """A device plugin's ownership record names its partition: MIG UUID, and GI on its card."""
     notes = dict(record.annotations)
-    if notes.get("vendor") != "nvidia":
-        return []  # T-Head and Hygon partitions are not managed yet
+    if notes.get("vendor") != {MIG: "nvidia", PPU: "thead"}[kind]:
+        return []  # Hygon partitions are not managed yet
     return [
         Claim(
             record.owner_uid,
             record.source,
             "exact",
             record.where,
-            kind=MIG,
-            accelerator=f"gpu:{notes['card']}",
+            kind=kind,
+            accelerator=f"{prefix}:{notes['card']}",
             partition_id=notes.get("gi"),
             uuid=uuid,
         )
@@ -191,15 +204,44 @@ def _marker_claims(record: OwnerRecord) -> list[Claim]:
     ]
 
 
+def _ppu_claims(record: OwnerRecord) -> list[Claim]:
+    """A T-Head record: its ownership record, the capability devices its container was given,
+    or else a partition on each PPU its device ids name."""
+    if record.source == "markers":
+        return _marker_claims(record, PPU, "ppu")
+    caps = sorted({m[1] for d in record.devices if (m := ALIXPU_CAP.match(d))})
+    if caps:
+        return [
+            Claim(
+                record.owner_uid, record.source, "exact", f"{record.where}: {c}", kind=PPU, uuid=c
+            )
+            for c in caps
+        ]
+    per_id = Counter(g for d in record.device_ids for g in set(GPU_UUID.findall(d)))
+    if not per_id:  # it names no PPU: every partition of the kind counts
+        count = len(record.device_ids) or None
+        return [_on_gpu(record, "device-wide", None, None, count, record.resource, PPU)]
+    return [
+        _on_gpu(record, "device-wide", f"ppu:{u}", None, n, f"{n} partition(s) on {u}", PPU)
+        for u, n in sorted(per_id.items())
+    ]
+
+
 def _on_gpu(
-    record: OwnerRecord, scope, accelerator: str | None, profile: str | None, count, what: str
+    record: OwnerRecord,
+    scope,
+    accelerator: str | None,
+    profile: str | None,
+    count,
+    what: str,
+    kind: str = MIG,
 ) -> Claim:
     return Claim(
         record.owner_uid,
         record.source,
         scope,
         f"{record.where}: {what}",
-        kind=MIG,
+        kind=kind,
         accelerator=accelerator,
         profile=profile,
         count=count,

@@ -25,6 +25,7 @@ from enforcer.model import (
     MDEV,
     MIG,
     NODE,
+    PPU,
     VFIO,
     VGPU_KINDS,
     VM_METADATA,
@@ -42,11 +43,21 @@ from enforcer.policy import Policy
 
 # Always required: the partitions and their holders; for vGPUs, the VMs' records too (the node
 # read scopes their health to the vGPU kinds: other kinds are not affected).
-TOOL_SOURCES = ("npu-smi", "nvidia-smi", "proc-fd", "node", "sysfs", "mdevctl", VM_METADATA)
+TOOL_SOURCES = (
+    "npu-smi",
+    "nvidia-smi",
+    "ppu-smi",
+    "proc-fd",
+    "node",
+    "sysfs",
+    "mdevctl",
+    VM_METADATA,
+)
 # What rule 2's evidence names, by kind.
 WITNESSES = {
     VNPU: "npu-smi status/container columns, process table and fd scan",
     MIG: "nvidia-smi process table and fd scan of the capability devices",
+    PPU: "ppu-smi process table and fd scan of the capability devices",
     MDEV: "fd scan of its VFIO group and device",
     VFIO: "fd scan of its VFIO group and device",
 }

@@ -21,7 +21,8 @@ MIG = "nvidia-mig"
 MDEV = "mdev"  # a mediated device: /sys/bus/mdev/devices/<uuid>
 VFIO = "nvidia-vfio"  # NVIDIA's vendor-specific VFIO vGPU: a VF whose current_vgpu_type is set
 VGPU_KINDS = (MDEV, VFIO)  # the vGPUs a VMM assigns to virtual machines
-KINDS = (VNPU, MIG, MDEV, VFIO)
+PPU = "thead-ppu"  # a T-Head PPU's MIG GPU instance (ppu-smi)
+KINDS = (VNPU, MIG, MDEV, VFIO, PPU)
 VM_METADATA = "vm-metadata"
 DRAIN_MARKER = "drain-marker"  # the node read's section of <state_dir>/drain.json (enforcer.drain)
 NO_CONTAINER = "000000000000"  # npu-smi's Container ID for a vNPU no container is using
@@ -53,16 +54,18 @@ class Chip:
 
 @dataclass(frozen=True)
 class Gpu:
-    """A GPU nvidia-smi lists, by the UUID that claims and ownership records name."""
+    """A GPU nvidia-smi lists (or a T-Head PPU ppu-smi lists: `kind` PPU), by the UUID that
+    claims and ownership records name."""
 
     index: int
     uuid: str
     name: str
     mig: bool  # MIG mode enabled: it can carry GPU instances
+    kind: str = MIG  # the kind of its partitions
 
     @property
     def accelerator(self) -> str:
-        return f"gpu:{self.uuid}"
+        return f"{'ppu' if self.kind == PPU else 'gpu'}:{self.uuid}"
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class Partition:
     """
 
     kind: str
-    accelerator: str  # "npu:<card>:<chip>", "gpu:<GPU UUID>"
+    accelerator: str  # "npu:<card>:<chip>", "gpu:<GPU UUID>", "ppu:<PPU UUID>", "pci:<BDF>"
     id: str  # unique on its accelerator: the vNPU id, the GPU instance id
     profile: str  # template name, MIG profile
     identity_fields: tuple[tuple[str, str], ...]
@@ -94,11 +97,14 @@ class Partition:
 
     @property
     def uuids(self) -> tuple[str, ...]:
-        """The UUIDs the tool prints for it (MIG device UUIDs): records name partitions by them."""
-        for name, value in reversed(self.identity_fields):  # the last one, as dict() keeps it
-            if name == "mig_uuids":
-                return tuple(u for u in value.split(",") if u)
-        return ()
+        """
+        The names records give it: the MIG device UUIDs the tool prints, and for a T-Head GPU
+        instance the capability devices of it and its compute instances (`alixpu-cap<minor>`),
+        which are all gpustack's T-Head allocator hands a container.
+        """
+        fields = dict(self.identity_fields)  # the last of a name, as before
+        names = fields.get("mig_uuids", "").split(",") + fields.get("caps", "").split()
+        return tuple(n for n in names if n)
 
 
 @dataclass(frozen=True)
@@ -138,8 +144,8 @@ class Pod:
 class OwnerRecord:
     """
     One record that names an owner and what it was given, as a claim source wrote it: a kubelet
-    checkpoint entry (resource, device ids, the allocate response's envs), a CRI sandbox or a
-    Kubernetes pod (annotations). Adapters turn records into claims.
+    checkpoint entry (resource, device ids, the allocate response's envs and device nodes), a
+    CRI sandbox or a Kubernetes pod (annotations). Adapters turn records into claims.
     """
 
     owner_uid: str
@@ -149,6 +155,7 @@ class OwnerRecord:
     device_ids: tuple[str, ...] = ()
     envs: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
+    devices: tuple[str, ...] = ()  # the allocate response's device nodes (host paths)
 
 
 @dataclass(frozen=True)

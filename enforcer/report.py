@@ -15,6 +15,7 @@ from enforcer.contract import live_claims, stuck_claims
 from enforcer.model import (
     MDEV,
     MIG,
+    PPU,
     VFIO,
     VM_METADATA,
     VNPU,
@@ -89,7 +90,7 @@ def digest(report: dict) -> str:
 
 # The tool whose listing shows a kind's partitions: an exact claim is dangling only when that
 # listing was read whole, since one that failed may just not have shown what the claim names.
-LISTINGS = {VNPU: "npu-smi", MIG: "nvidia-smi", MDEV: "sysfs", VFIO: "sysfs"}
+LISTINGS = {VNPU: "npu-smi", MIG: "nvidia-smi", PPU: "ppu-smi", MDEV: "sysfs", VFIO: "sysfs"}
 
 
 def _stuck(obs: Observation, policy: Policy, names: dict[str, str]) -> list[dict]:

@@ -1,18 +1,24 @@
 """
-MIG partitions and their holders, from the node read's nvidia sections (facts.nvidia parses them).
+MIG partitions and their holders, from the node read's nvidia sections (facts.nvidia parses them)
+and, the same way, T-Head PPU GPU instances from its ppu-smi sections (facts.ppu; `THEAD`).
 
 A partition is one GPU instance with its compute instances. nvidia-smi tells it in four outputs
 run one after another (`-L`, `mig -lgi`, `mig -lci`, the default table): a GI made or destroyed
 between two of them leaves views that do not agree, and that GPU is unreadable for this run
-rather than guessed at.
+rather than guessed at. ppu-smi mirrors those four commands; a PPU's GI is reached through the
+capability devices `/dev/alixpu-caps/alixpu-cap<minor>` of it and its CIs, whose minors the
+driver's access files give (facts.thead): those names are part of its identity (`caps`), as
+gpustack's checkpoint records name nothing else.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
-from enforcer.model import MIG, Gpu, Holder, Partition
-from facts import nvidia, procfs
+from enforcer.model import MIG, PPU, Gpu, Holder, Partition
+from facts import nvidia, ppu, procfs, thead
 from facts.errors import ParseError
 
 if TYPE_CHECKING:
@@ -21,51 +27,126 @@ if TYPE_CHECKING:
 NONE_FOUND_RCS = ("0", "6")  # nvidia-smi exits 6 (not found) when there is no instance to list
 
 
-MigRead = tuple[list[Gpu], list[Partition], list[nvidia.GpuProcess]]
+@dataclass(frozen=True)
+class Vendor:
+    """What differs between nvidia-smi's MIG and ppu-smi's: the rest of this module is shared."""
+
+    kind: str
+    tool: str  # the sections' prefix and the health source of its outputs
+    word: str  # how its outputs and messages name one accelerator: "GPU", "PPU"
+    field: str  # the identity field naming the accelerator by UUID
+    caps: str  # the capability devices: {dev_dir}/<caps>/<cap><minor>
+    cap: str
+    parse_list: Callable
+    parse_gpu_instances: Callable
+    parse_compute_instances: Callable
+    parse_smi: Callable
+
+
+NVIDIA = Vendor(
+    MIG,
+    "nvidia-smi",
+    "GPU",
+    "gpu",
+    "nvidia-caps",
+    "nvidia-cap",
+    nvidia.parse_gpu_list,
+    nvidia.parse_gpu_instances,
+    nvidia.parse_compute_instances,
+    nvidia.parse_smi,
+)
+THEAD = Vendor(
+    PPU,
+    "ppu-smi",
+    "PPU",
+    "ppu",
+    "alixpu-caps",
+    "alixpu-cap",
+    ppu.parse_ppu_list,
+    ppu.parse_gpu_instances,
+    ppu.parse_compute_instances,
+    ppu.parse_smi,
+)
+CAPS_SECTION = "alixpu-caps"  # the T-Head access files (facts.thead)
+
+
+class MigRead(NamedTuple):
+    gpus: list[Gpu]
+    partitions: list[Partition]
+    processes: list[nvidia.GpuProcess]
+    # T-Head only: capability minor -> (PPU index, GI id) by the access files; None when they
+    # could not be read (NVIDIA's minors are read by mig_holders, from its own tables).
+    places: dict[int, tuple[int, int]] | None = None
+
+
+NOTHING = MigRead([], [], [])
 # The capability devices that reach no instance (mig-minors' "config 1" and "monitor 2").
 NO_INSTANCE_MINORS = (1, 2)
 
 
-def observe_mig(r: _Reader, wanted: bool) -> MigRead:
-    """The GPUs, their GPU instances and processes; `wanted`: MIG is named in the host's kinds."""
-    listing = r.sections.by_name.get("nvidia-smi-list")
+def observe_mig(r: _Reader, wanted: bool, vendor: Vendor = NVIDIA, procfs: str = "") -> MigRead:
+    """
+    The GPUs, their GPU instances and processes; `wanted`: the kind is named in the host's
+    kinds. `procfs`: where the T-Head access files were read (their section names them).
+    """
+    tool, kind = vendor.tool, vendor.kind
+    listing = r.sections.by_name.get(f"{tool}-list")
     if not wanted and (listing is None or listing.rc == "missing"):
-        return [], [], []  # no nvidia-smi (or a read from before MIG): not a MIG node
-    listed = r.read("nvidia-smi-list", "nvidia-smi", lambda s: nvidia.parse_gpu_list(s.stdout), MIG)
+        return NOTHING  # no such tool (or a read from before this kind): not such a node
+    listed = r.read(f"{tool}-list", tool, lambda s: vendor.parse_list(s.stdout), kind)
     gis = r.read(
-        "nvidia-smi-lgi",
-        "nvidia-smi",
-        lambda s: nvidia.parse_gpu_instances(s.stdout),
-        MIG,
+        f"{tool}-lgi",
+        tool,
+        lambda s: vendor.parse_gpu_instances(s.stdout),
+        kind,
         ok_rcs=NONE_FOUND_RCS,
     )
     cis = r.read(
-        "nvidia-smi-lci",
-        "nvidia-smi",
-        lambda s: nvidia.parse_compute_instances(s.stdout),
-        MIG,
+        f"{tool}-lci",
+        tool,
+        lambda s: vendor.parse_compute_instances(s.stdout),
+        kind,
         ok_rcs=NONE_FOUND_RCS,
     )
-    table = r.read("nvidia-smi", "nvidia-smi", lambda s: nvidia.parse_smi(s.stdout), MIG)
+    table = r.read(tool, tool, lambda s: vendor.parse_smi(s.stdout), kind)
     if listed is None or gis is None or cis is None or table is None:
-        return [], [], []
+        return NOTHING
     modes = {row.index: row.mig_mode == "Enabled" for row in table.gpus}
-    gpus = [Gpu(g.index, g.uuid, g.name, modes.get(g.index, False)) for g in listed[0]]
+    gpus = [Gpu(g.index, g.uuid, g.name, modes.get(g.index, False), kind) for g in listed[0]]
+    minors = _access_minors(r, procfs) if vendor is THEAD and gis else {}
     partitions = []
     for gpu in gpus:
         try:
-            partitions += _instances(gpu, listed[1], gis, cis, table.mig_devices)
+            partitions += _instances(r, vendor, gpu, listed[1], gis, cis, table.mig_devices, minors)
         except ParseError as error:
-            why = f"nvidia-smi outputs disagree: {error.args[0]}"
-            r.fail("nvidia-smi", "unreadable", why, gpu.accelerator)
-    return gpus, partitions, table.processes
+            why = f"{tool} outputs disagree: {error.args[0]}"
+            r.fail(tool, "unreadable", why, gpu.accelerator)
+    places = None
+    if minors is not None:
+        places = {m: (p, gi) for (p, gi, _), m in minors.items()}
+    return MigRead(gpus, partitions, table.processes, places)
 
 
-def _instances(gpu: Gpu, devices, gis, cis, rows) -> list[Partition]:
-    """One GPU's instances: each GI with its CIs and the MIG device UUIDs of those CIs."""
+def _access_minors(r: _Reader, procfs: str) -> dict[thead.CapPlace, int] | None:
+    """The T-Head access files (none: {}); None, and proc-fd unreadable, when not read."""
+    return r.read(
+        CAPS_SECTION,
+        "proc-fd",
+        lambda s: thead.parse_alixpu_caps(s.stdout, procfs),
+        PPU,
+        absent={},
+    )
+
+
+def _instances(r, vendor: Vendor, gpu: Gpu, devices, gis, cis, rows, minors) -> list[Partition]:
+    """
+    One GPU's instances: each GI with its CIs and the MIG device UUIDs of those CIs; for a PPU
+    also its capability devices (`minors`: None when they could not be read: `caps` is empty).
+    """
     mine = [g for g in gis if g.gpu == gpu.index]
     if mine and not gpu.mig:
-        raise ParseError(f"GPU {gpu.index} lists GPU instances but MIG mode is not enabled", "")
+        why = f"{vendor.word} {gpu.index} lists GPU instances but MIG mode is not enabled"
+        raise ParseError(why, "")
     uuid_of = {d.device: d.uuid for d in devices if d.gpu == gpu.index}
     ids = {g.gi for g in mine}
     for c in cis:
@@ -81,7 +162,7 @@ def _instances(gpu: Gpu, devices, gis, cis, rows) -> list[Partition]:
             uuid_of[row.device] for row in rows if row.gpu == gpu.index and row.gi == g.gi
         )
         fields = (
-            ("gpu", gpu.uuid),
+            (vendor.field, gpu.uuid),
             ("gi", str(g.gi)),
             ("profile", g.profile),
             ("profile_id", str(g.profile_id)),
@@ -89,8 +170,33 @@ def _instances(gpu: Gpu, devices, gis, cis, rows) -> list[Partition]:
             ("cis", " ".join(f"{c.ci}:{c.profile}:{c.start}:{c.size}" for c in own)),
             ("mig_uuids", ",".join(uuids)),
         )
-        found.append(Partition(MIG, gpu.accelerator, str(g.gi), g.profile, fields))
+        if vendor is THEAD:
+            fields += (("caps", _caps(r, gpu, g.gi, [c.ci for c in own], minors)),)
+        found.append(Partition(vendor.kind, gpu.accelerator, str(g.gi), g.profile, fields))
     return found
+
+
+def _caps(r: _Reader, gpu: Gpu, gi: int, cis: list[int], minors) -> str:
+    """
+    `alixpu-cap<minor>` of the GI, then of each of its CIs by id, as the access files tell.
+    Empty when they could not be read (proc-fd is then unreadable for the kind), or when one
+    of them is not there (a GI made or destroyed between two reads): proc-fd is unreadable
+    for that PPU.
+    """
+    if minors is None:
+        return ""
+    wanted: list[thead.CapPlace] = [(gpu.index, gi, None), *((gpu.index, gi, ci) for ci in cis)]
+    missing = [_access_name(w) for w in wanted if w not in minors]
+    if missing:
+        why = f"{gpu.accelerator} GI {gi}: no access file {', '.join(missing)}"
+        r.fail("proc-fd", "unreadable", why, gpu.accelerator)
+        return ""
+    return " ".join(f"{THEAD.cap}{minors[w]}" for w in wanted)
+
+
+def _access_name(place: thead.CapPlace) -> str:
+    ppu_index, gi, ci = place
+    return f"ppu{ppu_index}/mig/gi{gi}" + ("" if ci is None else f"/ci{ci}") + "/access"
 
 
 def mig_holders(
@@ -100,21 +206,27 @@ def mig_holders(
     scan: procfs.FdScan | None,
     dev_dir: str,
     owner_of,
+    vendor: Vendor = NVIDIA,
 ) -> list[Holder]:
     """
     Rule 2 for MIG: nvidia-smi's process table (GPU, GI, CI) and processes with a GI's or CI's
     capability device open (/dev/nvidia-caps/nvidia-cap<minor>; the minor is a GI or CI of a GPU
     device minor by /proc/driver/nvidia-caps/mig-minors). `owner_of(pid)` is the pod a process is
-    in, by its cgroup, and how the detail says so.
+    in, by its cgroup, and how the detail says so. For a PPU (`vendor` THEAD): ppu-smi's process
+    table and /dev/alixpu-caps/alixpu-cap<minor>, the minor's GI by the driver's access files.
     """
-    gpus, migs, processes = read
+    gpus, migs, processes, places = read
     if not migs:
         return []
-    holders = _listed_processes(gpus, migs, processes)
-    caps = {n: d for n, d in (devnodes or {}).items() if n.startswith(f"{dev_dir}/nvidia-caps/")}
+    holders = _listed_processes(vendor, gpus, migs, processes)
+    folder = f"{dev_dir}/{vendor.caps}/"
+    caps = {n: d for n, d in (devnodes or {}).items() if n.startswith(folder)}
     if devnodes is None or scan is None:
         return holders  # proc-fd is unreadable: rule 1 keeps every partition
-    where = _cap_places(r, caps)
+    if vendor is THEAD:
+        where = _ppu_cap_places(r, caps, gpus, places)
+    else:
+        where = _cap_places(r, caps)
     for fd in scan.fds:
         for name, dev in caps.items():
             if not procfs.holds(fd, dev):
@@ -129,21 +241,21 @@ def mig_holders(
     return holders
 
 
-def _listed_processes(gpus, migs, processes) -> list[Holder]:
+def _listed_processes(vendor: Vendor, gpus, migs, processes) -> list[Holder]:
     """A process nvidia-smi lists on a GPU holds its GI, or every GI there when it has none."""
-    uuid_of = {g.index: g.uuid for g in gpus}
+    accelerator_of = {g.index: g.accelerator for g in gpus}
     holders = []
     for proc in processes:
-        on_gpu = [p for p in migs if p.accelerator == f"gpu:{uuid_of.get(proc.gpu)}"]
+        on_gpu = [p for p in migs if p.accelerator == accelerator_of.get(proc.gpu)]
         on_gi = [p for p in on_gpu if p.id == str(proc.gi)]
         why = "" if on_gi else ", its GPU instance not told apart"
         for p in on_gi or on_gpu:
             holders.append(
                 Holder(
                     p.key,
-                    "nvidia-smi-processes",
+                    f"{vendor.tool}-processes",
                     proc.pid,
-                    f"pid {proc.pid} ({proc.name}) on GPU {proc.gpu} GI {proc.gi}{why}",
+                    f"pid {proc.pid} ({proc.name}) on {vendor.word} {proc.gpu} GI {proc.gi}{why}",
                 )
             )
     return holders
@@ -176,3 +288,29 @@ def _cap_places(r: _Reader, caps: dict) -> dict[str, tuple[str, str]] | None:
             return None
         places[name] = (f"gpu:{gpus[cap[0]]}", str(cap[1]))
     return places
+
+
+def _ppu_cap_places(
+    r: _Reader, caps: dict, gpus: list[Gpu], places: dict[int, tuple[int, int]] | None
+) -> dict[str, tuple[str, str]] | None:
+    """
+    `_cap_places` for a PPU, by the access files observe_mig read (`places`: minor -> (PPU
+    index, GI id); None: unreadable, already told). A capability no access file names, or one
+    of a PPU ppu-smi does not list, is not guessed at: proc-fd is unreadable for the kind and
+    each open capability holds every GI.
+    """
+    if not caps:
+        return {}
+    if places is None:
+        return None
+    accelerator_of = {g.index: g.accelerator for g in gpus}
+    found: dict[str, tuple[str, str]] = {}
+    for name in caps:
+        minor = name.rsplit(THEAD.cap, 1)[-1]
+        number = int(minor) if minor.isascii() and minor.isdigit() else None
+        place = places.get(number) if number is not None else None
+        if place is None or place[0] not in accelerator_of:
+            r.fail("proc-fd", "unreadable", f"{name}: no GPU instance known for it", PPU)
+            return None
+        found[name] = (accelerator_of[place[0]], str(place[1]))
+    return found

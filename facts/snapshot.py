@@ -19,6 +19,7 @@ from enforcer.model import (
     MIG,
     NO_CONTAINER,
     NODE,
+    PPU,
     VNPU,
     Chip,
     Container,
@@ -33,7 +34,7 @@ from enforcer.policy import NodePaths
 from enforcer.shell import render
 from facts import ascend, checkpoint, cri, markers, podresources, procfs, vms
 from facts.errors import ParseError
-from facts.mig import mig_holders, observe_mig
+from facts.mig import NOTHING, THEAD, mig_holders, observe_mig
 
 ABSENT = "(absent)"  # the ledger and drain sections' value for a file that is not there
 SHOWN_LINES = 3  # lines of a failed command's output that go into its health reason
@@ -90,6 +91,7 @@ class NodeSnapshot(FactBase):
             paths=paths,
             npu_smi=paths.tool("npu-smi"),
             nvidia_smi=paths.tool("nvidia-smi"),
+            ppu_smi=paths.tool("ppu-smi"),
             crictl=paths.tool("crictl"),
             mdevctl=paths.tool("mdevctl"),
             pid_keys=vms.pid_keys(paths),
@@ -112,7 +114,13 @@ COMMANDS = {
     "nvidia-smi": "nvidia-smi",
     "nvidia-caps": "cat /proc/driver/nvidia-caps/mig-minors",
     "nvidia-gpus": "grep '' /proc/driver/nvidia/gpus/*/information",
-    "devnodes": "stat /dev/vdavinci* /dev/nvidia-caps/nvidia-cap* /dev/vfio/*",
+    "ppu-smi-list": "ppu-smi -L",
+    "ppu-smi-lgi": "ppu-smi mig -lgi",
+    "ppu-smi-lci": "ppu-smi mig -lci",
+    "ppu-smi": "ppu-smi",
+    "alixpu-caps": "grep '' /proc/driver/alixpu/capabilities/ppu*/mig/gi*/[ci*/]access",
+    "devnodes": "stat /dev/vdavinci* /dev/nvidia-caps/nvidia-cap* /dev/alixpu_ppu*"
+    " /dev/alixpu-caps/alixpu-cap* /dev/vfio/*",
     "vgpu": "the mdevs and vendor-VFIO VFs under /sys/bus",
     "mdevctl": "mdevctl list --defined --dumpjson",
     "vm-metadata": "the VM records under the VM metadata roots",
@@ -233,7 +241,9 @@ def observe(
     now = r.read("clock", "node", lambda s: _seconds(_one_line(s.stdout, "clock"))) or 0.0
     chips, vnpus, processes = _ascend(r, _wanted(VNPU, "npu-smi", kinds, paths), kinds)
     wants_mig = _wanted(MIG, "nvidia-smi", kinds, paths)
-    mig = observe_mig(r, wants_mig) if _manages(MIG, kinds) else ([], [], [])
+    mig = observe_mig(r, wants_mig) if _manages(MIG, kinds) else NOTHING
+    wants_ppu = _wanted(PPU, "ppu-smi", kinds, paths)
+    ppu = observe_mig(r, wants_ppu, THEAD, paths.procfs) if _manages(PPU, kinds) else NOTHING
     vgpus = vms.observe_vgpus(r, kinds)
     instances, hypervisors, listening = vms.observe_vms(r, paths, claim_sources, bool(vgpus))
     devnodes = r.read("devnodes", "proc-fd", lambda s: procfs.parse_devnodes(s.stdout))
@@ -277,7 +287,8 @@ def observe(
         if POD_RESOURCES in claim_sources
         else None  # not asked: not a claim source (a missing section of one asked is unreadable)
     )
-    marked = _markers(r, paths) if MARKERS in claim_sources else []
+    ppu_cards = frozenset(g.uuid for g in ppu.gpus)
+    marked = _markers(r, paths, ppu_cards) if MARKERS in claim_sources else []
     ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=ABSENT)
     destroyed = (
         r.read("destroyed", "ledger", lambda s: _destroyed(s.stdout), absent=())
@@ -298,6 +309,7 @@ def observe(
     holders = _holders(vnpus, processes, devnodes, scan, paths, sandboxes, containers, cgroups)
     owner_of = lambda pid: _cgroup_owner(cgroups.get(pid, ()))  # noqa: E731
     holders += mig_holders(r, mig, devnodes, scan, paths.dev_dir, owner_of)
+    holders += mig_holders(r, ppu, devnodes, scan, paths.dev_dir, owner_of, THEAD)
     holders += vms.vgpu_holders(vgpus, devnodes, scan, paths.dev_dir, owner_of)
     pods, records = _pods_and_records(entries, sandboxes, containers)
     more_pods, more_records = _pod_resources(listed, sandboxes)
@@ -308,8 +320,8 @@ def observe(
         boot_id=boot_id,
         now=now,
         chips=tuple(chips),
-        gpus=tuple(mig[0]),
-        partitions=(*vnpus, *mig[1], *vgpus),
+        gpus=(*mig.gpus, *ppu.gpus),
+        partitions=(*vnpus, *mig.partitions, *ppu.partitions, *vgpus),
         holders=tuple(holders),
         records=tuple(x for x in records if x.source in keep),
         pods=tuple(p for p in pods if p.source in keep),
@@ -364,12 +376,16 @@ def _ascend(r: _Reader, wanted: bool, kinds) -> tuple[list[Chip], list[Partition
     return chips, _vnpus(r, chips), processes or []
 
 
-def _markers(r: _Reader, paths: NodePaths) -> list[OwnerRecord]:
+def _markers(
+    r: _Reader, paths: NodePaths, ppu_cards: frozenset[str] = frozenset()
+) -> list[OwnerRecord]:
     """
     The ownership records of the marker roots, each naming a pod and its partition. A root that
     is not there makes the source unavailable, one that cannot be listed unreadable (for every
-    MIG partition); a record that cannot be read is unreadable for its GPU only.
+    MIG partition, and every T-Head PPU's when the node has PPUs: `ppu_cards`, their UUIDs); a
+    record that cannot be read is unreadable for its GPU (or PPU) only.
     """
+    kinds = (MIG, PPU) if ppu_cards else (MIG,)
     if not paths.marker_roots:
         r.fail(MARKERS, "unavailable", "no marker roots are configured (enforcer_marker_roots)")
         return []
@@ -378,16 +394,22 @@ def _markers(r: _Reader, paths: NodePaths) -> list[OwnerRecord]:
     for (root, layout), (rc, text) in zip(paths.marker_roots, trees or (), strict=False):
         if rc != "0":
             status = "unavailable" if rc == "absent" else "unreadable"
-            r.fail(MARKERS, status, f"marker root {root}: {rc}", MIG)
+            for kind in kinds:
+                r.fail(MARKERS, status, f"marker root {root}: {rc}", kind)
             continue
         try:
             records, bad = markers.parse_marker_listing(text, layout)
         except ParseError as error:
-            r.fail(MARKERS, "unreadable", f"marker root {root}: {error}", MIG)
+            for kind in kinds:
+                r.fail(MARKERS, "unreadable", f"marker root {root}: {error}", kind)
             continue
         for b in bad:
-            scope = f"gpu:{b.card}" if b.card else MIG
-            r.fail(MARKERS, "unreadable", f"{root}/{b.path}: {b.reason}", scope)
+            if b.card:
+                scopes: tuple[str, ...] = (f"{'ppu' if b.card in ppu_cards else 'gpu'}:{b.card}",)
+            else:
+                scopes = kinds
+            for scope in scopes:
+                r.fail(MARKERS, "unreadable", f"{root}/{b.path}: {b.reason}", scope)
         found += [_marker_record(root, m) for m in records]
     return found
 
@@ -651,6 +673,7 @@ def _pods_and_records(entries, sandboxes, containers) -> tuple[list[Pod], list[O
             e.device_ids,
             e.envs,
             e.annotations,
+            e.devices,
         )
         for e in entries or ()
     ]

@@ -6,15 +6,16 @@ decision was made before, in `enforcer.contract.decide()`.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Sequence
 
 from pyinfra import host
 from pyinfra.api import operation
 
 from enforcer.metrics import FILE as METRICS_FILE
-from enforcer.model import MDEV, MIG, VGPU_KINDS, VNPU, Observation, Partition, Verdict
+from enforcer.model import MDEV, MIG, PPU, VGPU_KINDS, VNPU, Observation, Partition, Verdict
 from enforcer.policy import NodePaths
-from enforcer.shell import decimal, render
+from enforcer.shell import UnsafeValue, decimal, render
 from facts.vms import devnodes_of
 
 
@@ -86,6 +87,8 @@ def destroy_command(v: Verdict, obs: Observation, paths: NodePaths) -> str:
     p = v.partition
     if p.kind == MIG:
         return _destroy_mig(p, obs, paths)
+    if p.kind == PPU:
+        return _destroy_ppu(p, obs, paths)
     if p.kind in VGPU_KINDS:
         return _destroy_vgpu(p, obs, paths)
     if p.kind != VNPU:
@@ -123,6 +126,37 @@ def _destroy_mig(p: Partition, obs: Observation, paths: NodePaths) -> str:
         expected=[fields["profile"], fields["profile_id"], fields["placement"]],
         computes=computes,
         ci_ids=[decimal(c.split(":")[0]) for c in computes],
+        identity=b64(p.identity(obs.boot_id)),
+        boot_id=obs.boot_id,
+        digest=obs.claim_digest,
+    )
+
+
+# A T-Head capability device's name under /dev/alixpu-caps, as the node read gives it.
+ALIXPU_CAP = re.compile(r"alixpu-cap[0-9]{1,18}", re.ASCII)
+
+
+def _destroy_ppu(p: Partition, obs: Observation, paths: NodePaths) -> str:
+    """
+    A T-Head PPU GPU instance (ppu-smi): its compute instances first, then itself, as a MIG one;
+    its holders are also the processes with one of its capability devices (`caps`) open.
+    """
+    fields = dict(p.identity_fields)
+    computes = fields["cis"].split()
+    caps = fields.get("caps", "").split()  # none read: the node keeps it
+    for cap in caps:
+        if not ALIXPU_CAP.fullmatch(cap):
+            raise UnsafeValue(f"refusing capability device {cap[:80]!r} in a shell command")
+    return render(
+        "destroy-ppu.sh.j2",
+        paths=paths,
+        ppu_smi=paths.tool("ppu-smi"),
+        ppu_uuid=fields["ppu"],
+        gi=decimal(fields["gi"]),
+        expected=[fields["profile"], fields["profile_id"], fields["placement"]],
+        computes=computes,
+        ci_ids=[decimal(c.split(":")[0]) for c in computes],
+        caps=sorted(caps),  # as the node sorts what the driver gives (LC_ALL=C: by bytes)
         identity=b64(p.identity(obs.boot_id)),
         boot_id=obs.boot_id,
         digest=obs.claim_digest,

@@ -1,6 +1,7 @@
 """
 `make demo`: the seed story on a simulated 310P node, then the MIG story on a simulated H100 node
-(enforcer.sim.mig_story), each converged by the real pyinfra CLI.
+(enforcer.sim.mig_story) and on a simulated T-Head PPU (enforcer.sim.ppu_story), then the vGPU
+story on a VM host (enforcer.sim.vgpu_story), each converged by the real pyinfra CLI.
 
 Runs inside its own PID and mount namespace (python -m enforcer.sim.namespace -- ...), so the fd
 scan sees the nodes' processes only. The seed story: infer-a runs on vNPU 100; two zombies (101,
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 from enforcer.report import table
-from enforcer.sim import mig_story, scenario, vgpu_story
+from enforcer.sim import mig_story, ppu_story, scenario, vgpu_story
 from enforcer.sim.namespace import mount_proc_driver
 from enforcer.sim.node import SimNode
 from enforcer.sim.show import render_summary
@@ -81,6 +82,7 @@ def main(node_dir: str, runs: int = 5) -> int:
     print(render_summary(node, node.state()))
     SimNode(node_path).unhold_all()
     mig(node_path.with_name(f"{node_path.name}-h100"), runs)
+    thead(node_path.with_name(f"{node_path.name}-ppu"), runs)
     vm_host(node_path.with_name(f"{node_path.name}-vmhost"), runs)
     return 0
 
@@ -104,6 +106,25 @@ def mig(node_path: Path, runs: int) -> None:
             node.hold_mig(0, gis["b"], detach=True, pod_uid=mig_story.LLM_B)
             node.set_pod_state(mig_story.LLM_B, "Running")
             say(f"llm-b's container runs and opens GI {gis['b']}")
+        time.sleep(1)
+    node.unhold_all()
+
+
+def thead(node_path: Path, runs: int) -> None:
+    """The MIG story on a T-Head PPU: records `thead-mig-*.json`, capability devices, no env."""
+    node, gis = ppu_story.build(node_path)
+    mount_proc_driver(node_path)  # now the simulated PPU's /proc/driver (alixpu capabilities)
+    node.hold_ppu_mig(0, gis["a"], detach=True, pod_uid=ppu_story.LLM_A)
+    say(
+        f"the T-Head PPU node: llm-a runs on GI {gis['a']}; llm-b was granted GI {gis['b']} "
+        "(its checkpoint entry holds the GI's capability devices), and the GC deleted its "
+        f"ownership record; GI {gis['leak']} leaked from a failed create"
+    )
+    print(render_summary(node, node.state()))
+    for run in range(1, runs + 1):
+        say(f"partition-enforcer run {run} of {runs} on the T-Head PPU node")
+        enforce(node_path, run, "demo_ppu.py")
+        print("GPU instances now:", sorted(int(g["id"]) for g in node.ppu_instances(0)))
         time.sleep(1)
     node.unhold_all()
 

@@ -139,6 +139,13 @@ class NodeNamespace:
         answer = self.call(op="hold_mig", gpu=gpu, gi=gi, ci=ci, pod=pod_uid, listed=listed)
         return int(answer["pid"])
 
+    def hold_ppu_mig(
+        self, ppu: int, gi: int, ci: int = 0, pod_uid: str | None = None, *, listed: bool = True
+    ) -> int:
+        """`hold_mig` for a T-Head PPU (SimNode.hold_ppu_mig), in the namespace."""
+        answer = self.call(op="hold_ppu_mig", gpu=ppu, gi=gi, ci=ci, pod=pod_uid, listed=listed)
+        return int(answer["pid"])
+
     def unhold(self, pid: int) -> None:
         self.call(op="unhold", pid=pid)
 
@@ -229,13 +236,14 @@ def _serve(node_dir: Path, request: dict[str, Any], holders: dict) -> dict[str, 
             check=False,
         )
         return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
-    if op in ("hold", "hold_mig"):
+    if op in ("hold", "hold_mig", "hold_ppu_mig"):
         node, uid = SimNode(node_dir), request.get("pod")
         if op == "hold":
             proc = node.hold(int(request["vnpu"]), pod_uid=uid)
         else:
+            hold = node.hold_mig if op == "hold_mig" else node.hold_ppu_mig
             gpu, gi, ci = (int(request[k]) for k in ("gpu", "gi", "ci"))
-            proc = node.hold_mig(gpu, gi, ci, pod_uid=uid, listed=bool(request["listed"]))
+            proc = hold(gpu, gi, ci, pod_uid=uid, listed=bool(request["listed"]))
         holders[proc.pid] = proc
         if uid is not None:
             try:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.sim import mig_story, vgpu_story
+from enforcer.sim import mig_story, ppu_story, vgpu_story
 from enforcer.sim.namespace import NodeNamespace
 from enforcer.sim.node import SimNode
 
@@ -147,6 +147,33 @@ def mig_node(tmp_path, namespaces):
         node = MigNode(ns, path, inventory)
         node.gis = gis
         ns.hold_mig(0, gis["a"], 0, mig_story.LLM_A)  # llm-a's process, in its pod's cgroup
+        yield node
+
+
+class PpuNode(Node):
+    """The T-Head node; `gis`: its PPU's GPU instances by name in the story (a, b, leak)."""
+
+    gis: dict[str, int]
+
+    def instances(self) -> set[int]:
+        return {int(g["id"]) for g in self.sim.ppu_instances(0)}
+
+
+@pytest.fixture
+def ppu_node(tmp_path, namespaces):
+    """The MIG story on a T-Head PPU node (enforcer.sim.ppu_story), in its own namespace."""
+    path = tmp_path / "node"
+    _, gis = ppu_story.build(path)
+    with NodeNamespace(path) as ns:
+        inventory = write_inventory(
+            tmp_path / "inventory.py",
+            path,
+            enforcer_tools=ppu_story.tools(path),
+            **ppu_story.HOST_DATA,
+        )
+        node = PpuNode(ns, path, inventory)
+        node.gis = gis
+        ns.hold_ppu_mig(0, gis["a"], 0, ppu_story.LLM_A)  # llm-a's process, in its pod's cgroup
         yield node
 
 

@@ -623,3 +623,77 @@ def test_destroy_command_refuses_a_hostile_vgpu_device_or_node(field, value):
 def test_a_hostile_type_name_reaches_the_vgpu_guard_only_base64_encoded(value):
     script = destroy_command(orphan(vgpu(type_name=value)), observation(), PATHS)
     assert value not in script
+
+
+# --- T-Head PPU GPU instances: every identity field the guard prints ------------------------------
+
+
+def ppu_instance(**fields: str) -> Partition:
+    """A T-Head GPU instance as the node read makes one; `fields` replace identity fields."""
+    from enforcer.model import PPU  # here: this section is appended to the file
+
+    base = {
+        "ppu": "GPU-019ea108-c110-0828-0000-0000c07e1a46",
+        "gi": "2",
+        "profile": "2g24gb",
+        "profile_id": "4",
+        "placement": "4:2",
+        "cis": "0:8u.2g24gb:0:0",
+        "mig_uuids": "MIG-2f1b6c1e-8f0a-5d3c-9b7e-4a6d2c8e1f03",
+        "caps": "alixpu-cap30 alixpu-cap31",
+    } | fields
+    return Partition(PPU, f"ppu:{base['ppu']}", base["gi"], base["profile"], tuple(base.items()))
+
+
+def test_a_sound_ppu_instance_renders_and_names_its_destroys():
+    script = destroy_command(orphan(ppu_instance()), observation(), PATHS)
+    assert "uuid=GPU-019ea108-c110-0828-0000-0000c07e1a46 gi=2\n" in script
+    assert "caps='alixpu-cap30 alixpu-cap31'\n" in script
+    assert "[ \"$listed\" = '2g24gb 4 4:2' ]" in script
+    assert "for ci in 0; do" in script and '"$smi" mig -dgi -i "$ppu" -gi "$gi"' in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
+
+
+@pytest.mark.parametrize("value", list(HOSTILE.values()), ids=list(HOSTILE))
+@pytest.mark.parametrize("field", ["ppu", "profile", "profile_id", "placement", "cis", "caps"])
+def test_destroy_command_refuses_a_hostile_ppu_instance_field(field, value):
+    with pytest.raises(UnsafeValue):
+        destroy_command(orphan(ppu_instance(**{field: value})), observation(), PATHS)
+
+
+@pytest.mark.parametrize(
+    "caps",
+    ["alixpu-cap30 $(id)", "alixpu-cap30;reboot", "../alixpu-cap30", "nvidia-cap30", "alixpu-cap"],
+)
+def test_destroy_command_refuses_a_capability_that_is_not_an_alixpu_cap(caps):
+    with pytest.raises(UnsafeValue, match="^refusing capability device "):
+        destroy_command(orphan(ppu_instance(caps=caps)), observation(), PATHS)
+
+
+@pytest.mark.parametrize("value", NOT_DECIMAL, ids=[repr(v[:12]) for v in NOT_DECIMAL])
+def test_destroy_command_refuses_a_ppu_gi_that_is_not_decimal(value):
+    with pytest.raises(UnsafeValue, match="^refusing non-decimal "):
+        destroy_command(orphan(ppu_instance(gi=value)), observation(), PATHS)
+
+
+# " 101" is no hostile CI id in `cis`: the field is split on whitespace, leaving "101".
+CI_NOT_DECIMAL = [v for v in NOT_DECIMAL if v != " 101"]
+
+
+@pytest.mark.parametrize("value", CI_NOT_DECIMAL, ids=[repr(v[:12]) for v in CI_NOT_DECIMAL])
+def test_destroy_command_refuses_a_ppu_ci_id_that_is_not_decimal(value):
+    with pytest.raises(UnsafeValue):
+        destroy_command(orphan(ppu_instance(cis=f"{value}:8u.2g24gb:0:0")), observation(), PATHS)
+
+
+@pytest.mark.parametrize("value", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_a_hostile_mig_uuid_reaches_the_ppu_guard_only_base64_encoded(value):
+    script = destroy_command(orphan(ppu_instance(mig_uuids=value)), observation(), PATHS)
+    assert value not in script
+
+
+@pytest.mark.parametrize("value", [v for v in HOSTILE_PATHS.values() if v.startswith("/")])
+def test_a_hand_built_hostile_ppu_smi_path_is_refused(value):
+    paths = NodePaths.from_rootfs("/srv/n1", tools={"ppu-smi": value})
+    with pytest.raises(UnsafeValue, match="^refusing path "):
+        destroy_command(orphan(ppu_instance()), observation(), paths)
