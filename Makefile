@@ -18,7 +18,7 @@ $(READY): pyproject.toml
 # the MIG story on a simulated H100: a GI whose record the plugin's GC deleted kept, a leak
 # destroyed.
 demo: $(READY)
-	rm -rf $(NODE) $(NODE)-h100 $(NODE)-ppu $(NODE)-vmhost
+	rm -rf $(NODE) $(NODE)-h100 $(NODE)-ppu $(NODE)-dcu $(NODE)-vmhost
 	$(BIN)/python -m enforcer.sim.namespace -- $(BIN)/python -m enforcer.sim.demo $(NODE)
 
 lint: $(READY)
@@ -37,7 +37,7 @@ fleet: $(READY)
 	$(BIN)/python tests/fleet/harness.py $(N) fleet
 
 clean:
-	rm -rf $(VENV) $(NODE) $(NODE)-h100 $(NODE)-ppu $(NODE)-vmhost fleet .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(NODE) $(NODE)-h100 $(NODE)-ppu $(NODE)-dcu $(NODE)-vmhost fleet .pytest_cache .ruff_cache
 
 # Issue 7: the model-based lifecycle test at scale (in-process driver), with its counts; issue 5:
 # decide() on synthetic nodes, and a converge run's cost over SSH on the fleet (root).

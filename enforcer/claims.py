@@ -34,6 +34,15 @@ partition exactly (by the minors the driver's access files give it), which keeps
 whose record was deleted. A record on a `alibabacloud.com/ppu` resource that names no capability
 device but a PPU's UUID claims a partition on that PPU, count-aware.
 
+Hygon vDCUs (gpustack's Hygon allocator, allocator/hygon): nothing public ties a container to
+one vDCU of a DCU, so every Hygon record claims the vDCUs of a whole DCU. A `vdev<i>.conf` record
+in the marker tree names its DCU by PCI address (`PciBusId`): a claim on that DCU, count-aware
+(one per record), as a GPU UUID is; a `hygon-mig-<card>.json` record (a MIG-like partition, which
+no listing shows) names it by `pciBusID`: every vDCU of that DCU. A record whose container was
+given a DCU's DRM node (`/dev/dri/renderD<n>`, `card<n>`: a checkpoint entry's device nodes)
+claims every vDCU of that DCU (by the node's name, which every vDCU of it carries); one on a
+`hygon.com/` resource that gives none claims vDCUs of any DCU, as many as its device ids.
+
 vGPUs (mdevs, vendor-VFIO VFs) are claimed by a VMM's instance records (`vm-metadata`): a record
 names its vGPU exactly (mdev UUID, VF address). Its owner is the VM, alive while its hypervisor
 process is the one the record names (`vm_liveness`).
@@ -48,6 +57,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from enforcer.model import (
+    HYGON,
     MIG,
     PPU,
     VM_METADATA,
@@ -73,6 +83,8 @@ GPU_UUID = re.compile(rf"GPU-{_HEX_UUID}", re.ASCII)
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-([0-9]+g\.[0-9]+gb(?:\.[a-z]+)*)$", re.ASCII)
 PPU_RESOURCE = re.compile(r"^alibabacloud\.com/ppu(\.[a-z0-9-]+)?$", re.ASCII)
 ALIXPU_CAP = re.compile(r"^/dev/alixpu-caps/(alixpu-cap[0-9]+)$", re.ASCII)
+DRM_NODE = re.compile(r"^/dev/dri/((?:card|renderD)[0-9]+)$", re.ASCII)
+HYGON_RESOURCE = re.compile(r"^hygon\.com/\S+$", re.ASCII)
 
 
 def claims_from_records(records: Iterable[OwnerRecord]) -> tuple[Claim, ...]:
@@ -87,7 +99,9 @@ def _claims(record: OwnerRecord) -> list[Claim]:
         ]
     if PPU_RESOURCE.match(record.resource) or record.resource == "thead-mig":
         return _ppu_claims(record)
-    return [*_ascend_claims(record), *_mig_claims(record)]
+    if dict(record.annotations).get("vendor") == "hygon":
+        return _hygon_marker_claims(record)
+    return [*_ascend_claims(record), *_mig_claims(record), *_dcu_claims(record)]
 
 
 def vm_records(instances: Iterable[Instance]) -> tuple[OwnerRecord, ...]:
@@ -188,7 +202,7 @@ def _marker_claims(record: OwnerRecord, kind: str = MIG, prefix: str = "gpu") ->
     """A device plugin's ownership record names its partition: MIG UUID, and GI on its card."""
     notes = dict(record.annotations)
     if notes.get("vendor") != {MIG: "nvidia", PPU: "thead"}[kind]:
-        return []  # Hygon partitions are not managed yet
+        return []
     return [
         Claim(
             record.owner_uid,
@@ -225,6 +239,39 @@ def _ppu_claims(record: OwnerRecord) -> list[Claim]:
         _on_gpu(record, "device-wide", f"ppu:{u}", None, n, f"{n} partition(s) on {u}", PPU)
         for u, n in sorted(per_id.items())
     ]
+
+
+def _hygon_marker_claims(record: OwnerRecord) -> list[Claim]:
+    """A vdev<i>.conf: a vDCU of its DCU; a hygon-mig record: every vDCU of its DCU."""
+    dcu = f"dcu:{dict(record.annotations)['pci']}"
+    if record.resource == "hygon-vdev":
+        return [_on_gpu(record, "device-wide", dcu, None, 1, f"a vDCU of {dcu}", HYGON)]
+    what = f"a MIG-like partition on {dcu}: every vDCU of it"
+    return [_on_gpu(record, "device-wide", dcu, None, None, what, HYGON)]
+
+
+def _dcu_claims(record: OwnerRecord) -> list[Claim]:
+    """The DCUs a record's container was given, by their DRM nodes; or a Hygon resource's."""
+    nodes = {m[1] for d in record.devices if (m := DRM_NODE.match(d))}
+    # A container that computes is given a DCU's render node; its card node, when given too,
+    # names the same DCU: one claim for it, by the render node.
+    named = sorted(n for n in nodes if n.startswith("renderD")) or sorted(nodes)
+    if named:
+        return [
+            Claim(
+                record.owner_uid,
+                record.source,
+                "exact",
+                f"{record.where}: /dev/dri/{n}, every vDCU of its DCU",
+                kind=HYGON,
+                uuid=n,
+            )
+            for n in named
+        ]
+    if HYGON_RESOURCE.match(record.resource):
+        count = len(record.device_ids) or None
+        return [_on_gpu(record, "device-wide", None, None, count, record.resource, HYGON)]
+    return []
 
 
 def _on_gpu(

@@ -46,6 +46,7 @@ COUNTED = (
     ("orphan", "ORPHAN"),
     ("destroyed", "DESTROYED"),
     ("destroy-failed", "FAILED"),
+    ("blocked", "BLOCKED"),
     ("inconclusive", "INCONCLUSIVE"),
     ("breaker", "BREAKER"),
 )

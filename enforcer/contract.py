@@ -22,6 +22,7 @@ from enforcer.claims import (
 )
 from enforcer.ledger import Entry, Ledger
 from enforcer.model import (
+    HYGON,
     MDEV,
     MIG,
     NODE,
@@ -47,6 +48,7 @@ TOOL_SOURCES = (
     "npu-smi",
     "nvidia-smi",
     "ppu-smi",
+    "hy-smi",
     "proc-fd",
     "node",
     "sysfs",
@@ -58,6 +60,7 @@ WITNESSES = {
     VNPU: "npu-smi status/container columns, process table and fd scan",
     MIG: "nvidia-smi process table and fd scan of the capability devices",
     PPU: "ppu-smi process table and fd scan of the capability devices",
+    HYGON: "fd scan of its DCU's device nodes",
     MDEV: "fd scan of its VFIO group and device",
     VFIO: "fd scan of its VFIO group and device",
 }
@@ -288,6 +291,7 @@ def decide(
         entries[identity] = entry
         verdicts.append(verdict)
 
+    verdicts = whole_devices(verdicts)
     live = _live_owners(obs, pods, policy)
     orphans = [v for v in verdicts if v.is_orphan]
     trip = not_implausible(len(orphans), len(verdicts), live, ledger, policy) if orphans else None
@@ -362,6 +366,38 @@ def _judge(
     return Verdict(
         p, status, reason, evidence, entry.streak_runs, span, entry.destroy_attempts
     ), entry
+
+
+# Kinds whose tool destroys every partition of an accelerator at once: the command, the noun.
+WHOLE_DEVICE = {HYGON: ("hy-smi virtual -destroy-vdevice", "vDCU")}
+
+
+def whole_devices(verdicts: list[Verdict]) -> list[Verdict]:
+    """
+    A kind destroyed a whole accelerator at a time (WHOLE_DEVICE): a partition proven orphaned is
+    destroyed only with every other partition of its accelerator. While one of them is not proven
+    orphaned, the others are `blocked`, naming it; their streaks go on.
+    """
+    keeping: dict[str, list[Verdict]] = defaultdict(list)
+    for v in verdicts:
+        if v.partition.kind in WHOLE_DEVICE and not v.is_orphan:
+            keeping[v.partition.accelerator].append(v)
+    if not keeping:
+        return verdicts
+    return [_blocked(v, keeping[v.partition.accelerator]) for v in verdicts]
+
+
+def _blocked(v: Verdict, keeping: list[Verdict]) -> Verdict:
+    if not v.is_orphan or not keeping:
+        return v
+    p = v.partition
+    tool, noun = WHOLE_DEVICE[p.kind]
+    by = [f"{noun} {k.partition.id} is {k.status} ({k.reason})" for k in keeping]
+    reason = (
+        f"proven orphaned, kept: {tool} destroys every {noun} of {p.accelerator} at once, and "
+        + "; ".join(by)
+    )
+    return replace(v, status="blocked", reason=reason, evidence=(*v.evidence, *by))
 
 
 def _restarted(entry: Entry) -> Entry:

@@ -22,7 +22,10 @@ MDEV = "mdev"  # a mediated device: /sys/bus/mdev/devices/<uuid>
 VFIO = "nvidia-vfio"  # NVIDIA's vendor-specific VFIO vGPU: a VF whose current_vgpu_type is set
 VGPU_KINDS = (MDEV, VFIO)  # the vGPUs a VMM assigns to virtual machines
 PPU = "thead-ppu"  # a T-Head PPU's MIG GPU instance (ppu-smi)
-KINDS = (VNPU, MIG, MDEV, VFIO, PPU)
+HYGON = "hygon-vdcu"  # a Hygon DCU's virtual DCU (hy-smi virtual)
+KINDS = (VNPU, MIG, MDEV, VFIO, PPU, HYGON)
+# The accelerator key's prefix of each kind whose accelerators are GPU-like (`Gpu.kind`).
+PREFIXES = {MIG: "gpu", PPU: "ppu", HYGON: "dcu"}
 VM_METADATA = "vm-metadata"
 DRAIN_MARKER = "drain-marker"  # the node read's section of <state_dir>/drain.json (enforcer.drain)
 NO_CONTAINER = "000000000000"  # npu-smi's Container ID for a vNPU no container is using
@@ -55,7 +58,8 @@ class Chip:
 @dataclass(frozen=True)
 class Gpu:
     """A GPU nvidia-smi lists (or a T-Head PPU ppu-smi lists: `kind` PPU), by the UUID that
-    claims and ownership records name."""
+    claims and ownership records name; a Hygon DCU hy-smi lists (`kind` HYGON), by its PCI
+    address, which is what its ownership records name."""
 
     index: int
     uuid: str
@@ -65,7 +69,7 @@ class Gpu:
 
     @property
     def accelerator(self) -> str:
-        return f"{'ppu' if self.kind == PPU else 'gpu'}:{self.uuid}"
+        return f"{PREFIXES[self.kind]}:{self.uuid}"
 
 
 @dataclass(frozen=True)
@@ -100,10 +104,12 @@ class Partition:
         """
         The names records give it: the MIG device UUIDs the tool prints, and for a T-Head GPU
         instance the capability devices of it and its compute instances (`alixpu-cap<minor>`),
-        which are all gpustack's T-Head allocator hands a container.
+        which are all gpustack's T-Head allocator hands a container; for a Hygon vDCU its DCU's
+        device nodes (`renderD<n>`, `card<n>`), which name every vDCU of that DCU alike.
         """
         fields = dict(self.identity_fields)  # the last of a name, as before
         names = fields.get("mig_uuids", "").split(",") + fields.get("caps", "").split()
+        names += fields.get("dcu_nodes", "").split()
         return tuple(n for n in names if n)
 
 
@@ -261,6 +267,7 @@ Status = Literal[
     "inconclusive",
     "destroyed",
     "destroy-failed",
+    "blocked",
     "breaker",
 ]
 

@@ -3,8 +3,10 @@ gpustack's MIG ownership markers, read from the node read's listing of the per-p
 
 Writer (gpustack/gpustack-operator, pkg/devicemanager/allocator/{nvidia,thead,hygon}/mig.go):
 one record per container per card at `<root>/<podUID>/c-<container>/<vendor>-mig-<card>.json`,
-`json.Marshal` of a flat struct (no omitempty), published by write-then-rename. The node read
-prints one line per such file, `<b64 relative path> <b64 bytes>`, or `<b64 relative path> !`
+`json.Marshal` of a flat struct (no omitempty), published by write-then-rename. Its Hygon
+allocator (allocator/hygon/vdev.go) also gives a container slices of DCUs as `vdev<i>.conf`
+records under `<root>/<podUID>/c-<container>/etc/vdev/docker/` (facts.hygon reads one). The node
+read prints one line per such file, `<b64 relative path> <b64 bytes>`, or `<b64 relative path> !`
 when the file could not be read.
 
 A record that cannot be read whole is an `Unreadable`, attributed to the card its file name names
@@ -21,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from facts import strictjson
+from facts import hygon, strictjson
 from facts.errors import ParseError
 
 LAYOUTS = ("gpustack",)
@@ -42,6 +44,18 @@ class Marker:
     start: int | None  # placement start/length when recorded
     length: int | None
     path: str  # relative path, the evidence
+    pci_bus_id: str | None = None  # Hygon's pciBusID: the DCU, as the node's PCI address
+
+
+@dataclass(frozen=True)
+class Vdev:
+    """One readable `vdev<index>.conf`: `pod_uid`/`container` were given a slice of a DCU."""
+
+    pod_uid: str
+    container: str
+    index: int
+    conf: hygon.VdevConf
+    path: str
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,7 @@ class Unreadable:
     card: str | None  # the accelerator it concerns (from its file name), None if unknown
     path: str
     reason: str
+    vendor: str | None = None  # as its file name says; None if unknown
 
 
 _STR, _U32, _I32 = "string", "uint32", "int32"
@@ -95,8 +110,13 @@ class _Place(NamedTuple):
     pod_uid: str
     container: str
     vendor: str
-    card: str
+    card: str  # a vdev record: its index
     path: str
+
+
+_VDEV_DIR = ["etc", "vdev", "docker"]
+_VDEV_NAME = re.compile(r"vdev(0|[1-9][0-9]{0,8})\.conf", re.ASCII)
+VDEV = "hygon-vdev"  # a `_Place`'s vendor for a vdev<i>.conf
 
 
 class _Bad(Exception):
@@ -134,6 +154,8 @@ def _split(line: str, lineno: int) -> tuple[str, bytes | None]:
 def _place(path: str, line: str, lineno: int) -> _Place | None:
     """Where the file sits in the tree; None for the writer's temp file."""
     parts = path.split("/")
+    if len(parts) == 6 and parts[2:5] == _VDEV_DIR:
+        parts = [*parts[:2], VDEV + "/" + parts[5]]
     if len(parts) != 3:
         raise ParseError("markers: path is not <podUID>/c-<container>/<file>", line, lineno)
     pod_uid, ctr_dir, name = parts
@@ -143,6 +165,8 @@ def _place(path: str, line: str, lineno: int) -> _Place | None:
         raise ParseError(f"markers: {ctr_dir!r} is not c-<container name>", line, lineno)
     if _WRITER_TEMP.fullmatch(name):
         return None
+    if name.startswith(VDEV + "/"):
+        return _Place(pod_uid, ctr_dir[2:], VDEV, name.removeprefix(VDEV + "/"), path)
     found = _MARKER_NAME.fullmatch(name)
     if not found:
         raise ParseError(f"markers: {name!r} is not <vendor>-mig-<card>.json", line, lineno)
@@ -226,29 +250,46 @@ def _marker(place: _Place, content: bytes | None) -> Marker:
         start=values.get("start"),
         length=values.get("length"),
         path=place.path,
+        pci_bus_id=values.get("pciBusID"),
     )
 
 
-def _entry(place: _Place, content: bytes | None) -> Marker | Unreadable:
+def _vdev(place: _Place, content: bytes | None) -> Vdev | Unreadable:
+    """A vdev<i>.conf; one that cannot be read concerns every DCU: its file names none."""
+    name = _VDEV_NAME.fullmatch(place.card)
+    if name is None:
+        return Unreadable(None, place.path, "not a vdev<index>.conf name", "hygon")
+    if content is None:
+        return Unreadable(None, place.path, "the node could not read the file", "hygon")
+    try:
+        conf = hygon.parse_vdev_conf(content.decode("utf-8"))
+    except (UnicodeDecodeError, ParseError) as err:
+        return Unreadable(None, place.path, str(err), "hygon")
+    return Vdev(place.pod_uid, place.container, int(name[1]), conf, place.path)
+
+
+def _entry(place: _Place, content: bytes | None) -> Marker | Vdev | Unreadable:
+    if place.vendor == VDEV:
+        return _vdev(place, content)
     card = place.card if _CARD.fullmatch(place.card) else None
     if card is None:
         return Unreadable(None, place.path, f"file name names no card ({place.card!r})")
     try:
         return _marker(place, content)
     except _Bad as bad:
-        return Unreadable(card, place.path, str(bad))
+        return Unreadable(card, place.path, str(bad), place.vendor)
 
 
 def parse_marker_listing(
     text: str, layout: str = "gpustack"
-) -> tuple[list[Marker], list[Unreadable]]:
+) -> tuple[list[Marker | Vdev], list[Unreadable]]:
     """
     The markers of one root's listing, and the files among them that could not be read whole.
     Raises ParseError when the listing itself is not the node read's shape.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"unknown marker layout {layout!r}; known: {', '.join(LAYOUTS)}")
-    markers: list[Marker] = []
+    markers: list[Marker | Vdev] = []
     unreadable: list[Unreadable] = []
     seen: set[str] = set()
     for lineno, line in enumerate(_lines(text), start=1):
@@ -260,8 +301,8 @@ def parse_marker_listing(
         if place is None:
             continue
         entry = _entry(place, content)
-        if isinstance(entry, Marker):
-            markers.append(entry)
-        else:
+        if isinstance(entry, Unreadable):
             unreadable.append(entry)
+        else:
+            markers.append(entry)
     return markers, unreadable

@@ -16,6 +16,7 @@ from pyinfra.api import FactBase
 
 from enforcer.model import (
     DRAIN_MARKER,
+    HYGON,
     MIG,
     NO_CONTAINER,
     NODE,
@@ -32,7 +33,7 @@ from enforcer.model import (
 )
 from enforcer.policy import NodePaths
 from enforcer.shell import render
-from facts import ascend, checkpoint, cri, markers, podresources, procfs, vms
+from facts import ascend, checkpoint, cri, dcus, markers, podresources, procfs, vms
 from facts.errors import ParseError
 from facts.mig import NOTHING, THEAD, mig_holders, observe_mig
 
@@ -92,6 +93,7 @@ class NodeSnapshot(FactBase):
             npu_smi=paths.tool("npu-smi"),
             nvidia_smi=paths.tool("nvidia-smi"),
             ppu_smi=paths.tool("ppu-smi"),
+            hy_smi=paths.tool("hy-smi"),
             crictl=paths.tool("crictl"),
             mdevctl=paths.tool("mdevctl"),
             pid_keys=vms.pid_keys(paths),
@@ -119,8 +121,11 @@ COMMANDS = {
     "ppu-smi-lci": "ppu-smi mig -lci",
     "ppu-smi": "ppu-smi",
     "alixpu-caps": "grep '' /proc/driver/alixpu/capabilities/ppu*/mig/gi*/[ci*/]access",
+    "hy-smi-devices": "hy-smi virtual -show-device-info",
+    "hy-smi-vdevices": "hy-smi virtual -show-vdevice-info",
+    "hygon-pci": "the PCI functions under /sys/bus/pci/drivers/hydcu",
     "devnodes": "stat /dev/vdavinci* /dev/nvidia-caps/nvidia-cap* /dev/alixpu_ppu*"
-    " /dev/alixpu-caps/alixpu-cap* /dev/vfio/*",
+    " /dev/alixpu-caps/alixpu-cap* /dev/vfio/* /dev/dri/*",
     "vgpu": "the mdevs and vendor-VFIO VFs under /sys/bus",
     "mdevctl": "mdevctl list --defined --dumpjson",
     "vm-metadata": "the VM records under the VM metadata roots",
@@ -244,6 +249,8 @@ def observe(
     mig = observe_mig(r, wants_mig) if _manages(MIG, kinds) else NOTHING
     wants_ppu = _wanted(PPU, "ppu-smi", kinds, paths)
     ppu = observe_mig(r, wants_ppu, THEAD, paths.procfs) if _manages(PPU, kinds) else NOTHING
+    wants_dcu = _wanted(HYGON, "hy-smi", kinds, paths)
+    dcu = dcus.observe_dcus(r, wants_dcu) if _manages(HYGON, kinds) else dcus.NOTHING
     vgpus = vms.observe_vgpus(r, kinds)
     instances, hypervisors, listening = vms.observe_vms(r, paths, claim_sources, bool(vgpus))
     devnodes = r.read("devnodes", "proc-fd", lambda s: procfs.parse_devnodes(s.stdout))
@@ -288,7 +295,8 @@ def observe(
         else None  # not asked: not a claim source (a missing section of one asked is unreadable)
     )
     ppu_cards = frozenset(g.uuid for g in ppu.gpus)
-    marked = _markers(r, paths, ppu_cards) if MARKERS in claim_sources else []
+    hygon = bool(dcu.dcus)
+    marked = _markers(r, paths, ppu_cards, hygon) if MARKERS in claim_sources else []
     ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=ABSENT)
     destroyed = (
         r.read("destroyed", "ledger", lambda s: _destroyed(s.stdout), absent=())
@@ -311,6 +319,7 @@ def observe(
     holders += mig_holders(r, mig, devnodes, scan, paths.dev_dir, owner_of)
     holders += mig_holders(r, ppu, devnodes, scan, paths.dev_dir, owner_of, THEAD)
     holders += vms.vgpu_holders(vgpus, devnodes, scan, paths.dev_dir, owner_of)
+    holders += dcus.dcu_holders(dcu.partitions, devnodes, scan, paths.dev_dir, owner_of)
     pods, records = _pods_and_records(entries, sandboxes, containers)
     more_pods, more_records = _pod_resources(listed, sandboxes)
     pods, records = pods + more_pods, records + more_records + marked
@@ -320,8 +329,8 @@ def observe(
         boot_id=boot_id,
         now=now,
         chips=tuple(chips),
-        gpus=(*mig.gpus, *ppu.gpus),
-        partitions=(*vnpus, *mig.partitions, *ppu.partitions, *vgpus),
+        gpus=(*mig.gpus, *ppu.gpus, *dcu.dcus),
+        partitions=(*vnpus, *mig.partitions, *ppu.partitions, *dcu.partitions, *vgpus),
         holders=tuple(holders),
         records=tuple(x for x in records if x.source in keep),
         pods=tuple(p for p in pods if p.source in keep),
@@ -377,15 +386,16 @@ def _ascend(r: _Reader, wanted: bool, kinds) -> tuple[list[Chip], list[Partition
 
 
 def _markers(
-    r: _Reader, paths: NodePaths, ppu_cards: frozenset[str] = frozenset()
+    r: _Reader, paths: NodePaths, ppu_cards: frozenset[str] = frozenset(), hygon: bool = False
 ) -> list[OwnerRecord]:
     """
     The ownership records of the marker roots, each naming a pod and its partition. A root that
     is not there makes the source unavailable, one that cannot be listed unreadable (for every
-    MIG partition, and every T-Head PPU's when the node has PPUs: `ppu_cards`, their UUIDs); a
-    record that cannot be read is unreadable for its GPU (or PPU) only.
+    MIG partition, every T-Head PPU's when the node has PPUs: `ppu_cards`, their UUIDs, and every
+    vDCU when it has Hygon DCUs); a record that cannot be read is unreadable for its GPU (or PPU)
+    only, or for every vDCU when it is Hygon's (its file names no DCU by PCI address).
     """
-    kinds = (MIG, PPU) if ppu_cards else (MIG,)
+    kinds = (MIG, *((PPU,) if ppu_cards else ()), *((HYGON,) if hygon else ()))
     if not paths.marker_roots:
         r.fail(MARKERS, "unavailable", "no marker roots are configured (enforcer_marker_roots)")
         return []
@@ -404,14 +414,21 @@ def _markers(
                 r.fail(MARKERS, "unreadable", f"marker root {root}: {error}", kind)
             continue
         for b in bad:
-            if b.card:
-                scopes: tuple[str, ...] = (f"{'ppu' if b.card in ppu_cards else 'gpu'}:{b.card}",)
-            else:
-                scopes = kinds
-            for scope in scopes:
+            for scope in _unreadable_scopes(b, kinds, ppu_cards):
                 r.fail(MARKERS, "unreadable", f"{root}/{b.path}: {b.reason}", scope)
         found += [_marker_record(root, m) for m in records]
     return found
+
+
+def _unreadable_scopes(
+    b: markers.Unreadable, kinds: tuple[str, ...], ppu_cards: frozenset[str]
+) -> tuple[str, ...]:
+    """What a record that cannot be read holds closed: its card, or every partition it may be."""
+    if b.vendor == "hygon":
+        return (HYGON,)
+    if b.card:
+        return (f"{'ppu' if b.card in ppu_cards else 'gpu'}:{b.card}",)
+    return kinds
 
 
 def _marker_trees(text: str, roots: int) -> list[tuple[str, str]]:
@@ -430,18 +447,23 @@ def _marker_trees(text: str, roots: int) -> list[tuple[str, str]]:
     return [(rc, "".join(f"{x}\n" for x in lines)) for rc, lines in trees]
 
 
-def _marker_record(root: str, m: markers.Marker) -> OwnerRecord:
-    """A marker as an owner record: the MIG device it names, on its card, by GI when recorded."""
+def _marker_record(root: str, m: markers.Marker | markers.Vdev) -> OwnerRecord:
+    """
+    A marker as an owner record: the MIG device it names, on its card, by GI when recorded (and
+    a Hygon one's DCU by PCI address); a vdev<i>.conf as the DCU it gives a slice of.
+    """
+    where = f"marker {root}/{m.path}"
+    if isinstance(m, markers.Vdev):
+        bus = ("pci", m.conf.pci_bus_id.lower())
+        notes = (bus, ("vendor", "hygon"), ("vdev", str(m.index)))
+        return OwnerRecord(m.pod_uid, MARKERS, where, markers.VDEV, annotations=notes)
     notes = [("card", m.card), ("profile", m.profile), ("vendor", m.vendor)]
     if m.gi is not None:
         notes.append(("gi", str(m.gi)))
+    if m.pci_bus_id is not None:
+        notes.append(("pci", m.pci_bus_id.lower()))
     return OwnerRecord(
-        m.pod_uid,
-        MARKERS,
-        f"marker {root}/{m.path}",
-        f"{m.vendor}-mig",
-        (m.mig_uuid,),
-        annotations=tuple(notes),
+        m.pod_uid, MARKERS, where, f"{m.vendor}-mig", (m.mig_uuid,), annotations=tuple(notes)
     )
 
 

@@ -88,25 +88,41 @@ def vgpu_holders(
     dev_dir: str,
     owner_of,
 ) -> list[Holder]:
-    """
-    Rule 2 for vGPUs: processes with its VFIO group or cdev open (a hypervisor using it). A vGPU
-    with no such node to scan is held: nothing can tell that nobody uses it.
-    """
-    vgpus = [p for p in partitions if p.kind in VGPU_KINDS]
-    if not vgpus or devnodes is None or scan is None:
+    """Rule 2 for vGPUs: processes with its VFIO group or cdev open (a hypervisor using it)."""
+    if devnodes is None or scan is None:
         return []  # proc-fd is unreadable: rule 1 keeps every partition
+    return [
+        holder
+        for p in partitions
+        if p.kind in VGPU_KINDS
+        for holder in fd_holders(p, devnodes_of(p, dev_dir), devnodes, scan, owner_of)
+    ]
+
+
+def fd_holders(
+    p: Partition,
+    wanted: Sequence[str],
+    devnodes: dict[str, procfs.DevNode],
+    scan: procfs.FdScan,
+    owner_of,
+    whose: str = "",
+) -> list[Holder]:
+    """
+    The processes with one of `wanted` (P's device nodes, as the node read stat'ed them) open:
+    each holds P. P with none of them to scan is held: nothing can tell that nobody uses it.
+    `whose`: how a holder's detail names the node's owner when it is not P ("its DCU's ").
+    """
+    nodes = [devnodes[n] for n in wanted if n in devnodes]
+    if not nodes:
+        why = f"no device node of it ({', '.join(wanted) or 'none'}) to scan"
+        return [Holder(p.key, "proc-fd", None, why)]
     holders = []
-    for p in vgpus:
-        nodes = [devnodes[n] for n in devnodes_of(p, dev_dir) if n in devnodes]
-        if not nodes:
-            why = f"no VFIO device node of it ({', '.join(devnodes_of(p, dev_dir)) or 'none'})"
-            holders.append(Holder(p.key, "proc-fd", None, f"{why} to scan"))
-        for fd in scan.fds:
-            for dev in nodes:
-                if procfs.holds(fd, dev):
-                    owner, why = owner_of(fd.pid)
-                    detail = f"pid {fd.pid} has {dev.path} open{why}"
-                    holders.append(Holder(p.key, "proc-fd", fd.pid, detail, owner))
+    for fd in scan.fds:
+        for dev in nodes:
+            if procfs.holds(fd, dev):
+                owner, why = owner_of(fd.pid)
+                detail = f"pid {fd.pid} has {whose}{dev.path} open{why}"
+                holders.append(Holder(p.key, "proc-fd", fd.pid, detail, owner))
     return holders
 
 

@@ -13,9 +13,20 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from enforcer.metrics import FILE as METRICS_FILE
-from enforcer.model import MDEV, MIG, PPU, VGPU_KINDS, VNPU, Observation, Partition, Verdict
+from enforcer.model import (
+    HYGON,
+    MDEV,
+    MIG,
+    PPU,
+    VGPU_KINDS,
+    VNPU,
+    Observation,
+    Partition,
+    Verdict,
+)
 from enforcer.policy import NodePaths
 from enforcer.shell import UnsafeValue, decimal, render
+from facts import dcus
 from facts.vms import devnodes_of
 
 
@@ -79,12 +90,20 @@ def destroy_orphans(verdicts: Sequence[Verdict], obs: Observation, paths: NodePa
     if not orphans:
         host.noop("no partition is proven orphaned")
         return
+    whole: dict[str, list[Partition]] = {}  # vDCUs by DCU: hy-smi destroys them together
     for v in orphans:
-        yield destroy_command(v, obs, paths)
+        if v.partition.kind == HYGON:
+            whole.setdefault(v.partition.accelerator, []).append(v.partition)
+        else:
+            yield destroy_command(v, obs, paths)
+    for vdcus in whole.values():
+        yield destroy_dcu(vdcus, obs, paths)
 
 
 def destroy_command(v: Verdict, obs: Observation, paths: NodePaths) -> str:
     p = v.partition
+    if p.kind == HYGON:
+        return destroy_dcu([p], obs, paths)
     if p.kind == MIG:
         return _destroy_mig(p, obs, paths)
     if p.kind == PPU:
@@ -158,6 +177,45 @@ def _destroy_ppu(p: Partition, obs: Observation, paths: NodePaths) -> str:
         ci_ids=[decimal(c.split(":")[0]) for c in computes],
         caps=sorted(caps),  # as the node sorts what the driver gives (LC_ALL=C: by bytes)
         identity=b64(p.identity(obs.boot_id)),
+        boot_id=obs.boot_id,
+        digest=obs.claim_digest,
+    )
+
+
+# A DCU's DRM device node's name under /dev/dri, as the node read gives it.
+DRM_NODE = re.compile(r"(card|renderD)[0-9]{1,9}", re.ASCII)
+
+
+def destroy_dcu(vdcus: Sequence[Partition], obs: Observation, paths: NodePaths) -> str:
+    """
+    Every vDCU of one Hygon DCU: hy-smi destroys them all at once, so `vdcus` must be all that the
+    run listed on it (enforcer.contract.whole_devices keeps the others), each re-proven together.
+    """
+    accelerator = vdcus[0].accelerator
+    on_it = sorted(p.key for p in obs.partitions if p.accelerator == accelerator)
+    if sorted(p.key for p in vdcus) != on_it:
+        raise ValueError(f"refusing to destroy some, not all, of the vDCUs of {accelerator}")
+    fields = dict(vdcus[0].identity_fields)
+    nodes = fields["dcu_nodes"].split()  # none read: the node keeps them
+    for name in nodes:
+        if not DRM_NODE.fullmatch(name):
+            raise UnsafeValue(f"refusing device node {name[:80]!r} in a shell command")
+    dcus_listed = [g for g in obs.gpus if g.kind == HYGON]
+    place = [g.accelerator for g in dcus_listed].index(accelerator)
+    listed = sorted(vdcus, key=lambda p: decimal(p.id))
+    rows = [" ".join(dict(p.identity_fields)[k] for k in dcus.LISTED) for p in listed]
+    return render(
+        "destroy-vdcu.sh.j2",
+        paths=paths,
+        hy_smi=paths.tool("hy-smi"),
+        device=decimal(fields["device"]),
+        bdf=fields["bdf"],
+        devices=[str(g.index) for g in dcus_listed],
+        position=place + 1,
+        function=b64(f"{fields['bdf']}|{','.join(nodes) or '-'}"),
+        expected=b64("\n".join(rows)),
+        nodes=nodes,
+        identities=[b64(p.identity(obs.boot_id)) for p in listed],
         boot_id=obs.boot_id,
         digest=obs.claim_digest,
     )

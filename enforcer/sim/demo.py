@@ -1,7 +1,8 @@
 """
 `make demo`: the seed story on a simulated 310P node, then the MIG story on a simulated H100 node
-(enforcer.sim.mig_story) and on a simulated T-Head PPU (enforcer.sim.ppu_story), then the vGPU
-story on a VM host (enforcer.sim.vgpu_story), each converged by the real pyinfra CLI.
+(enforcer.sim.mig_story) and on a simulated T-Head PPU (enforcer.sim.ppu_story), the leaked-vDCU
+story on a simulated Hygon DCU node (enforcer.sim.hygon_story), then the vGPU story on a VM host
+(enforcer.sim.vgpu_story), each converged by the real pyinfra CLI.
 
 Runs inside its own PID and mount namespace (python -m enforcer.sim.namespace -- ...), so the fd
 scan sees the nodes' processes only. The seed story: infer-a runs on vNPU 100; two zombies (101,
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 from enforcer.report import table
-from enforcer.sim import mig_story, ppu_story, scenario, vgpu_story
+from enforcer.sim import hygon_story, mig_story, ppu_story, scenario, vgpu_story
 from enforcer.sim.namespace import mount_proc_driver
 from enforcer.sim.node import SimNode
 from enforcer.sim.show import render_summary
@@ -83,6 +84,7 @@ def main(node_dir: str, runs: int = 5) -> int:
     SimNode(node_path).unhold_all()
     mig(node_path.with_name(f"{node_path.name}-h100"), runs)
     thead(node_path.with_name(f"{node_path.name}-ppu"), runs)
+    hygon(node_path.with_name(f"{node_path.name}-dcu"), runs)
     vm_host(node_path.with_name(f"{node_path.name}-vmhost"), runs)
     return 0
 
@@ -125,6 +127,33 @@ def thead(node_path: Path, runs: int) -> None:
         say(f"partition-enforcer run {run} of {runs} on the T-Head PPU node")
         enforce(node_path, run, "demo_ppu.py")
         print("GPU instances now:", sorted(int(g["id"]) for g in node.ppu_instances(0)))
+        time.sleep(1)
+    node.unhold_all()
+
+
+def hygon(node_path: Path, runs: int) -> None:
+    """Leaked vDCUs on a Hygon node: destroyed a whole DCU at a time, never beside a live pod's."""
+    node, vdcus = hygon_story.build(node_path)
+    node.hold_dcu(0, detach=True, pod_uid=hygon_story.LLM_A)
+    say(
+        f"the Hygon DCU node: llm-a runs on vDCU {vdcus['a'][0]} (DCU 0); llm-b was given vDCU "
+        f"{vdcus['b'][0]} on DCU 1, beside vDCU {vdcus['leak1'][0]}, leaked; vDCUs "
+        f"{' and '.join(map(str, vdcus['leak2']))} on DCU 2 leaked from a failed create. "
+        "hy-smi destroys every vDCU of a DCU at once"
+    )
+    print(render_summary(node, node.state()))
+    for run in range(1, runs + 1):
+        say(f"partition-enforcer run {run} of {runs} on the Hygon DCU node")
+        enforce(node_path, run, "demo_hygon.py")
+        print("vDCUs now:", sorted(node.vdcus()))
+        if run == 1:
+            (late,) = node.create_vdcus(2, [(10, 4096)])
+            say(f"a create on DCU 2 for a pod that then fails leaves vDCU {late}, a later leak")
+        if run == 2:
+            node.remove_pod(hygon_story.LLM_B)
+            node.release(hygon_story.LLM_B)
+            node.remove_marker_dir(hygon_story.LLM_B)
+            say("llm-b is deleted: its checkpoint entry and its vdev record go with it")
         time.sleep(1)
     node.unhold_all()
 

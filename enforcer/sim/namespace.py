@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from enforcer.sim.node import PROC_DRIVER, SimNode, end_process
+from enforcer.sim.node import PROC_DRIVER, DcuError, SimNode, end_process
 from enforcer.sim.vgpu import Kernel, VgpuError
 
 CGROUPS = "cgroups"  # <node>/cgroups/<pid>: the cgroup file bind-mounted over a pod holder's
@@ -146,6 +146,13 @@ class NodeNamespace:
         answer = self.call(op="hold_ppu_mig", gpu=ppu, gi=gi, ci=ci, pod=pod_uid, listed=listed)
         return int(answer["pid"])
 
+    def hold_dcu(self, device: int, pod_uid: str | None = None) -> int:
+        """
+        A process in the namespace with Hygon DCU `device`'s render node open (SimNode.hold_dcu);
+        with `pod_uid`, in that pod's (first) container's cgroup. Its pid there.
+        """
+        return int(self.call(op="hold_dcu", device=device, pod=pod_uid)["pid"])
+
     def unhold(self, pid: int) -> None:
         self.call(op="unhold", pid=pid)
 
@@ -210,7 +217,14 @@ def _agent(node_dir: Path, hostname: str | None) -> None:
         request = json.loads(line)
         try:
             answer = {"error": broken} if broken else _serve(node_dir, request, holders)
-        except (OSError, ValueError, KeyError, VgpuError, subprocess.TimeoutExpired) as error:
+        except (
+            OSError,
+            ValueError,
+            KeyError,
+            VgpuError,
+            DcuError,
+            subprocess.TimeoutExpired,
+        ) as error:
             answer = {"error": f"{request.get('op')}: {type(error).__name__}: {error}"}
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
@@ -236,10 +250,12 @@ def _serve(node_dir: Path, request: dict[str, Any], holders: dict) -> dict[str, 
             check=False,
         )
         return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
-    if op in ("hold", "hold_mig", "hold_ppu_mig"):
+    if op in ("hold", "hold_mig", "hold_ppu_mig", "hold_dcu"):
         node, uid = SimNode(node_dir), request.get("pod")
         if op == "hold":
             proc = node.hold(int(request["vnpu"]), pod_uid=uid)
+        elif op == "hold_dcu":
+            proc = node.hold_dcu(int(request["device"]), pod_uid=uid)
         else:
             hold = node.hold_mig if op == "hold_mig" else node.hold_ppu_mig
             gpu, gi, ci = (int(request[k]) for k in ("gpu", "gi", "ci"))

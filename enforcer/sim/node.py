@@ -19,6 +19,15 @@ A node with GPUs also has (MIG logic in enforcer/sim/mig.py):
     <node>/rootfs/var/lib/gpustack/operator/pods/... gpustack MIG markers (`write_marker`;
                                                      a PPU's: `write_ppu_marker`)
 
+A node with Hygon DCUs (`create(..., dcus=[DCU])`; vDCUs and output in enforcer/sim/hy_smi.py):
+
+    <node>/bin/hy-smi                                state "dcus": DCUs, vDCUs, holders
+    <node>/rootfs/dev/kfd                            one for the node
+    <node>/rootfs/dev/dri/card<i>, renderD<128+i>    per DCU index i
+    <node>/sys/devices/pci0000:00/<bdf>/drm/{card<i>,renderD<128+i}/, vendor
+    <node>/sys/bus/pci/drivers/hydcu/<bdf> -> ../../../../devices/pci0000:00/<bdf>
+    <pods root>/<podUID>/c-<ctr>/etc/vdev/docker/vdev<i>.conf   gpustack's vDCU record
+
 vGPUs a VMM gives to VMs (logic and the sysfs layout in enforcer/sim/vgpu.py; `add_pf`):
 
     <node>/sys/...                                   the kernel's sysfs tree: PFs, VFs, mdevs
@@ -67,6 +76,7 @@ TOOLS = {
     "nvidia-smi": "enforcer.sim.nvidia_smi",
     "mdevctl": "enforcer.sim.mdevctl",
     "ppu-smi": "enforcer.sim.ppu_smi",
+    "hy-smi": "enforcer.sim.hy_smi",
 }
 PROC_DRIVER = "proc-driver"  # <node>/proc-driver: what the namespace agent mounts on /proc/driver
 GPUSTACK_PODS = "/var/lib/gpustack/operator/pods"  # gpustack's OperatorPodsDir
@@ -104,7 +114,10 @@ FAULT_POINTS = {
     ),
     "mdevctl": ("list", "list-defined"),
     "ppu-smi": ("list", "table", "lgip", "lgipp", "lgi", "lci", "lcip", "cgi", "cci", "dci", "dgi"),
+    "hy-smi": ("device-info", "vdevice-info", "create", "destroy"),
 }
+# fail_devices of hy-smi `destroy`: state["faults"][key] = [DCU index, ...], made on first use.
+HY_SMI_DESTROY_FAIL = "hy_smi_destroy_fail"
 # fail_gis of `dgi`/`dci`, per tool: state["faults"][key] = {"dgi": [[card, gi]...], "dci": ...}.
 # ppu-smi's key is made on its first use, so a node that never had one is stored as before.
 PPU_MIG_FAIL = "ppu_mig_fail"
@@ -151,6 +164,15 @@ PPU: dict[str, Any] = {
     "mig": True,
 }
 PPU_SMI = {"smi_version": "1.28", "driver_version": "2.1.0-dbda51", "hggc_version": "13.0"}
+# One Hygon DCU, as SimNode.create takes it (dcus=[DCU]): 60 compute units and 34342961152 bytes
+# (32752 MiB), the DCUs of the dynamia-ai blog's `hy-smi virtual -show-device-info` copy; the bus
+# id is RECORD-FORMATS.md's vdev.conf example's. Optional keys: "uuid" (the card UUID gpustack's
+# records name; default a stable "GPU-..." from the bus id) and "serial" (the serial number HAMi
+# builds its device ids from; default made up from the bus id: the real format is UNVERIFIED).
+DCU: dict[str, Any] = {"bdf": "0000:3d:00.0", "compute_units": 60, "memory_bytes": 34342961152}
+HYGON_VENDOR = "0x1d94"  # PCI vendor id (HAMi dcu-vgpu-device-plugin util/types.go HygonVendorID)
+DCU_RENDER_BASE = 128  # renderD<128 + index>
+MIB = 1048576
 
 
 class ToolError(Exception):
@@ -160,6 +182,13 @@ class ToolError(Exception):
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code
+
+
+class DcuError(ToolError):
+    """A refusal as the simulated hy-smi reports it: one stderr line, exit 1 (UNVERIFIED)."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message, exit_code)
 
 
 # --- chips and vNPU placement ------------------------------------------------------------------
@@ -229,6 +258,56 @@ def _placement(
         return core, core // 2
     used = {v["vgroup"] for v in others}
     return None, next(g for g in range(len(others) + 1) if g not in used)
+
+
+# --- Hygon DCUs --------------------------------------------------------------------------------
+
+
+def dcu_state(spec: Mapping[str, Any], index: int) -> State:
+    """A DCU as stored, from a `create(dcus=...)` spec (like `DCU`); its index is its position."""
+    unknown = set(spec) - {"bdf", "compute_units", "memory_bytes", "uuid", "serial"}
+    if unknown:
+        raise ValueError(f"unknown DCU spec keys {sorted(unknown)}")
+    bdf = str(spec["bdf"]).lower()
+    if not vgpu.BDF.match(bdf):
+        raise ValueError(f"not a PCI address: {spec['bdf']!r}")
+    units, memory = int(spec["compute_units"]), int(spec["memory_bytes"])
+    if not 0 < units <= 128 or memory <= 0:  # vdev.conf's two cu_mask words hold 128 units
+        raise ValueError(f"DCU {bdf}: {units} compute units, {memory} bytes")
+    serial = hashlib.sha1(f"sim-dcu-serial/{bdf}".encode()).hexdigest()[:16].upper()
+    return {
+        "index": index,
+        "bdf": bdf,
+        "compute_units": units,
+        "memory_bytes": memory,
+        "uuid": str(spec.get("uuid") or mig.default_uuid(f"hygon/{bdf}")),
+        "serial": str(spec.get("serial") or serial),
+    }
+
+
+def render_vdev_conf(
+    bus_id: str, compute_units: int, memory_mib: int, device_id: int, vdev_id: int
+) -> str:
+    """
+    A `vdev<i>.conf` as gpustack-operator's allocator/hygon/vdev.go render writes it: the bus id
+    lower-case, the low `compute_units` bits of the two cu_mask words (units 0-63, then 64-127),
+    cu_count, memory in MiB, the device and vdev ids, pipe 0, enabled; nine lines.
+    """
+    if not 0 <= compute_units <= 128:
+        raise ValueError(f"{compute_units} compute units: a vdev.conf holds 0 to 128")
+    low = (1 << min(compute_units, 64)) - 1
+    high = (1 << max(compute_units - 64, 0)) - 1
+    return (
+        f"PciBusId: {bus_id.lower()}\n"
+        f"cu_mask: 0x{low:016x}\n"
+        f"cu_mask: 0x{high:016x}\n"
+        f"cu_count: {compute_units}\n"
+        f"mem: {memory_mib} MiB\n"
+        f"device_id: {device_id}\n"
+        f"vdev_id: {vdev_id}\n"
+        "pipe_id: 0\n"
+        "enable: 1\n"
+    )
 
 
 # --- holders: real processes with a device file open -------------------------------------------
@@ -345,6 +424,7 @@ class SimNode:
         nvidia_smi_time: str | None = None,
         ppus: Sequence[Mapping[str, Any]] = (),
         ppu_smi_time: str | None = None,
+        dcus: Sequence[Mapping[str, Any]] = (),
     ) -> SimNode:
         """
         Lay out a new node folder (it must not hold a node yet) with `chips` and no vNPUs, and
@@ -352,6 +432,8 @@ class SimNode:
         table's timestamp line ("Wed Jul 29 18:17:43 2026"); None prints the time of the call.
         `ppus` (specs like `PPU`): T-Head PPUs with no GPU instances, kept apart from the GPUs
         (state "ppus", ppu-smi's; `ppu_smi_time` as `nvidia_smi_time`); see `_lay_out_ppus`.
+        `dcus` (specs like `DCU`): Hygon DCUs with no vDCUs, index = position (state "dcus",
+        hy-smi's); see `_lay_out_dcus`.
         """
         root = Path(path).resolve()
         if (root / STATE_FILE).exists():
@@ -360,6 +442,10 @@ class SimNode:
         mig.check_gpus(gpu_states)
         ppu_states = [mig.ppu_state(p, i) for i, p in enumerate(ppus)]
         mig.check_gpus(ppu_states)
+        dcu_states = [dcu_state(d, i) for i, d in enumerate(dcus)]
+        bdfs = [d["bdf"] for d in dcu_states]
+        if len(set(bdfs)) != len(bdfs):
+            raise ValueError(f"a DCU bus id is listed twice: {bdfs}")
         for sub in (*LAYOUT_DIRS, Path(CHECKPOINT).parent):
             (root / sub).mkdir(parents=True, exist_ok=True)
         state = _new_state(
@@ -373,6 +459,8 @@ class SimNode:
         }
         if ppu_states:  # only then: a node without PPUs is stored as before
             state.update(ppus=ppu_states, ppu_processes=[], thead={**PPU_SMI, "time": ppu_smi_time})
+        if dcu_states:  # likewise: a node without DCUs is stored as before
+            state["dcus"] = {"devices": dcu_states, "vdcus": [], "holders": []}
         _write_atomic(root / STATE_FILE, json.dumps(state, indent=1))
         wanted = {
             "crictl": True,
@@ -380,6 +468,7 @@ class SimNode:
             "nvidia-smi": bool(gpus),
             "mdevctl": False,  # with the first vGPU parent (add_pf)
             "ppu-smi": bool(ppus),
+            "hy-smi": bool(dcus),
         }
         for tool, module in TOOLS.items():
             if wanted[tool]:
@@ -389,6 +478,8 @@ class SimNode:
             node._lay_out_gpus(gpu_states)
         if ppu_states:
             node._lay_out_ppus(ppu_states)
+        if dcu_states:
+            node._lay_out_dcus(dcu_states)
         with node._mutate():
             pass  # renders the (empty) checkpoint
         return node
@@ -425,6 +516,27 @@ class SimNode:
             (dev / name).write_bytes(b"")
         for ppu in ppus:
             self.ppu_devfile(ppu["minor"]).write_bytes(b"")
+
+    def _lay_out_dcus(self, dcus: Sequence[State]) -> None:
+        """
+        The DCUs' device files (regular files, as the others): one `/dev/kfd`, per DCU i
+        `/dev/dri/card<i>` and `/dev/dri/renderD<128+i>`; in sysfs the PCI device folder with
+        its `drm/card<i>`, `drm/renderD<128+i>` folders and `vendor`, bound to the `hydcu`
+        driver (`bus/pci/drivers/hydcu/<bdf>`, a relative link as the kernel makes).
+        """
+        (self.rootfs / "dev" / "dri").mkdir(parents=True, exist_ok=True)
+        (self.rootfs / "dev" / "kfd").write_bytes(b"")
+        for dcu in dcus:
+            index = dcu["index"]
+            self.dcu_card_file(index).write_bytes(b"")
+            self.dcu_render_file(index).write_bytes(b"")
+            folder = self.sysfs / vgpu.PCI_ROOT / dcu["bdf"]
+            for name in (f"card{index}", f"renderD{DCU_RENDER_BASE + index}"):
+                (folder / "drm" / name).mkdir(parents=True, exist_ok=True)
+            (folder / "vendor").write_text(f"{HYGON_VENDOR}\n")
+            link = self.sysfs / "bus" / "pci" / "drivers" / "hydcu" / dcu["bdf"]
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(os.path.relpath(folder, link.parent))
 
     @property
     def rootfs(self) -> Path:
@@ -605,6 +717,9 @@ class SimNode:
             if "ppu_processes" in state:
                 ppu = [p for p in state["ppu_processes"] if p["pid"] != proc.pid]
                 state["ppu_processes"] = ppu
+            if "dcus" in state:
+                dcu = [p for p in state["dcus"]["holders"] if p["pid"] != proc.pid]
+                state["dcus"]["holders"] = dcu
 
     def unhold_all(self) -> list[int]:
         """End every holder this node started (also detached ones); returns their pids."""
@@ -631,6 +746,12 @@ class SimNode:
                 _wait_gone(proc["pid"])
                 killed.append(proc["pid"])
             state["ppu_processes"].remove(proc)
+        for proc in list(state["dcus"]["holders"]) if "dcus" in state else []:
+            if self._is_holder(proc):
+                os.kill(proc["pid"], signal.SIGKILL)
+                _wait_gone(proc["pid"])
+                killed.append(proc["pid"])
+            state["dcus"]["holders"].remove(proc)
         vg = state.get("vgpu") or vgpu.new_state()
         for proc in list(vg["vms"]):  # hypervisors and impostors
             if proc["pid"] in vgpu.CHILDREN or self._is_vm_process(proc):
@@ -1133,6 +1254,120 @@ class SimNode:
             for gi, used in (gi_memory_used_mib or {}).items():
                 mig.gi_at(p, gi)["memory_used_mib"] = used
 
+    # --- Hygon DCUs and their vDCUs (output in enforcer/sim/hy_smi.py) ----------------------------
+
+    def dcu_card_file(self, device: int) -> Path:
+        """`<rootfs>/dev/dri/card<i>` of DCU index `device`."""
+        return self.rootfs / "dev" / "dri" / f"card{device}"
+
+    def dcu_render_file(self, device: int) -> Path:
+        """`<rootfs>/dev/dri/renderD<128+i>` of DCU index `device`: what its holders keep open."""
+        return self.rootfs / "dev" / "dri" / f"renderD{DCU_RENDER_BASE + device}"
+
+    def dcu_device_dir(self, device: int) -> Path:
+        """`<sysfs>/devices/pci0000:00/<bdf>` of DCU index `device`."""
+        return self.sysfs / vgpu.PCI_ROOT / _dcu_at(self.state(), device)["bdf"]
+
+    def dcus(self) -> list[State]:
+        """The DCUs as stored, by index (index, bdf, compute_units, memory_bytes, uuid, serial)."""
+        return [dict(d) for d in _dcu_section(self.state())["devices"]]
+
+    def vdcus(self) -> dict[int, dict[str, int]]:
+        """Every vDCU: its node-wide number -> {"device", "compute_units", "memory_mib"}."""
+        return {
+            v["number"]: {k: v[k] for k in ("device", "compute_units", "memory_mib")}
+            for v in sorted(_dcu_section(self.state())["vdcus"], key=lambda v: v["number"])
+        }
+
+    def create_vdcus(self, device: int, shapes: Sequence[tuple[int, int]]) -> list[int]:
+        """
+        vDCUs on DCU `device`, one per (compute units, MiB) shape, as `hy-smi virtual
+        -create-vdevices` makes them: all or none, at the lowest free node-wide numbers (reused
+        after a destroy). Raises DcuError (wording UNVERIFIED) when the DCU is unknown, a shape
+        is not positive, or the compute units or memory left on the DCU are not enough.
+        """
+        with self._mutate() as state:
+            section = _dcu_section(state)
+            dcu = _dcu_at(state, device)
+            if not shapes or any(int(cu) < 1 or int(mib) < 1 for cu, mib in shapes):
+                raise DcuError(f"Invalid virtual device parameters: {list(shapes)}.")
+            mine = [v for v in section["vdcus"] if v["device"] == device]
+            units = dcu["compute_units"] - sum(v["compute_units"] for v in mine)
+            memory = dcu["memory_bytes"] - sum(v["memory_mib"] * MIB for v in mine)
+            asked_units = sum(int(cu) for cu, _ in shapes)
+            asked_memory = sum(int(mib) for _, mib in shapes) * MIB
+            if asked_units > units:
+                raise DcuError(
+                    f"Device {device} has {units} compute units left, {asked_units} requested."
+                )
+            if asked_memory > memory:
+                raise DcuError(
+                    f"Device {device} has {memory} bytes of memory left, {asked_memory} requested."
+                )
+            taken = {v["number"] for v in section["vdcus"]}
+            numbers = [n for n in range(len(taken) + len(shapes)) if n not in taken][: len(shapes)]
+            for number, (cu, mib) in zip(numbers, shapes, strict=True):
+                vdcu = {"number": number, "device": device, "compute_units": int(cu)}
+                section["vdcus"].append({**vdcu, "memory_mib": int(mib)})
+            return numbers
+
+    def destroy_vdcus(self, device: int, *, honor_faults: bool = False) -> None:
+        """
+        `hy-smi virtual -d D -destroy-vdevice`: every vDCU of DCU `device` goes, held or not
+        (whether the driver refuses while a process has the DCU open is unknown). Raises DcuError
+        (UNVERIFIED wordings) when the DCU is unknown or has no vDCU, or, with `honor_faults`
+        (the hy-smi tool passes it), when a fail_devices fault names it: nothing changes then.
+        """
+        with self._mutate() as state:
+            section = _dcu_section(state)
+            _dcu_at(state, device)
+            if not any(v["device"] == device for v in section["vdcus"]):
+                raise DcuError(f"Device {device} has no virtual device.")
+            if honor_faults and device in state["faults"].get(HY_SMI_DESTROY_FAIL, []):
+                raise DcuError("Failed to destroy the virtual device!")
+            section["vdcus"] = [v for v in section["vdcus"] if v["device"] != device]
+
+    def hold_dcu(
+        self,
+        device: int,
+        *,
+        lifetime: float = 600,
+        detach: bool = False,
+        pod_uid: str | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """
+        A real process (`sleep`, bounded by `lifetime` seconds) with DCU `device`'s render node
+        `/dev/dri/renderD<128+i>` open, as a ROCm process has, until `unhold()`; hy-smi lists no
+        processes, so only the fd scan sees it. `detach`, `pod_uid`: as `hold()` (the pod's cgroup
+        only through the namespace agent, NodeNamespace.hold_dcu). Returns its Popen (`.pid`).
+        """
+        with self._mutate() as state:
+            _dcu_at(state, device)
+            render = self.dcu_render_file(device)
+            with open(render, "rb") as dev:
+                proc = subprocess.Popen(
+                    ["sleep", str(max(1, int(lifetime)))],
+                    stdin=dev,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=detach,
+                )
+            state["dcus"]["holders"].append(
+                {
+                    "device": device,
+                    "pid": proc.pid,
+                    "name": "sleep",
+                    "holder": True,
+                    "cap": str(render),
+                    "pod_uid": pod_uid,
+                }
+            )
+        return proc
+
+    def dcu_holders(self, state: State) -> list[State]:
+        """The `hold_dcu` holders still holding their DCU's render node."""
+        return [p for p in (state.get("dcus") or {}).get("holders", []) if self._is_holder(p)]
+
     # --- gpustack's MIG markers ------------------------------------------------------------------
 
     def marker_dir(self, pod_uid: str, root: str = GPUSTACK_PODS) -> Path:
@@ -1215,6 +1450,76 @@ class SimNode:
         }
         folder = self.marker_dir(pod_uid, root) / f"c-{container}"
         return _publish_marker(folder, "thead", p["uuid"], record, 0o600)
+
+    def write_vdev_conf(
+        self,
+        pod_uid: str,
+        container: str,
+        index: int,
+        device: int,
+        compute_units: int,
+        memory_mib: int,
+        vdev_id: int | None = None,
+        root: str = GPUSTACK_PODS,
+    ) -> Path:
+        """
+        gpustack's record of a vDCU slice given to a container (allocator/hygon/vdev.go):
+        `<root>/<podUID>/c-<container>/etc/vdev/docker/vdev<index>.conf`, `render_vdev_conf` of
+        DCU `device`'s bus id with device_id = `device` and vdev_id = `index` unless given, mode
+        0600, written to a temp file and renamed into place.
+        """
+        bus_id = _dcu_at(self.state(), device)["bdf"]
+        vdev = index if vdev_id is None else vdev_id
+        text = render_vdev_conf(bus_id, compute_units, memory_mib, device, vdev)
+        folder = self.marker_dir(pod_uid, root) / f"c-{container}" / "etc" / "vdev" / "docker"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"vdev{index}.conf"
+        handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+        return path
+
+    def write_hygon_marker(
+        self,
+        pod_uid: str,
+        container: str,
+        device: int,
+        profile: str = "2g.15gb",
+        gi: int = 3,
+        ci: int = 0,
+        *,
+        profile_id: int = 3,
+        start: int = 0,
+        length: int = 1,
+        root: str = GPUSTACK_PODS,
+    ) -> Path:
+        """
+        gpustack's Hygon MIG ownership record (allocator/hygon/mig.go): `<root>/<podUID>/
+        c-<container>/hygon-mig-<card UUID>.json`, mode 0600, the field set and order of
+        tests/fixtures/markers/hygon-mig_2g.15gb.json. The card is DCU `device`'s stable UUID,
+        pciBusID its bus id, migUUID "MIG-" + uuid5 (as mig.mig_uuid), confPath the vendor CI
+        file `/etc/dmi_mig_config/ci/dev<device>gi<gi>ci<ci>.conf`. No Hygon MIG instance is
+        simulated: the record names whatever it is given.
+        """
+        dcu = _dcu_at(self.state(), device)
+        record = {
+            "podUID": pod_uid,
+            "container": container,
+            "card": dcu["uuid"],
+            "pciBusID": dcu["bdf"],
+            "profile": profile,
+            "profileID": profile_id,
+            "giID": gi,
+            "ciID": ci,
+            "migUUID": mig.mig_uuid(dcu, gi, ci),
+            "confPath": f"/etc/dmi_mig_config/ci/dev{device}gi{gi}ci{ci}.conf",
+            "start": start,
+            "length": length,
+        }
+        folder = self.marker_dir(pod_uid, root) / f"c-{container}"
+        return _publish_marker(folder, "hygon", dcu["uuid"], record, 0o600)
 
     def remove_marker_dir(self, pod_uid: str, root: str = GPUSTACK_PODS) -> None:
         """gpustack's GC of a pod gone from the live set: `<root>/<podUID>` removed."""
@@ -1645,6 +1950,8 @@ class SimNode:
                 ppu["gis"] = []
             if "ppu_processes" in state:
                 state["ppu_processes"] = []
+            if "dcus" in state:  # vDCUs do not survive a reboot either (UNVERIFIED)
+                state["dcus"]["vdcus"] = []
             if state.get("vgpu"):
                 vgpu.reboot(vgpu.Tree(self.path), state["vgpu"])
             state.update(vnpus=[], processes=[], gpu_processes=[], boot_id=str(uuid.uuid4()))
@@ -1659,7 +1966,9 @@ class SimNode:
         fail_ids=[ids] (refused as in use though free) and lie_ids=[ids] (success printed,
         vNPU kept). For nvidia-smi dgi / dci also fail_gis=[(gpu, gi)]: destroying that GPU
         instance (dgi) or its compute instances (dci) is refused "In use by another client";
-        likewise for ppu-smi dgi / dci with fail_gis=[(ppu, gi)], kept apart from NVIDIA's.
+        likewise for ppu-smi dgi / dci with fail_gis=[(ppu, gi)], kept apart from NVIDIA's. For
+        hy-smi destroy also fail_devices=[DCU index]: `-d D -destroy-vdevice` fails and changes
+        nothing ("Failed to destroy the virtual device!").
         """
         if subcommand not in FAULT_POINTS.get(tool, ()):
             raise ValueError(f"no fault point {tool} {subcommand}; have {FAULT_POINTS}")
@@ -1669,9 +1978,15 @@ class SimNode:
         fail_gis = [[int(g), int(gi)] for g, gi in spec.pop("fail_gis", None) or ()]
         if fail_gis and (tool not in MIG_FAIL_KEYS or subcommand not in ("dgi", "dci")):
             raise ValueError("fail_gis is a fault of nvidia-smi and ppu-smi dgi and dci only")
+        fail_devices = sorted({int(d) for d in spec.pop("fail_devices", None) or ()})
+        if fail_devices and (tool, subcommand) != ("hy-smi", "destroy"):
+            raise ValueError("fail_devices is a fault of hy-smi destroy only")
         _check_override(spec)
         with self._mutate() as state:
             faults = state["faults"]
+            if fail_devices:
+                merged = set(faults.get(HY_SMI_DESTROY_FAIL, [])) | set(fail_devices)
+                faults[HY_SMI_DESTROY_FAIL] = sorted(merged)
             if spec:
                 faults["tools"].setdefault(tool, {})[subcommand] = spec
             faults["destroy_fail"] = sorted(set(faults["destroy_fail"]) | set(fail or ()))
@@ -1727,6 +2042,21 @@ def _ppu_at(state: State, index: int) -> State:
         if ppu["index"] == index:
             return ppu
     raise MigError("No devices were found", mig.NOT_FOUND, mig.EXIT_NOT_FOUND)
+
+
+def _dcu_section(state: State) -> State:
+    """The state's "dcus" section; hy-smi's refusal (UNVERIFIED) on a node without DCUs."""
+    if not state.get("dcus"):
+        raise DcuError("No DCU device found.")
+    return state["dcus"]
+
+
+def _dcu_at(state: State, device: int) -> State:
+    """A DCU by index, or the refusal (UNVERIFIED wording) for an unknown one."""
+    for dcu in _dcu_section(state)["devices"]:
+        if dcu["index"] == device:
+            return dcu
+    raise DcuError(f"Device {device} does not exist.")
 
 
 def _mig_ppu(state: State, index: int) -> State:

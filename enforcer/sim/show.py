@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from enforcer.sim import mig
-from enforcer.sim.node import PPU_MIG_FAIL, State
+from enforcer.sim.node import HY_SMI_DESTROY_FAIL, MIB, PPU_MIG_FAIL, State
 
 if TYPE_CHECKING:
     from enforcer.sim.node import SimNode
@@ -81,6 +81,32 @@ def _ppu_lines(node: SimNode, state: State) -> list[str]:
     return lines
 
 
+def _dcu_lines(node: SimNode, state: State) -> list[str]:
+    """The Hygon DCUs, what their vDCUs use of them, the vDCUs by number, the holders."""
+    section = state.get("dcus") or {"devices": [], "vdcus": []}
+    holders: dict[int, list[int]] = {}
+    for p in node.dcu_holders(state):
+        holders.setdefault(p["device"], []).append(p["pid"])
+    lines = []
+    for dcu in section["devices"]:
+        index = dcu["index"]
+        mine = sorted(
+            (v for v in section["vdcus"] if v["device"] == index), key=lambda v: v["number"]
+        )
+        units = sum(v["compute_units"] for v in mine)
+        memory = sum(v["memory_mib"] for v in mine)
+        held = f", held by pid {', '.join(map(str, holders[index]))}" if index in holders else ""
+        lines.append(
+            f"dcu {index} {dcu['uuid']} ({dcu['bdf']}, card{index}): {units}/"
+            f"{dcu['compute_units']} CUs, {memory}/{dcu['memory_bytes'] // MIB} MiB used, "
+            f"{len(mine)} vDCU(s){held}"
+        )
+        lines += [
+            f"  vdcu {v['number']} {v['compute_units']} CUs {v['memory_mib']} MiB" for v in mine
+        ]
+    return lines
+
+
 def _pod_lines(state: State) -> list[str]:
     lines = [f"pods: {len(state['pods'])}"]
     for pod in state["pods"]:
@@ -107,13 +133,16 @@ def _fault_lines(state: State) -> list[str]:
     points = [f"{tool} {sub}" for tool, subs in faults["tools"].items() for sub in subs]
     mig_fails = {k: v for k, v in faults.get("mig_fail", {}).items() if v}
     ppu_fails = {k: v for k, v in faults.get(PPU_MIG_FAIL, {}).items() if v}
-    if not (points or faults["destroy_fail"] or faults["destroy_lies"] or mig_fails or ppu_fails):
+    dcu_fails = faults.get(HY_SMI_DESTROY_FAIL, [])
+    noted = (faults["destroy_fail"], faults["destroy_lies"], mig_fails, ppu_fails, dcu_fails)
+    if not (points or any(noted)):
         return ["faults: none"]
     line = (
         f"faults: answers {points or '-'}, destroy fails {faults['destroy_fail'] or '-'}, "
         f"destroy lies {faults['destroy_lies'] or '-'}"
     )
     line += f", MIG destroy fails {mig_fails}" if mig_fails else ""
+    line += f", DCU destroy fails {dcu_fails}" if dcu_fails else ""
     return [line + (f", PPU MIG destroy fails {ppu_fails}" if ppu_fails else "")]
 
 
@@ -125,10 +154,13 @@ def render_summary(node: SimNode, state: State) -> str:
         head += f" nvidia driver {state['nvidia']['driver_version']}"
     if state.get("ppus"):
         head += f" ppu driver {state['thead']['driver_version']}"
+    if state.get("dcus"):
+        head += f" {len(state['dcus']['devices'])} DCU(s)"
     body = [
         *_chip_lines(node, state),
         *_gpu_lines(node, state),
         *_ppu_lines(node, state),
+        *_dcu_lines(node, state),
         *_pod_lines(state),
         *_checkpoint_lines(state),
         *_fault_lines(state),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.sim import mig_story, ppu_story, vgpu_story
+from enforcer.sim import hygon_story, mig_story, ppu_story, vgpu_story
 from enforcer.sim.namespace import NodeNamespace
 from enforcer.sim.node import SimNode
 
@@ -174,6 +174,28 @@ def ppu_node(tmp_path, namespaces):
         node = PpuNode(ns, path, inventory)
         node.gis = gis
         ns.hold_ppu_mig(0, gis["a"], 0, ppu_story.LLM_A)  # llm-a's process, in its pod's cgroup
+        yield node
+
+
+class DcuNode(Node):
+    """The Hygon node; `vdcus`: its vDCU numbers by name in the story (a, b, leak1, leak2)."""
+
+    vdcus: dict[str, list[int]]
+
+    def listed(self) -> set[int]:
+        return set(self.sim.vdcus())
+
+
+@pytest.fixture
+def dcu_node(tmp_path, namespaces):
+    """The leaked-vDCU story on a Hygon node (enforcer.sim.hygon_story), in its own namespace."""
+    path = tmp_path / "node"
+    _, vdcus = hygon_story.build(path)
+    with NodeNamespace(path) as ns:
+        inventory = write_inventory(tmp_path / "inventory.py", path, **hygon_story.host_data(path))
+        node = DcuNode(ns, path, inventory)
+        node.vdcus = vdcus
+        ns.hold_dcu(0, hygon_story.LLM_A)  # llm-a's process, in its pod's cgroup
         yield node
 
 

@@ -18,7 +18,7 @@ import pytest
 from e2e.conftest import PYINFRA, REPO, Node
 from e2e.test_kubernetes_api import kubeconfig
 
-from enforcer.sim import mig_story, vgpu_story
+from enforcer.sim import hygon_story, mig_story, vgpu_story
 
 INFER_A = "8ad2a1b0-3c1e-4d1f-9f0e-2b7c1c0d9a11"  # Running, holds vNPU 100
 INFER_B = "5c0e7f3a-91d2-4b8e-a6f1-3d7b2e9c4a20"  # Pending, allocated a vir02
@@ -275,3 +275,23 @@ def test_drain_of_the_vm_host_keeps_a_persistent_mdev_and_destroys_the_rest(vgpu
     assert rc == 0, output
     assert vgpu_node.present() == {kept}
     assert marker(vgpu_node)["state"] == "drained"
+
+
+def test_drain_of_the_hygon_node_destroys_whole_dcus_and_waits_for_the_others(dcu_node):
+    """The leaked DCU goes at once; llm-b's DCU, with a leak beside its vDCU, once llm-b left."""
+    data = {**hygon_story.host_data(dcu_node.path), **drain_data(enforcer_drain_timeout_seconds=1)}
+    dcu_node.configure(**data)
+    rc, output = run(dcu_node, "drain.py")
+    assert rc != 0 and "hygon-vdcu dcu:0000:3e:00.0 2" in output  # the leak beside llm-b's
+    a, b, leak1 = (dcu_node.vdcus[k][0] for k in ("a", "b", "leak1"))
+    assert dcu_node.listed() == {a, b, leak1}  # DCU 2's two leaked vDCUs went together
+
+    end_holders(dcu_node)
+    for uid in (hygon_story.LLM_A, hygon_story.LLM_B):
+        dcu_node.sim.remove_pod(uid)
+        dcu_node.sim.release(uid)
+        dcu_node.sim.remove_marker_dir(uid)
+    rc, output = run(dcu_node, "drain.py")
+    assert rc == 0, output
+    assert dcu_node.listed() == set()
+    assert len(marker(dcu_node)["destroyed"]) == 5

@@ -697,3 +697,118 @@ def test_a_hand_built_hostile_ppu_smi_path_is_refused(value):
     paths = NodePaths.from_rootfs("/srv/n1", tools={"ppu-smi": value})
     with pytest.raises(UnsafeValue, match="^refusing path "):
         destroy_command(orphan(ppu_instance()), observation(), paths)
+
+
+# --- Hygon vDCUs: every vDCU of one DCU, destroyed together ---------------------------------------
+
+
+def vdcu_group(first: dict[str, str] | None = None, **fields: str):
+    """
+    The two vDCUs of DCU 2 as the node read makes them (facts.dcus) and an observation listing
+    them and the three DCUs; `fields` replace identity fields of both, `first` of the first only
+    (its "id" key: the partition id).
+    """
+    from enforcer.model import HYGON, Gpu  # here: this section is appended to the file
+
+    bdfs = ("0000:3d:00.0", "0000:3e:00.0", "0000:3f:00.0")
+    group = []
+    for n, extra in ((3, first or {}), (4, {})):
+        base = {
+            "vdcu": str(n),
+            "device": "2",
+            "bdf": bdfs[2],
+            "compute_units": "20",
+            "memory_bytes": "8589934592",
+            "dcu_nodes": "card2 renderD130",
+        } | fields
+        base |= {k: v for k, v in extra.items() if k != "id"}
+        number = extra.get("id", str(n))
+        p = Partition(HYGON, f"dcu:{bdfs[2]}", number, "20cu-8192MiB", tuple(base.items()))
+        group.append(p)
+    dcus = tuple(Gpu(i, bdf, f"DCU {i}", True, HYGON) for i, bdf in enumerate(bdfs))
+    obs = dataclasses.replace(observation(), gpus=dcus, partitions=tuple(group))
+    return group, obs
+
+
+def test_a_sound_vdcu_group_renders_and_names_its_dcu_and_destroy():
+    from operations.enforce import destroy_dcu
+
+    script = destroy_dcu(*vdcu_group(), PATHS)
+    assert "dcu=2 bdf=0000:3f:00.0\n" in script
+    assert "nodes='card2 renderD130'\n" in script
+    assert "= '0 1 2' ]" in script and "sed -n 3p" in script
+    assert '"$smi" virtual -d "$dcu" -destroy-vdevice' in script
+    assert script.count("printf 'identity %s\\n'") == 2
+    assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
+
+
+HOSTILE_DRM_NODES = [
+    "renderD1;id",
+    "../x",
+    "card0 $(id)",
+    "card0 `id`",
+    "card0 renderD128|sh",
+    "../../dev/sda",
+    "renderD",
+    "card0x",
+    "nvidia0",
+    "card\u0661",
+    "card" + "1" * 10,
+]
+
+
+@pytest.mark.parametrize("nodes", HOSTILE_DRM_NODES + list(HOSTILE.values()))
+def test_destroy_dcu_refuses_a_hostile_dcu_node(nodes):
+    from operations.enforce import destroy_dcu
+
+    with pytest.raises(UnsafeValue, match="^refusing device node "):
+        destroy_dcu(*vdcu_group(dcu_nodes=nodes), PATHS)
+
+
+@pytest.mark.parametrize("value", NOT_DECIMAL, ids=[repr(v[:12]) for v in NOT_DECIMAL])
+@pytest.mark.parametrize("field", ["device", "id"])
+def test_destroy_dcu_refuses_a_dcu_or_vdcu_number_that_is_not_decimal(field, value):
+    from operations.enforce import destroy_dcu
+
+    group, obs = vdcu_group(device=value) if field == "device" else vdcu_group({"id": value})
+    with pytest.raises(UnsafeValue, match="^refusing non-decimal "):
+        destroy_dcu(group, obs, PATHS)
+
+
+@pytest.mark.parametrize("value", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_destroy_dcu_refuses_a_hostile_bdf(value):
+    from operations.enforce import destroy_dcu
+
+    with pytest.raises(UnsafeValue, match="^refusing word "):
+        destroy_dcu(*vdcu_group(bdf=value), PATHS)
+
+
+@pytest.mark.parametrize("value", list(HOSTILE.values()), ids=list(HOSTILE))
+@pytest.mark.parametrize("field", ["compute_units", "memory_bytes", "vdcu"])
+def test_a_hostile_vdcu_shape_reaches_the_guard_only_base64_encoded(field, value):
+    from operations.enforce import destroy_dcu
+
+    script = destroy_dcu(*vdcu_group(**{field: value}), PATHS)
+    assert value not in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
+
+
+@pytest.mark.parametrize("value", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_a_hostile_field_of_the_second_vdcu_never_reaches_the_guard_raw(value):
+    """Only the first vDCU's DCU fields are printed; the others' are in base64 rows only."""
+    from operations.enforce import destroy_dcu
+
+    group, obs = vdcu_group()
+    hostile = dict(group[1].identity_fields) | {"dcu_nodes": value, "bdf": value, "device": value}
+    group[1] = dataclasses.replace(group[1], identity_fields=tuple(hostile.items()))
+    obs = dataclasses.replace(obs, partitions=tuple(group))
+    assert value not in destroy_dcu(group, obs, PATHS)
+
+
+@pytest.mark.parametrize("value", [v for v in HOSTILE_PATHS.values() if v.startswith("/")])
+def test_a_hand_built_hostile_hy_smi_path_is_refused(value):
+    from operations.enforce import destroy_dcu
+
+    paths = NodePaths.from_rootfs("/srv/n1", tools={"hy-smi": value})
+    with pytest.raises(UnsafeValue, match="^refusing path "):
+        destroy_dcu(*vdcu_group(), paths)

@@ -124,7 +124,7 @@ def test_fleet_view_puts_a_breaker_and_a_failed_destroy_first(capsys, fleet):
     assert hosts == ["m-breaker", "z-failed", "z-failed", "a-quiet", "b-leaking"]
     assert "breaker: would destroy 5 of 5 partitions" in lines[2]
     assert "1 destroy-failed" in lines[3]
-    assert lines[-1].split() == ["total", "2", "1", "0", "1", "1", "0", "1", "0", "5"]
+    assert lines[-1].split() == ["total", "2", "1", "0", "1", "1", "0", "1", "0", "0", "5"]
     assert "\x1b[" not in out  # not a terminal: no colour
 
 

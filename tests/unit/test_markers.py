@@ -123,7 +123,7 @@ def test_hygon_marker_parses_with_its_pci_bus_and_conf_path():
     assert unreadable == []
     assert marker == Marker(
         "hygon", HY_POD, "infer", HY_CARD, "2g.15gb", 3, 0,
-        "MIG-6a5b4c3d-2e1f-4a0b-9c8d-7e6f5a4b3c2d", 0, 1, HY_PATH,
+        "MIG-6a5b4c3d-2e1f-4a0b-9c8d-7e6f5a4b3c2d", 0, 1, HY_PATH, "0000:3d:00.0",
     )  # fmt: skip
 
 
@@ -185,7 +185,7 @@ def test_absent_container_field_takes_the_directory_name():
 
 def test_file_the_node_could_not_read_is_unreadable_on_its_card():
     assert one_unreadable(listing(entry(NV_PATH, None))) == Unreadable(
-        NV_CARD, NV_PATH, "the node could not read the file"
+        NV_CARD, NV_PATH, "the node could not read the file", "nvidia"
     )
 
 
@@ -277,7 +277,10 @@ def test_thead_profile_id_must_be_a_uint32_but_nvidia_ignores_the_key():
 def test_card_field_that_differs_from_the_file_name_is_unreadable_on_the_name_card():
     bad = one_unreadable(listing(entry(NV_PATH, edited(NVIDIA, card="GPU-other"))))
     assert bad == Unreadable(
-        NV_CARD, NV_PATH, f"card field 'GPU-other' is not the file name's card {NV_CARD!r}"
+        NV_CARD,
+        NV_PATH,
+        f"card field 'GPU-other' is not the file name's card {NV_CARD!r}",
+        "nvidia",
     )
 
 
@@ -295,7 +298,7 @@ def test_container_field_that_differs_from_its_directory_is_unreadable():
 def test_unknown_vendor_is_unreadable_on_the_card_its_name_gives():
     path = f"{NV_POD}/c-vllm/metax-mig-GPU-abc.json"
     assert one_unreadable(listing(entry(path, NVIDIA))) == Unreadable(
-        "GPU-abc", path, "unknown vendor 'metax'"
+        "GPU-abc", path, "unknown vendor 'metax'", "metax"
     )
 
 

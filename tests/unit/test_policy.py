@@ -149,7 +149,7 @@ BAD = [
     ("enforcer_rootfs", "srv/n1", "an absolute path"),
     ("enforcer_procfs", "proc", "an absolute path"),
     ("enforcer_sysfs", 1, "an absolute path"),
-    ("enforcer_tools", {"hy-smi": "/usr/bin/hy-smi"}, "unknown field 'hy-smi'"),
+    ("enforcer_tools", {"cnmon": "/usr/bin/cnmon"}, "unknown field 'cnmon'"),
     ("enforcer_tools", {"npu-smi": "npu-smi"}, "an absolute path"),
     ("enforcer_state_dir", "/var/lib/pe\nrm -rf /", "an absolute path"),
     ("enforcer_lock_path", "", "an absolute path"),

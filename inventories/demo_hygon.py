@@ -1,0 +1,23 @@
+"""
+The embedded simulated Hygon DCU node of `make demo` (enforcer.sim.hygon_story), reached with
+pyinfra's @local connector. DEMO_NODE names its folder.
+"""
+
+import os
+from pathlib import Path
+
+from enforcer.sim import hygon_story
+
+node = Path(os.environ.get("DEMO_NODE", "demo-node-dcu")).resolve()
+
+hosts = [
+    (
+        "@local",
+        {
+            **hygon_story.host_data(node),
+            "enforcer_grace_seconds": int(os.environ.get("DEMO_GRACE_SECONDS", "2")),
+            "enforcer_grace_runs": 3,
+            "enforcer_reports_dir": str(node / "reports"),
+        },
+    )
+]
