@@ -110,7 +110,7 @@ class _Place(NamedTuple):
     pod_uid: str
     container: str
     vendor: str
-    card: str  # a vdev record: its index
+    card: str  # a vdev record's: its file name
     path: str
 
 
@@ -154,19 +154,18 @@ def _split(line: str, lineno: int) -> tuple[str, bytes | None]:
 def _place(path: str, line: str, lineno: int) -> _Place | None:
     """Where the file sits in the tree; None for the writer's temp file."""
     parts = path.split("/")
-    if len(parts) == 6 and parts[2:5] == _VDEV_DIR:
-        parts = [*parts[:2], VDEV + "/" + parts[5]]
-    if len(parts) != 3:
+    vdev = len(parts) == 6 and parts[2:5] == _VDEV_DIR
+    if not vdev and len(parts) != 3:
         raise ParseError("markers: path is not <podUID>/c-<container>/<file>", line, lineno)
-    pod_uid, ctr_dir, name = parts
+    pod_uid, ctr_dir, name = parts[0], parts[1], parts[-1]
     if not _POD_UID.fullmatch(pod_uid):
         raise ParseError(f"markers: {pod_uid!r} is not a pod UID", line, lineno)
     if not (ctr_dir.startswith("c-") and _CONTAINER.fullmatch(ctr_dir[2:])):
         raise ParseError(f"markers: {ctr_dir!r} is not c-<container name>", line, lineno)
+    if vdev:
+        return _Place(pod_uid, ctr_dir[2:], VDEV, name, path)
     if _WRITER_TEMP.fullmatch(name):
         return None
-    if name.startswith(VDEV + "/"):
-        return _Place(pod_uid, ctr_dir[2:], VDEV, name.removeprefix(VDEV + "/"), path)
     found = _MARKER_NAME.fullmatch(name)
     if not found:
         raise ParseError(f"markers: {name!r} is not <vendor>-mig-<card>.json", line, lineno)

@@ -182,8 +182,9 @@ def _destroy_ppu(p: Partition, obs: Observation, paths: NodePaths) -> str:
     )
 
 
-# A DCU's DRM device node's name under /dev/dri, as the node read gives it.
+# A DCU's DRM device node's name under /dev/dri, and its PCI address, as the node read gives them.
 DRM_NODE = re.compile(r"(card|renderD)[0-9]{1,9}", re.ASCII)
+PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", re.ASCII)
 
 
 def destroy_dcu(vdcus: Sequence[Partition], obs: Observation, paths: NodePaths) -> str:
@@ -196,6 +197,8 @@ def destroy_dcu(vdcus: Sequence[Partition], obs: Observation, paths: NodePaths) 
     if sorted(p.key for p in vdcus) != on_it:
         raise ValueError(f"refusing to destroy some, not all, of the vDCUs of {accelerator}")
     fields = dict(vdcus[0].identity_fields)
+    if not PCI_ADDRESS.fullmatch(fields["bdf"]):
+        raise UnsafeValue(f"refusing PCI address {fields['bdf'][:80]!r} in a shell command")
     nodes = fields["dcu_nodes"].split()  # none read: the node keeps them
     for name in nodes:
         if not DRM_NODE.fullmatch(name):

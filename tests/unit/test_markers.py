@@ -425,3 +425,37 @@ def test_unknown_layout_is_a_configuration_error_not_a_parse_error():
     with pytest.raises(ValueError, match="unknown marker layout 'hami'") as raised:
         parse_marker_listing("", layout="hami")
     assert not isinstance(raised.value, ParseError)
+
+
+# --- Hygon vdev<i>.conf records (gpustack's allocator/hygon/vdev.go) -----------------------------
+
+VDEV = (Path(__file__).parents[1] / "fixtures/hygon/vdev0_record-formats-example.conf").read_bytes()
+VDEV_PATH = f"{HY_POD}/c-infer/etc/vdev/docker/vdev0.conf"
+
+
+def test_a_vdev_record_is_read_with_its_dcu_and_index():
+    (vdev,), unreadable = parse_marker_listing(listing(entry(VDEV_PATH, VDEV)))
+    assert unreadable == []
+    assert (vdev.pod_uid, vdev.container, vdev.index, vdev.path) == (HY_POD, "infer", 0, VDEV_PATH)
+    assert (vdev.conf.pci_bus_id, vdev.conf.cu_count) == ("0000:3d:00.0", 32)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "reason"),
+    [
+        ("vdev0.conf", VDEV[:-20], "vdev.conf:"),
+        ("vdev0.conf", None, "the node could not read the file"),
+        ("vdev01.conf", VDEV, "not a vdev<index>.conf name"),
+        ("vdev0.conf", b"\xff" + VDEV, "codec can't decode"),
+    ],
+)
+def test_a_vdev_record_that_cannot_be_read_names_no_dcu_and_is_hygons(name, content, reason):
+    path = f"{HY_POD}/c-infer/etc/vdev/docker/{name}"
+    bad = one_unreadable(listing(entry(path, content)))
+    assert (bad.card, bad.vendor, bad.path) == (None, "hygon", path)
+    assert reason in bad.reason
+
+
+def test_a_vdev_record_outside_etc_vdev_docker_makes_the_listing_unreadable():
+    with pytest.raises(ParseError, match="is not <podUID>/c-<container>/<file>"):
+        parse_marker_listing(listing(entry(f"{HY_POD}/c-infer/etc/vdev/vdev0.conf", VDEV)))

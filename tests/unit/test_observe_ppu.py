@@ -47,8 +47,7 @@ def procfs(path: Path, node: SimNode, pids: Sequence[int] = ()) -> Path:
 def node_paths(
     node: SimNode, proc: Path, tools: Sequence[str] = ("ppu-smi", "crictl"), roots=()
 ) -> NodePaths:
-    # NodePaths as host data makes them (enforcer.policy.policy_from_host_data), built directly:
-    # the host-data schema does not name ppu-smi among enforcer_tools yet.
+    # NodePaths as host data makes them (enforcer.policy.policy_from_host_data), built directly.
     return NodePaths.from_rootfs(
         str(node.rootfs),
         procfs=str(proc),
