@@ -23,7 +23,7 @@ from enforcer.policy import NodePaths
 from enforcer.shell import render
 from enforcer.sim import vgpu
 from enforcer.sim.namespace import NodeNamespace
-from enforcer.sim.node import SimNode
+from enforcer.sim.node import SimNode, _fd_targets
 from enforcer.sim.vgpu import VgpuError
 
 PF = "0000:41:00.0"
@@ -71,9 +71,13 @@ def sh(command: str) -> None:
     subprocess.run(["sh", "-c", command], check=True)
 
 
+def fd_links(pid: int) -> set[str]:
+    """What its fds point to; one closed while it is read (its start-up's) is left out."""
+    return _fd_targets(Path(f"/proc/{pid}"))
+
+
 def socket_inodes(pid: int) -> set[int]:
-    links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
-    return {int(link[8:-1]) for link in links if link.startswith("socket:[")}
+    return {int(link[8:-1]) for link in fd_links(pid) if link.startswith("socket:[")}
 
 
 def listening(path: str) -> set[int]:
@@ -257,7 +261,7 @@ def test_hypervisor_listens_on_its_socket_and_holds_the_device(node: SimNode) ->
     path = str(node.socket_dir() / "vm-c.sock")
     inodes = listening(path)
     assert inodes and inodes <= socket_inodes(pid)
-    fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    fds = fd_links(pid)
     assert str(node.vfio_group_path(mdev)) in fds
     assert str(node.vfio_cdev_path(mdev)) in fds
     node.stop_hypervisor(pid)
@@ -270,7 +274,9 @@ def test_impostor_is_alive_and_owns_no_socket_and_no_device(node: SimNode) -> No
     pid = node.start_impostor()
     assert Path(f"/proc/{pid}").exists()
     assert socket_inodes(pid) == set()
-    links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    deadline = time.monotonic() + 5  # sleep's start-up opens locale files for a moment
+    while not (links := fd_links(pid)) <= {"/dev/null"} and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert links <= {"/dev/null"}
     node.stop_hypervisor(pid)
     assert not Path(f"/proc/{pid}").exists()
