@@ -105,6 +105,30 @@ class NodeSnapshot(FactBase):
         return parse_sections(output)
 
 
+class DrainMarkerFile(FactBase):
+    """
+    Only `<state_dir>/drain.json`, for undrain.py, which needs no node read: None when there is
+    none, else its text ("" when it cannot be read: undrain clears it all the same).
+    """
+
+    def command(self, paths: NodePaths) -> str:
+        return render("drain-marker.sh.j2", paths=paths)
+
+    def process(self, output: list[str]) -> str | None:
+        word, _, payload = "\n".join(output).partition(" ")
+        if (word, payload) == ("absent", ""):
+            return None
+        if (word, payload) == ("unreadable", ""):
+            return ""
+        if word == "marker" and payload:
+            try:
+                raw = base64.b64decode("" if payload == "-" else payload, validate=True)
+                return raw.decode()
+            except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
+                return ""
+        raise ParseError("drain marker read: not 'absent', 'unreadable' or 'marker <base64>'")
+
+
 COMMANDS = {
     "boot-id": "cat boot_id",
     "clock": "date +%s",

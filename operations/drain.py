@@ -31,6 +31,7 @@ from enforcer.model import Observation, Verdict
 from enforcer.policy import NodePaths, Policy
 from enforcer.shell import render
 from facts import kubeapi
+from facts.snapshot import DrainMarkerFile
 from operations import enforce
 from operations.converge import drain_marker, host_data, host_policy, ledger_of, read_node
 from operations.enforce import b64
@@ -99,11 +100,15 @@ def undrain(host) -> None:
     policy = host_policy(host)
     settings = drains.settings(host_data(host))
     dry = "--dry" in sys.argv
-    marker, obs = drain_marker(read_node(host, policy))
+    text = host.get_fact(DrainMarkerFile, paths=policy.paths)
+    try:
+        marker = drains.load_marker(text)
+    except drains.MarkerError:
+        marker = None  # cannot be read: cleared all the same
     cordoned = settings.cordon or bool(marker and marker["cordoned"])
     if cordoned and not _cordoned(host, policy, False, dry):
         return
-    if obs.drain_text is None:
+    if text is None:
         current_host.noop("the node has no drain marker")
         return
     record_drain(name="Clear the drain marker", marker="", paths=policy.paths)

@@ -5,6 +5,7 @@ breaker) waived there and only there; rules 1-4 as in every run. And its marker.
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import replace
 
@@ -18,6 +19,8 @@ from enforcer.contract import decide
 from enforcer.ledger import Ledger
 from enforcer.model import NODE, Holder, Pod, SourceHealth
 from enforcer.policy import PolicyError, policy_from_host_data
+from facts.errors import ParseError
+from facts.snapshot import DrainMarkerFile
 
 
 def drain_verdicts(obs, pol=None, ledger=None):
@@ -197,3 +200,15 @@ def test_the_drains_destroys_are_in_the_audit_log_and_its_table_says_no_would():
         ("destroy", "drain", "101")
     ]
     assert "would destroy" not in reports.table(report)
+
+
+def test_undrains_read_of_the_marker_alone_tells_none_unreadable_and_its_text():
+    read = DrainMarkerFile().process
+    assert read(["absent"]) is None
+    assert read(["unreadable"]) == "" and read(["marker -"]) == ""
+    assert read(["marker " + base64.b64encode(b'{"state": "drained"}').decode()]) == (
+        '{"state": "drained"}'
+    )
+    assert read(["marker not base64!"]) == ""
+    with pytest.raises(ParseError):
+        read(["Permission denied"])
