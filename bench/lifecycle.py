@@ -1,8 +1,11 @@
 """
-The model-based lifecycle test at scale (issue 7 part 1): `python bench/lifecycle.py --histories
-10000` runs that many random histories of tests/model/lifecycle_machine.py with the in-process
-driver and prints the count of histories, enforcer runs, destroys and violations, and the wall
-time. Exit 1 on any violation.
+The model-based lifecycle test at scale (issues 7 and 18): `python bench/lifecycle.py --histories
+10000` runs that many random histories of each machine with its in-process driver — the Ascend
+one (tests/model/lifecycle_machine.py: vNPUs on a 310P3) and the MIG one (tests/model/
+mig_machine.py: static and dynamic GPU instances on two H100s, advertised devices, records not
+understood, a DRA driver) — and prints, per machine, the count of histories, enforcer runs,
+destroys and violations, and the wall time. `--machine ascend|mig` runs one. Exit 1 on any
+violation.
 
 What differs from `make test`'s node-level run, for speed: the node read's sections are built by
 the simulator's own renderers (npu-smi chip map, vNPU table and host table, crictl pods and ps,
@@ -12,6 +15,9 @@ is applied through SimNode only when the re-checks of destroy-vnpu.sh.j2 hold (s
 claim digest, same vNPU row with Container ID 000000000000 and Status 0, its device node present,
 no fd on it, no unexplained process on its chip); then npu-smi's destroy (faults honoured) and the
 listing checked. parse_sections, observe, decide and the contract reference are the same code.
+The MIG machine's driver does the same with nvidia-smi's own command code (the default table of
+two MIG GPUs given the rule the simulator leaves out between them), mig-minors cut to the node's
+two GPUs, and destroy-mig.sh.j2's re-checks (see MigInProcessDriver).
 
 Violations are counted by kind; a contract hazard (a live pod's vNPU destroyed where the
 contract reference itself says so) is one too: the contract is wrong, not only the code.
@@ -23,6 +29,7 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -32,15 +39,22 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from hypothesis import HealthCheck, Phase, settings  # noqa: E402
 from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
 from model.lifecycle_machine import Counts, InProcessDriver, LifecycleMachine  # noqa: E402
+from model.mig_machine import MigInProcessDriver, MigLifecycle  # noqa: E402
+
+MACHINES = {
+    "ascend": (LifecycleMachine, InProcessDriver),
+    "mig": (MigLifecycle, MigInProcessDriver),
+}
 
 
-def histories(n: int, steps: int) -> Counts:
-    """Run at least `n` histories in this process; their counts."""
+def histories(n: int, steps: int, which: str = "ascend") -> Counts:
+    """Run at least `n` histories of machine `which` in this process; their counts."""
+    base, driver = MACHINES[which]
     machine = type(
         "BenchLifecycle",
-        (LifecycleMachine,),
+        (base,),
         {
-            "driver_class": InProcessDriver,
+            "driver_class": driver,
             "raise_on_violation": False,
             "ledger_in_memory": True,
             "counts": Counts(),
@@ -48,17 +62,22 @@ def histories(n: int, steps: int) -> Counts:
     )
     c = machine.counts
     while c.histories < n:
-        run_state_machine_as_test(
-            machine,
-            settings=settings(
-                max_examples=n - c.histories,
-                stateful_step_count=steps,
-                deadline=None,
-                database=None,
-                phases=[Phase.generate],
-                suppress_health_check=list(HealthCheck),
-            ),
-        )
+        try:
+            run_state_machine_as_test(
+                machine,
+                settings=settings(
+                    max_examples=n - c.histories,
+                    stateful_step_count=steps,
+                    deadline=None,
+                    database=None,
+                    phases=[Phase.generate],
+                    suppress_health_check=list(HealthCheck),
+                ),
+            )
+        except Exception:  # noqa: BLE001 - an error of the machine or the code: counted, shown
+            c.violations += 1
+            if len(c.examples) < 6:
+                c.examples.append("error:\n" + traceback.format_exc())
     return c
 
 
@@ -80,22 +99,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--histories", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=40, help="rules drawn per history, at most")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--machine", choices=["both", *MACHINES], default="both")
     args = parser.parse_args(argv)
+    which = list(MACHINES) if args.machine == "both" else [args.machine]
+    violations = 0
+    for n, name in enumerate(which):
+        print(("\n" if n else "") + f"machine     {name}")
+        violations += run(name, args.histories, args.steps, args.jobs)
+    return 1 if violations else 0
 
+
+def run(name: str, n: int, steps: int, jobs: int) -> int:
+    """`n` histories of one machine in `jobs` processes; prints its table; its violations."""
     started = time.monotonic()
-    jobs = max(1, min(args.jobs, args.histories))
-    shares = [args.histories // jobs + (i < args.histories % jobs) for i in range(jobs)]
+    jobs = max(1, min(jobs, n))
+    shares = [n // jobs + (i < n % jobs) for i in range(jobs)]
     if jobs == 1:
-        parts = [histories(shares[0], args.steps)]
+        parts = [histories(shares[0], steps, name)]
     else:
         with ProcessPoolExecutor(jobs) as pool:
-            parts = list(pool.map(histories, shares, [args.steps] * jobs))
+            parts = list(pool.map(histories, shares, [steps] * jobs, [name] * jobs))
     c = merge(parts)
     wall = time.monotonic() - started
     print(f"histories   {c.histories}")
     print(f"runs        {c.runs}")
     print(
-        f"destroys    {c.destroys} (refused by npu-smi: {c.failed_destroys}, "
+        f"destroys    {c.destroys} (refused by the tool: {c.failed_destroys}, "
         f"kept by the guard: {c.kept_by_guard})"
     )
     print(f"violations  {c.violations} (of which contract hazards: {c.hazards})")
@@ -106,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for example in c.examples[:4]:
         print("\n" + example)
-    return 1 if c.violations else 0
+    return c.violations
 
 
 if __name__ == "__main__":

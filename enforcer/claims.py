@@ -58,8 +58,11 @@ from dataclasses import replace
 
 from enforcer.model import (
     HYGON,
+    KINDS,
+    MDEV,
     MIG,
     PPU,
+    VFIO,
     VM_METADATA,
     VNPU,
     Claim,
@@ -71,9 +74,14 @@ from enforcer.model import (
     Pod,
 )
 
-ASCEND_RESOURCE = re.compile(r"^huawei\.com/(Ascend\w*|npu-core)(-\dc)?$")
+# Huawei's template resources and vNPU names carry the template's specs after the cores:
+# `huawei.com/Ascend310P-2c.1cpu`, `Ascend310P-4c.3cpu.ndvpp-100-1_1` (mind-cluster
+# ascend-device-plugin pkg/common/constants.go, ascend-for-volcano vnpu: "<type>-<n>c[.<spec>]*
+# -<vnpu>-<phy>[_<vgroup>]").
+_SPECS = r"(?:\.[0-9a-z]+)*"
+ASCEND_RESOURCE = re.compile(rf"^huawei\.com/(Ascend\w*|npu-core)(-\d+c{_SPECS})?$", re.ASCII)
 ASCEND_NOTES = ("huawei.com/", "hami.io/Ascend")  # annotation keys Ascend records use
-REAL_VNPU = re.compile(r"^Ascend\w+-\d+c-(\d+)-(\d+)(?:_\d+)?$")  # <type>-<n>c-<vnpu>-<phy>
+REAL_VNPU = re.compile(rf"^Ascend\w+-\d+c{_SPECS}-(\d+)-(\d+)(?:_\d+)?$", re.ASCII)
 VOLCANO_VNPU = re.compile(r"^(\d+)-(vir\w+)$")  # <phy>-<template>
 TEMPLATE = re.compile(r"^vir\w+$")
 _HEX_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -85,6 +93,29 @@ PPU_RESOURCE = re.compile(r"^alibabacloud\.com/ppu(\.[a-z0-9-]+)?$", re.ASCII)
 ALIXPU_CAP = re.compile(r"^/dev/alixpu-caps/(alixpu-cap[0-9]+)$", re.ASCII)
 DRM_NODE = re.compile(r"^/dev/dri/((?:card|renderD)[0-9]+)$", re.ASCII)
 HYGON_RESOURCE = re.compile(r"^hygon\.com/\S+$", re.ASCII)
+# GKE's device plugin (container-engine-accelerators pkg/gpu/nvidia/mig/mig.go) names a GPU
+# instance `nvidia<GPU minor>/gi<GI id>` and gives its container /dev/nvidia<minor> and the
+# capability devices of the GI and its CI 0: no UUID anywhere (Partition.aliases).
+GKE_GI = re.compile(r"^nvidia[0-9]+/gi[0-9]+$", re.ASCII)
+NVIDIA_CAP = re.compile(r"^/dev/nvidia-caps/(nvidia-cap[0-9]+)$", re.ASCII)
+# A DRA claim's record (facts.snapshot): resource `dra:<driver>`, device ids
+# `<driver>/<pool>/<device>`, its CDI devices under the annotation CDI.
+DRA = "dra:"
+CDI = "cdi.k8s.io/devices"
+# The partition kinds of each vendor, by the domain of a resource or a DRA driver's name.
+VENDORS = {
+    "nvidia.com": (MIG, MDEV, VFIO),
+    "huawei.com": (VNPU,),
+    "hygon.com": (HYGON,),
+    "alibabacloud.com": (PPU,),
+}
+# The device nodes that reach a partition of each kind, given to a container.
+PARTITION_NODES = (
+    (re.compile(r"^/dev/nvidia(?:[0-9]+|-caps/.+)$", re.ASCII), (MIG,)),
+    (re.compile(r"^/dev/v?davinci[0-9]+$", re.ASCII), (VNPU,)),
+    (re.compile(r"^/dev/vfio/.+$", re.ASCII), (MDEV, VFIO)),
+    (re.compile(r"^/dev/alixpu.*$", re.ASCII), (PPU,)),
+)
 
 
 def claims_from_records(records: Iterable[OwnerRecord]) -> tuple[Claim, ...]:
@@ -101,7 +132,42 @@ def _claims(record: OwnerRecord) -> list[Claim]:
         return _ppu_claims(record)
     if dict(record.annotations).get("vendor") == "hygon":
         return _hygon_marker_claims(record)
-    return [*_ascend_claims(record), *_mig_claims(record), *_dcu_claims(record)]
+    found = [*_ascend_claims(record), *_mig_claims(record), *_dcu_claims(record)]
+    return found or _unrecognised(record)
+
+
+def vendor_kinds(name: str) -> tuple[str, ...]:
+    """The partition kinds of the vendor a resource (`nvidia.com/gpu`) or a DRA driver
+    (`gpu.nvidia.com`) belongs to, by its domain; () for any other."""
+    domain = name.split("/", 1)[0]
+    return next(
+        (kinds for v, kinds in VENDORS.items() if domain == v or domain.endswith(f".{v}")), ()
+    )
+
+
+def _unrecognised(record: OwnerRecord) -> list[Claim]:
+    """
+    A record on a partition vendor's resource, or whose container was given a partition's device
+    node, that no adapter understood: it claims every partition of those kinds on the node, as
+    many as it names devices (or all), and says so, so that a person writes its adapter.
+    """
+    names = [record.resource]
+    if record.resource.startswith(DRA):  # its drivers and CDI devices name the vendors
+        names = record.resource.removeprefix(DRA).split(",")
+        names += dict(record.annotations).get(CDI, "").split(",")
+    kinds = [k for name in names for k in vendor_kinds(name)]
+    for d in record.devices:
+        kinds += [k for pattern, ks in PARTITION_NODES if pattern.match(d) for k in ks]
+    if record.resource == DRA:  # a claim whose driver the kubelet did not name: any partition
+        kinds = list(KINDS)
+    named = record.device_ids or record.devices
+    shown = ", ".join(named[:4]) + (f" (+{len(named) - 4})" if len(named) > 4 else "")
+    what = f"unrecognised record: {record.resource or 'no resource'}, {shown or 'no device ids'}"
+    count = len(record.device_ids) or None
+    return [
+        replace(_on_gpu(record, "device-wide", None, None, count, what, kind), unrecognised=True)
+        for kind in dict.fromkeys(kinds)
+    ]
 
 
 def vm_records(instances: Iterable[Instance]) -> tuple[OwnerRecord, ...]:
@@ -171,6 +237,7 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
         return _marker_claims(record)
     texts = [*record.device_ids, *(v for _, v in record.envs), *(v for _, v in record.annotations)]
     named = sorted({u for t in texts for u in MIG_UUID.findall(t)})
+    named += _gke_names(record)
     claims = [
         Claim(
             record.owner_uid,
@@ -196,6 +263,13 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
         count = len(record.device_ids) or None
         claims.append(_on_gpu(record, "device-wide", None, profile, count, record.resource))
     return claims
+
+
+def _gke_names(record: OwnerRecord) -> list[str]:
+    """GKE's GPU instance ids; else the capability devices its container was given."""
+    if ids := sorted({d for d in record.device_ids if GKE_GI.match(d)}):
+        return ids
+    return sorted({m[1] for d in record.devices if (m := NVIDIA_CAP.match(d))})
 
 
 def _marker_claims(record: OwnerRecord, kind: str = MIG, prefix: str = "gpu") -> list[Claim]:
@@ -326,13 +400,16 @@ def _ascend_claims(record: OwnerRecord) -> list[Claim]:
         if re.match(r"^hami\.io/Ascend\w*-devices-allocated$", key):
             return [_device_wide(record, None, _hami_devices(value), f"{key} {value[:60]!r}")]
     count = len(record.device_ids) or None
-    return [_device_wide(record, None, count, f"unmapped Ascend record {record.resource}")]
+    ids = ", ".join(record.device_ids[:4]) or "no device ids"
+    what = f"unrecognised record: {record.resource or 'Ascend annotations'}, {ids}"
+    return [_device_wide(record, None, count, what, unrecognised=True)]
 
 
 def _real_devices(record: OwnerRecord, value: str) -> list[Claim]:
     found = [REAL_VNPU.match(item) for item in value.split(",")]
     if not all(found):
-        return [_device_wide(record, None, None, f"unreadable AscendReal {value!r}")]
+        what = f"unrecognised record: AscendReal {value!r}"
+        return [_device_wide(record, None, None, what, unrecognised=True)]
     return [_exact(record, m[1], f"real device {m[0]}") for m in found if m]
 
 
@@ -343,7 +420,8 @@ def _runtime_info(record: OwnerRecord, key: str, value: str) -> list[Claim]:
     except json.JSONDecodeError:
         items = None
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        return [_device_wide(record, None, None, f"unreadable {key} {value[:60]!r}")]
+        what = f"unrecognised record: {key} {value[:60]!r}"
+        return [_device_wide(record, None, None, what, unrecognised=True)]
     claims = []
     for item in items:
         template = item.get("temp")
@@ -369,7 +447,12 @@ def _exact(record: OwnerRecord, vnpu: str, what: str) -> Claim:
 
 
 def _device_wide(
-    record: OwnerRecord, template: str | None, count: int | None, what: str, made: bool = False
+    record: OwnerRecord,
+    template: str | None,
+    count: int | None,
+    what: str,
+    made: bool = False,
+    unrecognised: bool = False,
 ) -> Claim:
     """`made`: ascend-docker-runtime makes the vNPU when the owner's container is created."""
     return Claim(
@@ -380,6 +463,7 @@ def _device_wide(
         profile=template,
         count=count,
         made_with_container=made,
+        unrecognised=unrecognised,
     )
 
 

@@ -172,6 +172,8 @@ def needs_a_person(report: dict[str, Any]) -> list[str]:
     for count, one, more in (
         (len(report.get("stuck_claims", ())), "stuck claim", "stuck claims"),
         (len(report["dangling_claims"]), "dangling claim", "dangling claims"),
+        (len(report.get("unrecognised", ())), "record not understood", "records not understood"),
+        (len(report.get("stuck_owners", ())), "stuck owner", "stuck owners"),
         (len(report.get("drift", ())), "declared partition missing", "declared partitions missing"),
     ):
         if count:

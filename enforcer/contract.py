@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
+from enforcer.advertised import desired
 from enforcer.claims import (
     claims_from_records,
     owner_liveness,
@@ -54,6 +55,7 @@ TOOL_SOURCES = (
     "sysfs",
     "mdevctl",
     VM_METADATA,
+    "dra",  # a partition vendor's DRA driver is present: its allocations are not read yet
 )
 # What rule 2's evidence names, by kind.
 WITNESSES = {
@@ -96,6 +98,7 @@ class Index:
     holders: Grouped  # by partition key; None: a holder that holds every partition
     pins: Grouped  # pinned selectors by kind and id (None: any id)
     declared: frozenset[tuple[str, str, int]]  # the static MIG geometry
+    advertised: dict[str, str]  # partitions device plugins advertise (enforcer.advertised)
     keys: frozenset[str]  # the partition keys listed
     accelerators: frozenset[str]  # the chips and GPUs listed
 
@@ -106,6 +109,7 @@ class Index:
             holders=_grouped(obs.holders, lambda h: h.partition_key),
             pins=_grouped(policy.pinned, lambda s: (s.kind, s.id)),
             declared=frozenset(policy.mig_geometry),
+            advertised=desired(obs.partitions, obs.advertised).pinned,
             keys=frozenset(p.key for p in obs.partitions),
             accelerators=frozenset(a.accelerator for a in (*obs.chips, *obs.gpus)),
         )
@@ -138,11 +142,12 @@ def not_claimed(
     p: Partition,
     protected: dict[str, list[Claim]],
     names: dict[str, str],
-    stuck: dict[str, float],
+    stuck: dict[str, str],
 ) -> str | None:
     """
     Rule 3: no live owner's claim (exact, placement or device-wide, count-aware) covers P. A VM
-    that has claimed it with no hypervisor PID for too long (`stuck`) still does: it is reported.
+    that has claimed it with no hypervisor PID for too long, a pod that has not run for too long
+    (`stuck`, with why), still does: it is reported.
     """
     claims = protected.get(p.key)
     if not claims:
@@ -150,19 +155,22 @@ def not_claimed(
     return "; ".join(_claim_line(c, names, stuck) for c in claims)
 
 
-def _claim_line(c: Claim, names: dict[str, str], stuck: dict[str, float]) -> str:
+def _claim_line(c: Claim, names: dict[str, str], stuck: dict[str, str]) -> str:
     who = f"{'VM' if c.source == VM_METADATA else 'pod'} {names.get(c.owner_uid, c.owner_uid)}"
     line = f"{c.scope} claim by {who} ({c.source}: {c.record})"
     if c.owner_uid in stuck:
-        line += f"; stuck claim: no hypervisor PID for {stuck[c.owner_uid]:.0f} s"
+        line += f"; {stuck[c.owner_uid]}"
     return line
 
 
 def not_pinned(p: Partition, index: Index) -> str | None:
-    """Rule 4: host data pins it, or declares it in the static MIG geometry."""
+    """Rule 4: host data pins it, declares it in the static MIG geometry, or a device plugin
+    advertises it to kubelet as allocatable: the node's capacity, not a leak."""
     pins = [s for s in _among(index.pins, (p.kind, p.id), (p.kind, None)) if s.matches(p)]
     if pins:
         return f"pinned by host data: {pins[0]}"
+    if p.key in index.advertised:
+        return index.advertised[p.key]
     if p.usage_value("mdevctl"):  # an operator's configuration: never undefined, never stopped
         return f"defined persistently by mdevctl (start {p.usage_value('mdevctl')})"
     if index.declared and _declared(p) in index.declared:
@@ -240,6 +248,69 @@ def stuck_claims(obs: Observation, policy: Policy) -> dict[str, float]:
     return {owner: age for owner, age in found.items() if age is not None}
 
 
+def waiting_owners(
+    obs: Observation, protected: dict[str, list[Claim]], pods: tuple[Pod, ...]
+) -> dict[str, str]:
+    """
+    The pods whose live claims keep partitions that none of them uses (no holder of theirs)
+    and that no source shows running (no ready CRI sandbox), with why: no source has seen them
+    (a stale checkpoint entry of a deleted pod, kubelet prunes lazily; a pod not admitted yet),
+    or they have not started (CNI down, an image that never pulls). Kept, as rule 3 says;
+    reported once waiting longer than `enforcer_stuck_owner_seconds`.
+    """
+    using = {h.owner_uid for h in obs.holders if h.owner_uid}
+    keeping = {
+        c.owner_uid for cs in protected.values() for c in cs if c.source != VM_METADATA
+    } - using
+    return not_running(keeping, pods)
+
+
+def not_running(owners: Iterable[str], pods: Iterable[Pod]) -> dict[str, str]:
+    """Of `owners`, those no ready CRI sandbox shows running, with what the sources say."""
+    said: dict[str, list[Pod]] = defaultdict(list)
+    for pod in pods:
+        said[pod.uid].append(pod)
+    waiting = {}
+    for owner in sorted(owners):
+        alive = [p for p in said.get(owner, ()) if p.state == "alive"]
+        if any(p.source == "cri" and p.detail == "sandbox ready" for p in alive):
+            continue
+        why = "; ".join(f"{p.source}: {p.detail or 'alive'}" for p in alive)
+        waiting[owner] = f"not running ({why})" if why else "no source has seen it"
+    return waiting
+
+
+def stuck_owners(obs: Observation, policy: Policy, ledger: Ledger) -> dict[str, tuple[str, float]]:
+    """The pods of `ledger.waiting` (the next ledger's) waiting too long: why, for how long."""
+    ages = {u: obs.now - t for u, t in ledger.waiting.items()}
+    late = {u: age for u, age in ages.items() if age >= policy.stuck_owner_seconds}
+    return {u: (why, late[u]) for u, why in not_running(late, _pods(obs)).items()}
+
+
+def _stuck(
+    obs: Observation, policy: Policy, waiting: dict[str, str], since: dict[str, float]
+) -> dict[str, str]:
+    """Why each stuck owner's claims are reported: VMs with no PID, pods waiting too long."""
+    stuck = {
+        owner: f"stuck claim: no hypervisor PID for {age:.0f} s"
+        for owner, age in stuck_claims(obs, policy).items()
+    }
+    for owner, why in waiting.items():
+        age = obs.now - since[owner]
+        if age >= policy.stuck_owner_seconds:
+            stuck[owner] = f"stuck owner: {why} for {age:.0f} s, keeping partitions it does not use"
+    return stuck
+
+
+def _waiting_since(
+    ledger: Ledger, obs: Observation, now: float, waiting: dict[str, str]
+) -> dict[str, float]:
+    """Since when each waiting owner has waited, on the node's clock of this boot."""
+    same = ledger.boot_id == obs.boot_id and (ledger.last_run is None or now >= ledger.last_run)
+    before = ledger.waiting if same else {}
+    return {owner: before.get(owner, now) for owner in waiting}
+
+
 def decide(
     obs: Observation, ledger: Ledger, policy: Policy, now: float
 ) -> tuple[list[Verdict], Ledger]:
@@ -262,7 +333,9 @@ def decide(
     }
     protected, passed = protect(obs.partitions, claims, obs.holders, first_run, appeared)
     names = {pod.uid: "/".join(filter(None, (pod.namespace, pod.name))) for pod in pods if pod.name}
-    stuck = stuck_claims(obs, policy)
+    waiting = waiting_owners(obs, protected, pods)
+    since = _waiting_since(ledger, obs, now, waiting)
+    stuck = _stuck(obs, policy, waiting, since)
     passed_over = {
         key: tuple(
             f"not pod {names.get(c.owner_uid, c.owner_uid)}'s ({c.source}): listed in run "
@@ -319,7 +392,9 @@ def decide(
             entries[identity] = e.restarted()  # not seen, not confirmed gone: never forgotten
     cri_run = run if obs.containers is not None else ledger.cri_run
     next_live = _next_live(live, ledger, policy)
-    next_ledger = Ledger(obs.node, obs.boot_id, now, next_live, entries, run, cri_run, containers)
+    next_ledger = Ledger(
+        obs.node, obs.boot_id, now, next_live, entries, run, cri_run, containers, waiting=since
+    )
     return verdicts, next_ledger
 
 
@@ -329,7 +404,7 @@ def _judge(
     policy: Policy,
     protected: dict[str, list[Claim]],
     names: dict[str, str],
-    stuck: dict[str, float],
+    stuck: dict[str, str],
     entry: Entry,
     now: float,
 ) -> tuple[Verdict, Entry]:
@@ -469,15 +544,26 @@ def _alive(pods: tuple[Pod, ...]) -> Callable[[str], bool]:
 
 
 def _absent_from_api(obs: Observation) -> tuple[Pod, ...]:
-    """A complete pod list from the API server that lacks an owner proves that owner is gone."""
-    api_ok = any(h.source == "kubernetes-api" and h.status == "ok" for h in obs.health)
-    if not api_ok:
+    """
+    A complete pod list from the API server that lacks an owner proves that owner is gone, only
+    while the API agrees with the node: the Node exists under that name, the CRI's API-managed
+    sandboxes are listed, a static pod is known by its mirror (facts.kubeapi.agreement, which
+    says otherwise as a kubernetes-api health that is not ok). Every one of that source's
+    health entries must be ok: one that agrees does not outvote one that does not.
+    """
+    if not _api_agrees(obs):
         return ()
     listed = {p.uid for p in obs.pods if p.source == "kubernetes-api"}
     owners = {r.owner_uid for r in obs.records} - listed
     return tuple(
         Pod(u, "kubernetes-api", "ended", detail="not in the API's pod list") for u in owners
     )
+
+
+def _api_agrees(obs: Observation) -> bool:
+    """The kubernetes-api source answered, and every health it gave this run is ok."""
+    said = [h.status for h in obs.health if h.source == "kubernetes-api"]
+    return bool(said) and all(status == "ok" for status in said)
 
 
 def _live_owners(obs: Observation, pods: tuple[Pod, ...], policy: Policy) -> dict[str, int]:

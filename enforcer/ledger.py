@@ -57,6 +57,9 @@ class Ledger:
     # The digest of the run report's substance (enforcer.report.digest): a run whose report says
     # something new (a source unreadable, a verdict changed) is recorded even if no entry changed.
     report_digest: str = ""
+    # Pods that keep partitions they do not use and are not running: since when, on the node's
+    # clock (enforcer.contract.waiting_owners).
+    waiting: dict[str, float] = field(default_factory=dict)
 
 
 class LedgerError(ValueError):
@@ -88,6 +91,7 @@ def load(text: str | None) -> Ledger:
         cri_run=data["cri_run"],
         containers=dict(data["containers"]),
         report_digest=data.get("report_digest", ""),  # absent before it existed: a new report
+        waiting=dict(data.get("waiting", {})),  # absent before it existed: nobody waits yet
     )
 
 
@@ -103,6 +107,7 @@ def dump(ledger: Ledger) -> str:
         "cri_run": ledger.cri_run,
         "containers": dict(sorted(ledger.containers.items())),
         "report_digest": ledger.report_digest,
+        "waiting": dict(sorted(ledger.waiting.items())),
     }
     jsonschema.validate(data, SCHEMA)
     return json.dumps(data, indent=1, sort_keys=True) + "\n"

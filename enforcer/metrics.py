@@ -53,6 +53,12 @@ def render(report: dict) -> str:
     gauge("dangling_claims", "Live claims that name no listed partition.").set(
         len(report["dangling_claims"])
     )
+    gauge("stuck_owners", "Pods not running for too long that keep partitions.").set(
+        len(report.get("stuck_owners", ()))
+    )
+    gauge("unrecognised_records", "Records no adapter understood: they keep partitions.").set(
+        len(report.get("unrecognised", ()))
+    )
     gauge("breaker_tripped", "1 when the circuit breaker refused the run's destroys.").set(
         1 if report["breaker"] else 0
     )
@@ -73,9 +79,10 @@ def render(report: dict) -> str:
 
 
 def success(report: dict) -> bool:
-    """No breaker, every source ok, no failed destroy."""
+    """No breaker, every source ok, no failed destroy, every record understood."""
     return (
         not report["breaker"]
         and all(s["status"] == "ok" for s in report["sources"])
         and not any(v["status"] == "destroy-failed" for v in report["verdicts"])
+        and not report.get("unrecognised")
     )

@@ -85,6 +85,9 @@ class Partition:
     profile: str  # template name, MIG profile
     identity_fields: tuple[tuple[str, str], ...]
     usage: tuple[tuple[str, str], ...] = ()
+    # Other names records give it, derived from its identity: GKE's `nvidia<minor>/gi<id>` and
+    # the capability devices `nvidia-cap<minor>` of a MIG GPU instance and its CIs.
+    aliases: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -110,7 +113,7 @@ class Partition:
         fields = dict(self.identity_fields)  # the last of a name, as before
         names = fields.get("mig_uuids", "").split(",") + fields.get("caps", "").split()
         names += fields.get("dcu_nodes", "").split()
-        return tuple(n for n in names if n)
+        return tuple(n for n in (*names, *self.aliases) if n)
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,21 @@ class Claim:
     # The partitions are made when the owner's container is created (ascend-docker-runtime), so
     # one that existed before the owner had a container cannot be the owner's.
     made_with_container: bool = False
+    # A record on a partition vendor's resource that no adapter understood: it claims all the
+    # same (fail closed) and asks a person, so that an adapter gets written.
+    unrecognised: bool = False
+
+
+@dataclass(frozen=True)
+class Advertised:
+    """
+    A device a device plugin advertises to kubelet as allocatable (the checkpoint's
+    RegisteredDevices): the node's capacity, desired state (rule 4).
+    """
+
+    source: str
+    resource: str
+    device_id: str
 
 
 @dataclass(frozen=True)
@@ -217,6 +235,7 @@ class Observation:
     processes: dict[int, Process] = field(default_factory=dict)  # the PIDs those records name
     listening: dict[str, frozenset[int]] = field(default_factory=dict)  # unix socket path ->
     # inodes of listening sockets bound there (/proc/net/unix, accept flag set)
+    advertised: tuple[Advertised, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ DEFAULTS: dict[str, Any] = {
     key: spec["default"] for key, spec in SCHEMA["properties"].items() if "default" in spec
 }
 PREFIX = "enforcer_"
-CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+KUBELET = "/var/lib/kubelet"
+CHECKPOINT = f"{KUBELET}/device-plugins/kubelet_internal_checkpoint"
 POD_RESOURCES = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
@@ -77,6 +78,7 @@ class NodePaths:
     marker_roots: tuple[tuple[str, str], ...] = ()  # (path under rootfs, layout)
     vm_metadata_roots: tuple[VmRoot, ...] = ()
     metrics_dir: str = ""  # the node_exporter textfile's folder; "": the state dir
+    kubelet_dir: str = KUBELET  # where DRA drivers register (plugins_registry, plugins)
 
     @classmethod
     def from_rootfs(
@@ -101,6 +103,7 @@ class NodePaths:
             state_dir=under(rootfs, state_dir),
             lock_path=under(rootfs, lock_path),
             checkpoint=under(rootfs, CHECKPOINT),
+            kubelet_dir=under(rootfs, KUBELET),
             pod_resources=under(rootfs, POD_RESOURCES),
             dev_dir=under(rootfs, "/dev"),
             tools=tuple(sorted((tools or {}).items())),
@@ -176,6 +179,7 @@ class Policy:
     marker_roots: tuple[Any, ...]  # as given: a path or {path, layout}; not under rootfs yet
     vm_metadata_roots: tuple[Any, ...]
     vm_stuck_seconds: float
+    stuck_owner_seconds: float
     audit_max_bytes: int
     audit_keep: int
     pinned: tuple[PinSelector, ...]
@@ -218,6 +222,7 @@ def _build(host_name: str, d: Mapping[str, Any]) -> Policy:
         marker_roots=tuple(d["enforcer_marker_roots"]),
         vm_metadata_roots=tuple(d["enforcer_vm_metadata_roots"]),
         vm_stuck_seconds=float(d["enforcer_vm_stuck_seconds"]),
+        stuck_owner_seconds=float(d["enforcer_stuck_owner_seconds"]),
         audit_max_bytes=int(d["enforcer_audit_max_bytes"]),
         audit_keep=int(d["enforcer_audit_keep"]),
         pinned=tuple(_selector(item) for item in d["enforcer_pinned"]),

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import jsonschema
 
+from enforcer.advertised import desired
 from enforcer.claims import exact_claims
-from enforcer.contract import live_claims, stuck_claims
+from enforcer.contract import live_claims, stuck_claims, stuck_owners
+from enforcer.ledger import Ledger
 from enforcer.model import (
     HYGON,
     MDEV,
@@ -40,11 +42,14 @@ def build(
     *,
     policy: Policy,
     drain: dict | None = None,
+    ledger: Ledger | None = None,
 ) -> dict:
     """`drift`: declared partitions (static geometry) that are not there. `drain`: the node's
-    drain marker (enforcer.drain), when it is drained or being drained."""
+    drain marker (enforcer.drain), when it is drained or being drained. `ledger`: the run's
+    next ledger, which says since when pods have waited (stuck owners)."""
     breaker = next((v.reason for v in verdicts if v.status == "breaker"), None)
-    named, dangling = exact_claims(obs.partitions, live_claims(obs))
+    claims = live_claims(obs)
+    named, dangling = exact_claims(obs.partitions, claims)
     # A verdict about a partition no longer listed has no claims: its key may be a successor's.
     claims_of = {p: named.get(p.key, []) for p in obs.partitions}
     names = {p.uid: f"{p.namespace}/{p.name}" for p in obs.pods if p.name}
@@ -72,6 +77,11 @@ def build(
         ],
         "dangling_claims": [_dangling(c, names) for c in dangling if _judged(c, obs)],
         "stuck_claims": _stuck(obs, policy, names),
+        "unrecognised": _unrecognised(obs, claims, names),
+        "stuck_owners": [
+            {"owner": _owner(uid, names), "why": why, "seconds": round(age, 1)}
+            for uid, (why, age) in sorted(stuck_owners(obs, policy, ledger or Ledger()).items())
+        ],
     }
     jsonschema.validate(report, SCHEMA)
     return report
@@ -113,6 +123,20 @@ def _stuck(obs: Observation, policy: Policy, names: dict[str, str]) -> list[dict
         for vm in obs.instances
         if vm.owner_uid in stuck
     ]
+
+
+def _unrecognised(obs: Observation, claims: Sequence[Claim], names: dict[str, str]) -> list[str]:
+    """
+    Live owners' records and advertised devices no adapter understood, that keep partitions of
+    a kind the node has: kept all the same (fail closed), for a person to write their adapter.
+    """
+    kinds = {p.kind for p in obs.partitions}
+    lines = {
+        f"pod {names.get(c.owner_uid, c.owner_uid)} ({c.source}): {c.record}"
+        for c in claims
+        if c.unrecognised and c.kind in kinds
+    }
+    return sorted(lines) + list(desired(obs.partitions, obs.advertised).unrecognised)
 
 
 def _judged(c: Claim, obs: Observation) -> bool:
@@ -189,6 +213,11 @@ def table(report: dict) -> str:
     lines += [f"  drift: {d}" for d in report.get("drift", ())]
     lines += [f"  dangling claim: {dangling_line(c)}" for c in report.get("dangling_claims", ())]
     lines += [f"  stuck claim: {stuck_line(c)}" for c in report.get("stuck_claims", ())]
+    lines += [f"  not understood, kept: {u}" for u in report.get("unrecognised", ())]
+    lines += [
+        f"  stuck owner: pod {owner_name(o['owner'])} {o['why']} for {o['seconds']:.0f} s: kept"
+        for o in report.get("stuck_owners", ())
+    ]
     rows = [("PARTITION", "PROFILE", "VERDICT", "STREAK", "REASON")]
     for v in report["verdicts"]:
         p, streak = v["partition"], v["streak"]

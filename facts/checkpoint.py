@@ -282,21 +282,36 @@ def _entry(value: Any, index: int) -> CheckpointEntry:
     )
 
 
-def _check_registered(value: Any) -> None:
-    """Not returned (the plugin's inventory is no claim), but a bad shape is a bad file."""
+def _registered(value: Any) -> tuple[tuple[str, str], ...]:
+    """The devices each plugin advertised to kubelet: (resource, device id), in file order."""
     if value is None:
-        return
+        return ()
     if not isinstance(value, dict):
         raise ParseError("checkpoint: RegisteredDevices is not an object")
-    for resource, ids in value.items():
-        _strings(ids, f"RegisteredDevices[{resource}]")
+    return tuple(
+        (resource, device)
+        for resource, ids in value.items()
+        for device in _strings(ids, f"RegisteredDevices[{resource}]")
+    )
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    entries: tuple[CheckpointEntry, ...]
+    registered: tuple[tuple[str, str], ...]  # (resource, device id) of RegisteredDevices
 
 
 def parse_checkpoint(text: str) -> tuple[CheckpointEntry, ...]:
+    """The entries of a kubelet_internal_checkpoint (parse_checkpoint_file)."""
+    return parse_checkpoint_file(text).entries
+
+
+def parse_checkpoint_file(text: str) -> Checkpoint:
     """
-    The entries of a kubelet_internal_checkpoint. The Checksum is read but not verified: kubelet
-    computes it as FNV-32a over a go-spew dump of the Go struct, not over this JSON, so it cannot
-    be recomputed faithfully here; a torn file is caught by the strict parse instead.
+    A kubelet_internal_checkpoint: its entries and the devices plugins registered. The Checksum
+    is read but not verified: kubelet computes it as FNV-32a over a go-spew dump of the Go
+    struct, not over this JSON, so it cannot be recomputed faithfully here; a torn file is
+    caught by the strict parse instead.
     """
     top = _object(_load(text), _TOP_KEYS, {"Data", "Checksum"}, "the checkpoint")
     checksum = top["Checksum"]
@@ -305,13 +320,11 @@ def parse_checkpoint(text: str) -> tuple[CheckpointEntry, ...]:
     if "BootID" in top:
         _string(top["BootID"], "BootID", allow_empty=True)
     data = _object(top["Data"], _DATA_KEYS, _DATA_KEYS, "Data")
-    _check_registered(data["RegisteredDevices"])
+    registered = _registered(data["RegisteredDevices"])
     entries = data["PodDeviceEntries"]
-    if entries is None:
-        return ()
-    if not isinstance(entries, list):
+    if entries is not None and not isinstance(entries, list):
         raise ParseError("checkpoint: PodDeviceEntries is not a list")
-    return tuple(_entry(value, i) for i, value in enumerate(entries))
+    return Checkpoint(tuple(_entry(v, i) for i, v in enumerate(entries or ())), registered)
 
 
 def _go_json(value: Any) -> str:

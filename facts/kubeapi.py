@@ -4,9 +4,12 @@ node with the official `kubernetes` client, shared by every host of the inventor
 
     list_pods(kubeconfig) -> PodList            # one LIST (all pages), or ok=False and why
     for_node(pod_list, "node3") -> (pods, records, health)
+    node_registered(kubeconfig, "node3") -> (True | False | None, why)   # one GET of the Node
+    agreement(health, pod_list, "node3", registered, sandboxes) -> health  # stale: disagrees
 
 A list that could not be read whole is not "no pods": it is `ok=False`, and every node gets an
-`unavailable` source health, so nothing that this source should protect can be destroyed.
+`unavailable` source health, so nothing that this source should protect can be destroyed. A
+whole list proves an owner ended (rule 3) only while the API agrees with the node: `agreement`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +31,19 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from enforcer.model import OwnerRecord, Pod, SourceHealth
+from facts.cri import Sandbox
 
 SOURCE = "kubernetes-api"
 PAGE_SIZE = 500
 ENDED = ("Succeeded", "Failed")
+# kubelet's annotation keys (k8s.io/kubernetes pkg/kubelet/types/pod_update.go). kubelet sets
+# config.source on every pod it runs ("api", or "file"/"http" for a static pod: IsStaticPod is
+# source != "api"), and passes a pod's annotations to its CRI sandbox (kuberuntime
+# newPodAnnotations). A static pod's UID on the node is its config.hash (config/common.go
+# applyDefaults); its mirror pod in the API has a UID of its own and carries that hash as
+# config.mirror (pod/mirror_client.go CreateMirrorPod).
+CONFIG_SOURCE = "kubernetes.io/config.source"
+CONFIG_MIRROR = "kubernetes.io/config.mirror"
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,10 @@ class PodList:
 
 class _Failure(Exception):
     """Why the list is not whole; becomes `PodList(ok=False, reason=...)`."""
+
+
+class _NotFound(_Failure):
+    """The API server answered 404: what was asked for is not there."""
 
 
 def list_pods(kubeconfig: str | None, timeout: float = 10) -> PodList:
@@ -106,11 +122,87 @@ def _pod(p: ApiPod) -> Pod:
     # still be running (a node that lost contact), so it counts as alive.
     ended = p.phase in ENDED and not p.deleting
     detail = f"phase {p.phase or 'unset'}" + (", terminating" if p.deleting else "")
-    return Pod(p.uid, SOURCE, "ended" if ended else "alive", p.name, p.namespace, detail)
+    if _owner(p) != p.uid:
+        detail += f", mirror pod {p.uid} of the static pod"
+    return Pod(_owner(p), SOURCE, "ended" if ended else "alive", p.name, p.namespace, detail)
 
 
 def _record(p: ApiPod) -> OwnerRecord:
-    return OwnerRecord(p.uid, SOURCE, f"pod {p.namespace}/{p.name}", annotations=p.annotations)
+    where = f"pod {p.namespace}/{p.name}"
+    return OwnerRecord(_owner(p), SOURCE, where, annotations=p.annotations)
+
+
+def _owner(p: ApiPod) -> str:
+    """The UID the node knows the pod by: a mirror pod stands for its static pod, whose records
+    (checkpoint, CRI) name its config hash, never the mirror's UID."""
+    return dict(p.annotations).get(CONFIG_MIRROR) or p.uid
+
+
+# --- does the API agree with the node? -------------------------------------------------------
+
+
+def agreement(
+    health: SourceHealth,
+    pods: PodList,
+    node_name: str,
+    registered: tuple[bool | None, str],
+    sandboxes: Sequence[Sandbox] | str,
+) -> SourceHealth:
+    """
+    `health` (for_node's) when the API agrees with the node, else why not: the Node must exist
+    under `node_name` (`registered`, node_registered's answer) and every ready API-managed CRI
+    sandbox (`sandboxes`; a str: why they were not read) must be among the API's pods of that
+    node. A static pod is not API-managed: the API knows it only through a mirror that kubelet
+    may not have made yet, so its sandbox is not asked for (its mirror, when listed, keeps it
+    alive: `_owner`). A node name the API does not know lists no pods, which proves nothing.
+
+    Disagreement is `stale`: the list was read whole but is not a picture of this node (another
+    name, or older or newer than the node). Not being able to check is `unavailable`, as a list
+    that could not be read. Either way `_absent_from_api` proves nothing, and a required
+    kubernetes-api fails rule 1 for the node (every partition inconclusive, loudly) rather than
+    letting an API that may be about another node decide about this one.
+    """
+    if health.status != "ok":
+        return health
+    found, why = registered
+    if found is None:
+        return _disagrees("unavailable", node_name, f"cannot tell whether the Node exists: {why}")
+    if not found:
+        return _disagrees("stale", node_name, why or "no such Node in the API")
+    if isinstance(sandboxes, str):
+        return _disagrees(
+            "unavailable", node_name, f"the CRI's sandboxes were not read: {sandboxes}"
+        )
+    missing = _unlisted(pods, node_name, sandboxes)
+    if missing:
+        return _disagrees("stale", node_name, _unlisted_reason(missing, node_name))
+    return health
+
+
+def _disagrees(status: str, node_name: str, what: str) -> SourceHealth:
+    reason = f"node {node_name}: {what}; the API's silence proves no owner ended"
+    return SourceHealth(SOURCE, status, reason=reason)  # type: ignore[arg-type]
+
+
+def _unlisted(pods: PodList, node_name: str, sandboxes: Sequence[Sandbox]) -> list[Sandbox]:
+    """The ready API-managed sandboxes whose pod the API does not list on this node."""
+    listed = {p.uid for p in pods.pods if p.node_name == node_name}
+    return [
+        s
+        for s in sandboxes
+        if s.state == "SANDBOX_READY"
+        and dict(s.annotations).get(CONFIG_SOURCE, "api") == "api"
+        and s.uid not in listed
+    ]
+
+
+def _unlisted_reason(missing: list[Sandbox], node_name: str) -> str:
+    first = missing[0]
+    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+    return (
+        f"CRI sandbox {first.namespace}/{first.name} (uid {first.uid}){more} is ready but not "
+        f"in the API's pods of node {node_name}"
+    )
 
 
 # --- reading --------------------------------------------------------------------------------
@@ -167,7 +259,8 @@ def _request(what: str, deadline: float, call: Callable[..., Any], *args: Any, *
         response = call(*args, _preload_content=False, _request_timeout=remaining, **kw)
         return response.data
     except ApiException as error:
-        raise _Failure(f"{what}: {_api_error(error)}") from error
+        failure = _NotFound if error.status == 404 else _Failure
+        raise failure(f"{what}: {_api_error(error)}") from error
     except (urllib3.exceptions.HTTPError, OSError) as error:
         raise _Failure(f"{what}: {type(error).__name__}: {_oneline(error)}") from error
     finally:
@@ -245,6 +338,12 @@ def _oneline(value: object, limit: int = 300) -> str:
 
 # A Node's name is a DNS-1123 subdomain (as the API server validates it).
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def is_node_name(name: str) -> bool:
+    return len(name) <= 253 and _NODE_NAME.fullmatch(name) is not None
+
+
 # kubectl cordon/uncordon (k8s.io/kubectl/pkg/drain/cordon.go, PatchOrReplaceWithContext) send
 # a strategic-merge patch made by CreateTwoWayMergePatch of the Node before and after setting
 # spec.unschedulable. That field is `bool json:"unschedulable,omitempty"`, so uncordon removes
@@ -264,7 +363,7 @@ def set_unschedulable(
     GET it, and PATCH spec.unschedulable only when it differs, all within `timeout` seconds.
     Returns whether the node was unschedulable before; raises CordonError on any failure.
     """
-    if len(node_name) > 253 or not _NODE_NAME.fullmatch(node_name):
+    if not is_node_name(node_name):
         raise CordonError(f"not a node name (DNS-1123 subdomain): {node_name!r}")
     deadline = time.monotonic() + timeout
     try:
@@ -303,17 +402,53 @@ def _node_call(
 
 def _node_unschedulable(data: bytes, what: str, node_name: str) -> bool:
     """spec.unschedulable of the Node `node_name` in the answer; absent means schedulable."""
+    spec = _node(data, what, node_name).get("spec")
+    spec = {} if spec is None else spec
+    value = spec.get("unschedulable", False) if isinstance(spec, dict) else None
+    if not isinstance(value, bool):  # absent is schedulable; null or anything else is malformed
+        raise _Failure(f"{what}: malformed Node spec: {_oneline(repr(spec))}")
+    return value
+
+
+def _node(data: bytes, what: str, node_name: str) -> dict[str, Any]:
+    """The answer, when it is the v1 Node `node_name`."""
     try:
         body = json.loads(data)
     except ValueError as error:  # also UnicodeDecodeError
         raise _Failure(f"{what}: not JSON: {_oneline(error)}") from error
     if not isinstance(body, dict) or (body.get("kind"), body.get("apiVersion")) != ("Node", "v1"):
         raise _Failure(f"{what}: not a v1 Node: {_oneline(repr(body))}")
-    meta, spec = body.get("metadata"), body.get("spec")
+    meta = body.get("metadata")
     if not isinstance(meta, dict) or meta.get("name") != node_name:
         raise _Failure(f"{what}: not the Node {node_name!r}: {_oneline(repr(meta))}")
-    spec = {} if spec is None else spec
-    value = spec.get("unschedulable", False) if isinstance(spec, dict) else None
-    if not isinstance(value, bool):  # absent is schedulable; null or anything else is malformed
-        raise _Failure(f"{what}: malformed Node spec: {_oneline(repr(spec))}")
-    return value
+    return body
+
+
+# --- the Node itself --------------------------------------------------------------------------
+
+
+def node_registered(
+    kubeconfig: str | None, node_name: str, timeout: float = 10
+) -> tuple[bool | None, str]:
+    """
+    Whether the Node `node_name` exists: one GET of /api/v1/nodes/<name> with the LIST's client
+    and configuration, within `timeout` seconds. (True, ""), (False, why) on a 404 or a name no
+    Node can have, (None, why) when the server could not be asked or answered something else.
+    """
+    if not is_node_name(node_name):
+        return False, "not a node name (DNS-1123 subdomain)"
+    deadline = time.monotonic() + timeout
+    try:
+        cfg = _configuration(kubeconfig)
+        what = f"GET {cfg.host}/api/v1/nodes/{node_name}"
+        with client.ApiClient(cfg) as api:
+            _node(
+                _request(what, deadline, client.CoreV1Api(api).read_node, node_name),
+                what,
+                node_name,
+            )
+    except _NotFound:
+        return False, "no such Node in the API"
+    except _Failure as failure:
+        return None, str(failure)
+    return True, ""

@@ -14,7 +14,7 @@ gpustack's checkpoint records name nothing else.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from enforcer.model import MIG, PPU, Gpu, Holder, Partition
@@ -74,9 +74,10 @@ class MigRead(NamedTuple):
     gpus: list[Gpu]
     partitions: list[Partition]
     processes: list[nvidia.GpuProcess]
-    # T-Head only: capability minor -> (PPU index, GI id) by the access files; None when they
-    # could not be read (NVIDIA's minors are read by mig_holders, from its own tables).
-    places: dict[int, tuple[int, int]] | None = None
+    # T-Head: capability minor -> (PPU index, GI id) by the access files. NVIDIA: capability
+    # file name -> (accelerator, GI id) by mig-minors and the GPUs' device minors. None when
+    # they could not be read.
+    places: dict | None = None
 
 
 NOTHING = MigRead([], [], [])
@@ -121,10 +122,55 @@ def observe_mig(r: _Reader, wanted: bool, vendor: Vendor = NVIDIA, procfs: str =
         except ParseError as error:
             why = f"{tool} outputs disagree: {error.args[0]}"
             r.fail(tool, "unreadable", why, gpu.accelerator)
+    if vendor is NVIDIA:
+        places = _nvidia_places(r, partitions) if partitions else {}
+        return MigRead(gpus, _with_aliases(partitions, places), table.processes, places)
     places = None
     if minors is not None:
         places = {m: (p, gi) for (p, gi, _), m in minors.items()}
     return MigRead(gpus, partitions, table.processes, places)
+
+
+def _nvidia_places(r: _Reader, partitions: list[Partition]) -> dict | None:
+    """
+    Capability file name (`nvidia-cap<minor>`) and GKE's GI name (`nvidia<GPU minor>/gi<id>`)
+    -> (accelerator, GI id, CI id or None), by mig-minors and the GPUs' device minors; None,
+    and proc-fd unreadable, when those cannot be read or a listed GPU has no device minor.
+    """
+    minors = r.read(
+        "nvidia-caps", "proc-fd", lambda s: nvidia.parse_mig_minors(s.stdout), MIG, absent={}
+    )
+    gpus = r.read(
+        "nvidia-gpus", "proc-fd", lambda s: nvidia.parse_gpu_information(s.stdout), MIG, absent={}
+    )
+    if minors is None or gpus is None:
+        return None
+    unknown = {p.accelerator for p in partitions} - {f"gpu:{u}" for u in gpus.values()}
+    if unknown:
+        why = f"{', '.join(sorted(unknown))}: no device minor in /proc/driver/nvidia/gpus"
+        r.fail("proc-fd", "unreadable", why, MIG)
+        return None
+    places: dict[str, tuple[str, str, int | None]] = {}
+    for minor, (gpu, gi, ci) in minors.items():
+        if gpu in gpus:
+            places[f"{NVIDIA.cap}{minor}"] = (f"gpu:{gpus[gpu]}", str(gi), ci)
+            places[f"nvidia{gpu}/gi{gi}"] = (f"gpu:{gpus[gpu]}", str(gi), None)
+    return places
+
+
+def _with_aliases(partitions: list[Partition], places: dict | None) -> list[Partition]:
+    """Each GI with the names GKE's plugin gives it: its GI name, its GI's and CIs' caps."""
+    if not places:
+        return partitions
+    names: dict[tuple[str, str], list[str]] = {}
+    for name, (accelerator, gi, ci) in places.items():
+        names.setdefault((accelerator, gi), []).append((name, ci))
+    found = []
+    for p in partitions:
+        cis = {int(c.split(":")[0]) for c in dict(p.identity_fields)["cis"].split()}
+        own = [n for n, ci in names.get((p.accelerator, p.id), ()) if ci is None or ci in cis]
+        found.append(replace(p, aliases=tuple(sorted(own))))
+    return found
 
 
 def _access_minors(r: _Reader, procfs: str) -> dict[thead.CapPlace, int] | None:
@@ -226,7 +272,7 @@ def mig_holders(
     if vendor is THEAD:
         where = _ppu_cap_places(r, caps, gpus, places)
     else:
-        where = _cap_places(r, caps)
+        where = _cap_places(r, caps, places)
     for fd in scan.fds:
         for name, dev in caps.items():
             if not procfs.holds(fd, dev):
@@ -261,33 +307,26 @@ def _listed_processes(vendor: Vendor, gpus, migs, processes) -> list[Holder]:
     return holders
 
 
-def _cap_places(r: _Reader, caps: dict) -> dict[str, tuple[str, str]] | None:
+def _cap_places(r: _Reader, caps: dict, places: dict | None) -> dict[str, tuple[str, str]] | None:
     """
     Capability file -> (accelerator, GI id); config and monitor are left out. None when the
-    tables cannot be read: each open capability then holds every GI.
+    tables cannot be read (`places`, by observe_mig): each open capability then holds every GI.
     """
     if not caps:
         return {}
-    minors = r.read(
-        "nvidia-caps", "proc-fd", lambda s: nvidia.parse_mig_minors(s.stdout), MIG, absent={}
-    )
-    gpus = r.read(
-        "nvidia-gpus", "proc-fd", lambda s: nvidia.parse_gpu_information(s.stdout), MIG, absent={}
-    )
-    if minors is None or gpus is None:
+    if places is None:
         return None
-    places: dict[str, tuple[str, str]] = {}
-    for name in caps:
-        minor = name.rsplit("nvidia-cap", 1)[-1]
-        number = int(minor) if minor.isascii() and minor.isdigit() else None
-        if number in NO_INSTANCE_MINORS:
+    found: dict[str, tuple[str, str]] = {}
+    for path in caps:
+        name = path.rsplit("/", 1)[-1]
+        minor = name.removeprefix(NVIDIA.cap)
+        if minor.isascii() and minor.isdigit() and int(minor) in NO_INSTANCE_MINORS:
             continue
-        cap = minors.get(number) if number is not None else None
-        if cap is None or cap[0] not in gpus:
-            r.fail("proc-fd", "unreadable", f"{name}: no GPU instance known for it", MIG)
+        if name not in places:
+            r.fail("proc-fd", "unreadable", f"{path}: no GPU instance known for it", MIG)
             return None
-        places[name] = (f"gpu:{gpus[cap[0]]}", str(cap[1]))
-    return places
+        found[path] = places[name][:2]
+    return found
 
 
 def _ppu_cap_places(

@@ -2,7 +2,7 @@
 Strict parsers for NVIDIA MIG state: `nvidia-smi -L`, `nvidia-smi mig -lgi` and `-lci`, the default
 `nvidia-smi` tables, /proc/driver/nvidia-caps/mig-minors and /proc/driver/nvidia/gpus/*/information.
 
-Table layouts follow real captures (R450 to R580); cells are matched by their `|` separators and
+Table layouts follow real captures (R450 to R610); cells are matched by their `|` separators and
 headers by their text, never by column offsets (widths change between driver releases). The two
 procfs files follow the driver's own printf formats (open-gpu-kernel-modules nv-caps.c and
 nv-procfs.c). Numbers are ASCII digits only ([0-9], never \\d). Any line that is not part of the
@@ -313,12 +313,15 @@ def parse_compute_instances(text: str) -> list[ComputeInstance]:
 
 @dataclass(frozen=True)
 class GpuRow:
-    """A GPU of the default table; mig_mode is its "MIG M." cell: Enabled, Disabled or N/A."""
+    """A GPU of the default table. mig_mode is the MIG mode it is in now (Enabled, Disabled or
+    N/A): whether it can carry GPU instances now. mig_pending: its "MIG M." cell carries a star,
+    the other mode is set and takes effect at the GPU's next reset (see _MIG_MODE)."""
 
     index: int
     name: str
     bus_id: str
     mig_mode: str
+    mig_pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -355,8 +358,13 @@ class SmiTable:
 _TIMESTAMP = re.compile(
     r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-3][0-9] [0-2][0-9]:[0-5][0-9]:[0-6][0-9] [0-9]{4}"
 )
+# Two shapes, no mix of them: "Driver Version: ... CUDA Version: ..." up to R580, and "KMD Version:
+# ... CUDA UMD Version: ..." from R610 on (shared samples INDEX.md, "Added later": the R610 RTX PRO
+# 6000 capture, "several public captures of 610.x-617.x agree"; the rest of the table is R580's).
 _BANNER = re.compile(
-    r"\| NVIDIA-SMI [0-9.]+ +Driver Version: [0-9.]+ +CUDA Version: (?:[0-9.]+|N/A) +\|"
+    r"\| NVIDIA-SMI [0-9.]+ +"
+    r"(?:Driver Version: [0-9.]+ +CUDA Version|KMD Version: [0-9.]+ +CUDA UMD Version)"
+    r": (?:[0-9.]+|N/A) +\|"
 )
 _BANNER_SPLIT = re.compile(r"[|+]-+\+-+\+-+[|+]")  # "|---+" in older drivers, "+---+" in R580
 _GPU_HEADS: tuple[_Head, ...] = (
@@ -381,7 +389,17 @@ _GPU_ROW_2 = re.compile(  # fan, temperature, perf state, power | memory | utili
     rf"\| +(?:{_MIB_PAIR}|N/A) *"
     r"\| +(?:[0-9]+%|N/A|ERR!) +(?:Default|E\. Process|E\. Thread|Prohibited) *\|"
 )
+# ppu-smi's "MIG M." line (facts/ppu.py reads it; no ppu-smi capture shows a pending star).
 _GPU_ROW_3 = re.compile(r"\| +\| +\| +(?P<mig>Enabled|Disabled|N/A) *\|")
+# nvidia-smi's "MIG M." line: the mode now, or a pending change. After `nvidia-smi -mig 1` the cell
+# reads "Enabled*" until the GPU is reset, and "Disabled*" is the reverse (MIG still on, off after
+# the reset): the star marks "pending", the current mode is the other one (shared samples
+# INDEX.md, "Added later": the R535 A30 capture, where "Enabled*" comes with no MIG devices table).
+# GpuRow keeps the mode now, which is what decides whether GPU instances can exist, and the flag.
+_MIG_MODE = re.compile(
+    r"\| +\| +\| +(?:(?P<mig>Enabled|Disabled|N/A)|(?P<pending>Enabled|Disabled)\*) *\|"
+)
+_MODE_BEFORE_RESET = {"Enabled": "Disabled", "Disabled": "Enabled"}
 _MIG_TITLE = re.compile(r"\| MIG devices: +\|")
 _MIG_BORDER = re.compile(r"\+-+\+-+\+-+\+-+\+")
 _MIG_SHARED = re.compile(r"\+-+\+ +\+-+\+-+\+")  # between CIs of one GI: the memory cell spans
@@ -431,8 +449,10 @@ def _gpu_table(lines: _Lines) -> dict[int, GpuRow]:
     while not gpus or lines.peek() != "":
         first = lines.expect(_GPU_ROW, "a GPU row")
         lines.expect(_GPU_ROW_2, "the second line of a GPU row")
-        mode = lines.expect(_GPU_ROW_3, "the MIG M. line of a GPU row")["mig"]
-        gpu = GpuRow(_num(first["index"]), first["name"], first["bus"], mode)
+        cell = lines.expect(_MIG_MODE, "the MIG M. line of a GPU row")
+        pending = cell["pending"]
+        mode = cell["mig"] if pending is None else _MODE_BEFORE_RESET[pending]
+        gpu = GpuRow(_num(first["index"]), first["name"], first["bus"], mode, pending is not None)
         if gpu.index in gpus or any(g.bus_id == gpu.bus_id for g in gpus.values()):
             raise lines.fail("GPU listed twice")
         gpus[gpu.index] = gpu
@@ -534,9 +554,10 @@ def _check_process(p: GpuProcess, gpus: dict[int, GpuRow], migs: list[MigDeviceR
 def parse_smi(text: str) -> SmiTable:
     """
     The default `nvidia-smi` output: [timestamp,] banner and GPU table, the MIG devices table
-    (required exactly when a GPU is in MIG mode), then the Processes table, which must be closed:
-    a cut output never reads as "no processes". Every MIG device must be on a MIG-enabled GPU
-    listed above it, and every process on a listed GPU and, when it names them, a listed GI/CI.
+    (required exactly when a GPU is in MIG mode now, whatever change is pending), then the
+    Processes table, which must be closed: a cut output never reads as "no processes". Every MIG
+    device must be on a GPU listed above it in MIG mode now, and every process on a listed GPU
+    and, when it names them, a listed GI/CI.
     """
     lines = _Lines(text, "nvidia-smi")
     if lines.only((_NO_DEVICES,)):

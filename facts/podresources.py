@@ -9,10 +9,10 @@ prints the message base64 on one line; `client_message()` takes that line back t
             ContainerDevices("nvidia.com/mig-1g.10gb", ("MIG-5e1ec5a4-...",)),)),)),
     )
 
-Every field of the official proto is known here, those kept and those only checked (cpu_ids,
-memory, dynamic_resources, topology; DynamicResource's class_name, which kubelets before 1.31
-send); a field the proto does not have is an error, as in the checkpoint: a newer kubelet's
-answer is not half-read as "no claim".
+Every field of the official proto is known here, those kept (dynamic_resources too: a DRA claim
+is a claim, enforcer.claims) and those only checked (cpu_ids, memory, topology;
+DynamicResource's class_name, which kubelets before 1.31 send); a field the proto does not have
+is an error, as in the checkpoint: a newer kubelet's answer is not half-read as "no claim".
 """
 
 from __future__ import annotations
@@ -36,9 +36,30 @@ class ContainerDevices:
 
 
 @dataclass(frozen=True)
+class ClaimDevice:
+    """One device a DRA driver prepared for a claim: driver, pool, device (kubelets from 1.32
+    name them), and the CDI devices the container was given."""
+
+    driver: str
+    pool: str
+    device: str
+    cdi_devices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DynamicResource:
+    """A ResourceClaim (Dynamic Resource Allocation) one container uses, with its devices."""
+
+    claim_name: str
+    claim_namespace: str
+    devices: tuple[ClaimDevice, ...]
+
+
+@dataclass(frozen=True)
 class ContainerResources:
     name: str
     devices: tuple[ContainerDevices, ...]
+    dynamic: tuple[DynamicResource, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,10 +206,25 @@ def _devices(fields: dict[str, list[Any]]) -> ContainerDevices:
     )
 
 
+def _claim_device(fields: dict[str, list[Any]]) -> ClaimDevice:
+    first = {k: (v[0] if v else "") for k, v in fields.items() if k != "cdi_devices"}
+    cdi = tuple(_name(c, "name", "CDIDevice") for c in fields["cdi_devices"])
+    return ClaimDevice(first["driver_name"], first["pool_name"], first["device_name"], cdi)
+
+
+def _dynamic(fields: dict[str, list[Any]]) -> DynamicResource:
+    return DynamicResource(
+        _name(fields, "claim_name", "DynamicResource"),
+        fields["claim_namespace"][0] if fields["claim_namespace"] else "",
+        tuple(_claim_device(c) for c in fields["claim_resources"]),
+    )
+
+
 def _container(fields: dict[str, list[Any]]) -> ContainerResources:
     return ContainerResources(
         _name(fields, "name", "ContainerResources"),
         tuple(_devices(d) for d in fields["devices"]),
+        tuple(_dynamic(d) for d in fields["dynamic_resources"]),
     )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pyinfra.api import FactBase
 
+from enforcer.claims import CDI, DRA
 from enforcer.model import (
     DRAIN_MARKER,
     HYGON,
@@ -22,6 +23,7 @@ from enforcer.model import (
     NODE,
     PPU,
     VNPU,
+    Advertised,
     Chip,
     Container,
     Holder,
@@ -33,7 +35,7 @@ from enforcer.model import (
 )
 from enforcer.policy import NodePaths
 from enforcer.shell import render
-from facts import ascend, checkpoint, cri, dcus, markers, podresources, procfs, vms
+from facts import ascend, checkpoint, cri, dcus, dra, markers, podresources, procfs, vms
 from facts.errors import ParseError
 from facts.mig import NOTHING, THEAD, mig_holders, observe_mig
 
@@ -69,6 +71,8 @@ class Sections:
 
 CLIENT = Path(__file__).with_name("pod_resources_client.py")  # runs on the node, stdlib only
 POD_RESOURCES = "kubelet-pod-resources"
+GPU_OPERATOR_SMI = "/run/nvidia/driver/usr/bin/nvidia-smi"  # in the GPU Operator's driver root
+DRA_SOURCE = "dra"  # a DRA driver's allocations (facts.dra)
 MARKERS = "markers"
 
 
@@ -132,6 +136,7 @@ class DrainMarkerFile(FactBase):
 COMMANDS = {
     "boot-id": "cat boot_id",
     "clock": "date +%s",
+    "hostname": "cat hostname",
     "npu-smi-m": "npu-smi info -m",
     "npu-smi-info": "npu-smi info",
     "nvidia-smi-list": "nvidia-smi -L",
@@ -140,6 +145,7 @@ COMMANDS = {
     "nvidia-smi": "nvidia-smi",
     "nvidia-caps": "cat /proc/driver/nvidia-caps/mig-minors",
     "nvidia-gpus": "grep '' /proc/driver/nvidia/gpus/*/information",
+    "nvidia-driver": "ls /proc/driver/nvidia/capabilities/gpu*/mig/gi* " + GPU_OPERATOR_SMI,
     "ppu-smi-list": "ppu-smi -L",
     "ppu-smi-lgi": "ppu-smi mig -lgi",
     "ppu-smi-lci": "ppu-smi mig -lci",
@@ -165,6 +171,7 @@ COMMANDS = {
     "ledger": "cat ledger.json",
     "destroyed": "cat destroyed",
     "drain": "cat drain.json",
+    "dra-drivers": "ls /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins",
     "claim-digest": "sha256sum kubelet_internal_checkpoint",
     "last-read": "write last-read",
 }
@@ -301,9 +308,10 @@ def observe(
         if "holder-cgroups" in sections.by_name
         else {}
     )
-    entries = r.read(
-        "checkpoint", "kubelet-checkpoint", lambda s: checkpoint.parse_checkpoint(s.stdout)
+    kubelet = r.read(
+        "checkpoint", "kubelet-checkpoint", lambda s: checkpoint.parse_checkpoint_file(s.stdout)
     )
+    entries = kubelet.entries if kubelet else None
     sandboxes, containers = None, None
     if "cri" in claim_sources or not _missing(sections, "crictl-pods"):  # not a Kubernetes node
         sandboxes = r.read("crictl-pods", "cri", lambda s: cri.parse_pods(s.stdout))
@@ -348,13 +356,16 @@ def observe(
     more_pods, more_records = _pod_resources(listed, sandboxes)
     pods, records = pods + more_pods, records + more_records + marked
     keep = set(claim_sources)
+    partitions = (*vnpus, *mig.partitions, *ppu.partitions, *dcu.partitions, *vgpus)
+    _dra_drivers(r, paths, {p.kind for p in partitions})
+    _tools_missing(r, paths)
     return Observation(
         node=node,
         boot_id=boot_id,
         now=now,
         chips=tuple(chips),
         gpus=(*mig.gpus, *ppu.gpus, *dcu.dcus),
-        partitions=(*vnpus, *mig.partitions, *ppu.partitions, *dcu.partitions, *vgpus),
+        partitions=partitions,
         holders=tuple(holders),
         records=tuple(x for x in records if x.source in keep),
         pods=tuple(p for p in pods if p.source in keep),
@@ -368,7 +379,66 @@ def observe(
         instances=tuple(instances),
         processes=hypervisors,
         listening=listening,
+        advertised=tuple(
+            Advertised("kubelet-checkpoint", res, device) for res, device in kubelet.registered
+        )
+        if kubelet
+        else (),
     )
+
+
+def _dra_drivers(r: _Reader, paths: NodePaths, kinds: set[str]) -> None:
+    """A partition vendor's DRA driver keeps every partition of its kinds listed (facts.dra)."""
+    listing = lambda s: dra.parse_dra_listing(s.stdout, paths.kubelet_dir)  # noqa: E731
+    drivers = r.read("dra-drivers", DRA_SOURCE, listing)
+    for kind, why in dra.kept_kinds(drivers or {}, sorted(kinds)).items():
+        r.fail(DRA_SOURCE, "unreadable", why, kind)
+
+
+# Per kind: its tool's first section, and the sections whose output shows the driver has
+# partitions of it (a GI's capability tree, a vNPU's device node, a PPU's access files, a DCU).
+DRIVER_SHOWS = {
+    MIG: ("nvidia-smi-list", ("nvidia-driver",)),
+    VNPU: ("npu-smi-m", ("devnodes",)),
+    PPU: ("ppu-smi-list", ("alixpu-caps",)),
+    HYGON: ("hy-smi-devices", ("hygon-pci",)),
+}
+
+
+def _tools_missing(r: _Reader, paths: NodePaths) -> None:
+    """
+    A kind whose driver shows partitions while its tool is not on the node's PATH lists none:
+    none is destroyed, and the tool is `unavailable` for the kind, so that a person points
+    enforcer_tools at it (the GPU Operator keeps nvidia-smi in its driver root).
+    """
+    failed = {(h.source, h.scope) for h in r.health}
+    for kind, (name, shows) in DRIVER_SHOWS.items():
+        section = r.sections.by_name.get(name)
+        tool = section.command.split()[0] if section else ""
+        if section is None or section.rc != "missing" or (tool, kind) in failed:
+            continue
+        seen = [line for shown in shows for line in _shown(r.sections, shown, kind, paths)]
+        smi = [line for line in seen if line.endswith(GPU_OPERATOR_SMI)]
+        where = f" ({smi[0]} is there: the GPU Operator's driver root)" if smi else ""
+        evidence = [line for line in seen if line not in smi]
+        if evidence:
+            why = (
+                f"{evidence[0]} shows the {kind} driver in use, but {tool} is not on the "
+                f"node's PATH{where}: no partition is listed or destroyed; set enforcer_tools"
+            )
+            r.fail(tool, "unavailable", why, kind)
+
+
+def _shown(sections: Sections, name: str, kind: str, paths: NodePaths) -> list[str]:
+    """The lines of a section that show the driver has partitions of `kind`."""
+    s = sections.by_name.get(name)
+    if s is None or s.rc != "0":
+        return []
+    lines = s.stdout.splitlines()
+    if kind == VNPU:  # devnodes: `<path>|<dev:ino...>|<type>` of every partition device node
+        vnpu = f"{paths.dev_dir}/vdavinci"
+        return [line.split("|")[0] for line in lines if line.startswith(vnpu)]
+    return lines
 
 
 def _heartbeat(r: _Reader, paths: NodePaths) -> None:
@@ -537,7 +607,25 @@ def _pod_resources(listed, sandboxes) -> tuple[list[Pod], list[OwnerRecord]]:
             for c in p.containers
             for d in c.devices
         ]
+        records += [
+            _dra_record(owner, f"pod-resources {p.namespace}/{p.name}/{c.name}", d)
+            for c in p.containers
+            for d in c.dynamic
+        ]
     return pods, records
+
+
+def _dra_record(owner: str, where: str, d: podresources.DynamicResource) -> OwnerRecord:
+    """A DRA claim a container uses: its driver, its devices, their CDI names (claims.DRA)."""
+    drivers = sorted({x.driver for x in d.devices if x.driver})
+    return OwnerRecord(
+        owner,
+        POD_RESOURCES,
+        f"{where} DRA claim {'/'.join(filter(None, (d.claim_namespace, d.claim_name)))}",
+        DRA + ",".join(drivers),
+        tuple(f"{x.driver}/{x.pool}/{x.device}" for x in d.devices),
+        annotations=((CDI, ",".join(n for x in d.devices for n in x.cdi_devices)),),
+    )
 
 
 def _destroyed(text: str) -> tuple[str, ...]:

@@ -25,19 +25,21 @@ from enforcer import drain as drains
 from enforcer import ledger as ledgers
 from enforcer import report as reports
 from enforcer.contract import decide, drift
-from enforcer.model import DRAIN_MARKER, NODE, Observation, SourceHealth
+from enforcer.model import DRAIN_MARKER, NODE, Observation, OwnerRecord, Pod, SourceHealth
 from enforcer.policy import DEFAULTS, HOST_DATA_KEYS, Policy, PolicyError, policy_from_host_data
-from facts import kubeapi
-from facts.snapshot import NodeSnapshot, observe
+from facts import cri, kubeapi, nodename
+from facts.cri import Sandbox
+from facts.errors import ParseError
+from facts.snapshot import NodeSnapshot, Sections, observe
 from operations import enforce
+
+NODE_NAME = "node-name"  # the report's word for which node name a run used, and why
 
 
 def host_data(host) -> dict[str, Any]:
-    """The enforcer_* host data a run reads: each key the schema names that is set, and the
-    node name, which defaults to the host's name (and is validated as if given)."""
-    data = {k: host.data.get(k) for k in HOST_DATA_KEYS if host.data.get(k) is not None}
-    data.setdefault("enforcer_node_name", host.name)
-    return data
+    """The enforcer_* host data a run reads: each key the schema names that is set. An unset
+    node name is the node's own, read on the node (facts.nodename), not the host's name."""
+    return {k: host.data.get(k) for k in HOST_DATA_KEYS if host.data.get(k) is not None}
 
 
 def host_policy(host) -> Policy:
@@ -59,19 +61,64 @@ def read_node(
     waits, lists again (kubeapi.list_pods)."""
     asks = "kubelet-pod-resources" in policy.claim_sources
     sections = host.get_fact(NodeSnapshot, paths=policy.paths, pod_resources=asks, record=record)
-    obs = observe(sections, policy.node_name, policy.paths, policy.claim_sources, policy.kinds)
+    node = node_name(host, sections)
+    obs = observe(sections, node.name, policy.paths, policy.claim_sources, policy.kinds)
+    obs = replace(obs, health=obs.health + _said(node))
     if "kubernetes-api" in policy.claim_sources:
-        pod_list = list_pods(policy.kubeconfig)
-        pods, records, health = kubeapi.for_node(pod_list, policy.node_name)
-        obs = Observation(
-            **{
-                **obs.__dict__,
-                "pods": obs.pods + pods,
-                "records": obs.records + records,
-                "health": obs.health + (health,),
-            }
+        pods, records, health = api_source(policy, node, sections, list_pods(policy.kubeconfig))
+        obs = replace(
+            obs, pods=obs.pods + pods, records=obs.records + records, health=(*obs.health, health)
         )
     return obs
+
+
+def node_name(host, sections: Sections | None) -> nodename.NodeName:
+    """The Kubernetes node name: host data's, else the node's own (its `hostname` section)."""
+    section = sections.by_name.get("hostname") if sections else None
+    return nodename.resolve(host.data.get("enforcer_node_name"), section, host.name)
+
+
+def _said(node: nodename.NodeName) -> tuple[SourceHealth, ...]:
+    """A name host data did not give is said in the report's sources (`node-name`, which no
+    rule requires) and by converge; one that could not be read is `unreadable` there."""
+    if node.why == "enforcer_node_name":
+        return ()
+    status = "unreadable" if node.problem else "ok"
+    return (SourceHealth(NODE_NAME, status, NODE, f"node name {node.name} ({node.why})"),)
+
+
+def api_source(
+    policy: Policy, node: nodename.NodeName, sections: Sections | None, pod_list: kubeapi.PodList
+) -> tuple[tuple[Pod, ...], tuple[OwnerRecord, ...], SourceHealth]:
+    """
+    The kubernetes-api source for this node, its health saying whether the API agrees with the
+    node (kubeapi.agreement: one GET of the Node, the CRI's sandboxes against the list) and
+    which node name was asked. Not ok, its silence proves nothing (contract._absent_from_api);
+    required, every partition of the node is inconclusive (rule 1).
+    """
+    pods, records, health = kubeapi.for_node(pod_list, node.name)
+    if health.status != "ok":
+        return pods, records, health
+    if node.problem:
+        why = f"{node.problem}; the API's silence proves no owner ended"
+        return pods, records, SourceHealth(kubeapi.SOURCE, "unavailable", NODE, why)
+    registered = kubeapi.node_registered(policy.kubeconfig, node.name)
+    health = kubeapi.agreement(health, pod_list, node.name, registered, _sandboxes(sections))
+    said = f"{health.reason}; node name {node.name} from {node.why}"
+    return pods, records, replace(health, reason=said)
+
+
+def _sandboxes(sections: Sections | None) -> tuple[Sandbox, ...] | str:
+    """The CRI's sandboxes as the node read has them, whatever the claim sources, or why not."""
+    section = sections.by_name.get("crictl-pods") if sections else None
+    if section is None:
+        return "the node read has no section crictl-pods"
+    if section.rc != "0":
+        return section.failure()
+    try:
+        return cri.parse_pods(section.stdout)
+    except ParseError as error:
+        return f"{section.command}: {error}"
 
 
 def ledger_of(obs: Observation) -> tuple[ledgers.Ledger, str]:
@@ -118,12 +165,22 @@ def converge(host) -> None:
     policy = host_policy(host)
     dry = "--dry" in sys.argv  # pyinfra does not tell a deploy
     obs = read_node(host, policy, record=not dry)  # --dry leaves nothing on the node
+    for said in (h for h in obs.health if h.source == NODE_NAME):
+        print(f"{host.name}: {said.reason}", flush=True)
     ledger, note = ledger_of(obs)
     marker, obs = drain_marker(obs)
     verdicts, next_ledger = decide(obs, ledger, policy, obs.now)
     mode = "dry" if dry else policy.mode
     report = reports.build(
-        host.name, obs, verdicts, mode, note, drift(obs, policy), policy=policy, drain=marker
+        host.name,
+        obs,
+        verdicts,
+        mode,
+        note,
+        drift(obs, policy),
+        policy=policy,
+        drain=marker,
+        ledger=next_ledger,
     )
     print(reports.table(report), flush=True)
     keep_in_fleet_view(host, report)

@@ -30,7 +30,7 @@ from enforcer import report as reports
 from enforcer.model import Observation, Verdict
 from enforcer.policy import NodePaths, Policy
 from enforcer.shell import render
-from facts import kubeapi
+from facts import kubeapi, nodename
 from facts.snapshot import DrainMarkerFile
 from operations import enforce
 from operations.converge import drain_marker, host_data, host_policy, ledger_of, read_node
@@ -158,18 +158,32 @@ def _cordoned(host, policy: Policy, unschedulable: bool, dry: bool) -> bool:
     """(Un)cordon the node, or say what would be done (--dry); False: it failed, and this
     host's run is made to fail saying why."""
     verb = "cordon" if unschedulable else "uncordon"
+    node = _node_name(host, policy)
+    if node.problem:
+        refuse(
+            name=f"Fail: {verb} the node", message=f"{host.name}: cannot {verb}: {node.problem}\n"
+        )
+        return False
     if dry:
-        print(f"{host.name}: would {verb} node {policy.node_name}", flush=True)
+        print(f"{host.name}: would {verb} node {node.name} ({node.why})", flush=True)
         return True
     try:
-        before = kubeapi.set_unschedulable(policy.kubeconfig, policy.node_name, unschedulable)
+        before = kubeapi.set_unschedulable(policy.kubeconfig, node.name, unschedulable)
     except kubeapi.CordonError as error:
         refuse(name=f"Fail: {verb} the node", message=f"{host.name}: cannot {verb}: {error}\n")
         return False
     done = "was already" if before == unschedulable else "is now"
     state = "cordoned" if unschedulable else "schedulable"
-    print(f"{host.name}: node {policy.node_name} {done} {state}", flush=True)
+    print(f"{host.name}: node {node.name} {done} {state}", flush=True)
     return True
+
+
+def _node_name(host, policy: Policy) -> nodename.NodeName:
+    """The Node to (un)cordon, named as a converge run names it: host data's name, else the
+    node's own, read first (the cordon comes before the node read)."""
+    configured = host.data.get("enforcer_node_name")
+    section = None if configured else host.get_fact(nodename.NodeHostname, paths=policy.paths)
+    return nodename.resolve(configured, section, host.name)
 
 
 def operator() -> str:

@@ -47,8 +47,8 @@ starts the timer (restarting it when its schedule changed) and, for `absent`, st
 already going is left to finish). Otherwise (a container without systemd, a rootfs that is not
 `/`) the units take effect at the next boot.
 
-The node's inventory carries the host's enforcer_* data as given (enforcer_rootfs included, and
-enforcer_node_name, defaulting to the host's name, since the node runs as @local), except the
+The node's inventory carries the host's enforcer_* data as given (enforcer_rootfs included; an
+unset enforcer_node_name stays unset: the node's run reads its own hostname), except the
 enforcer_schedule_* keys and enforcer_breaker: the breaker is lifted for one run by hand, never
 for every scheduled run. Data written there has passed the whole policy's validation.
 
@@ -177,8 +177,8 @@ def schedule_from_host_data(host_name: str, data: dict[str, Any]) -> Schedule:
         node_data = {
             k: v for k, v in given.items() if not k.startswith("enforcer_schedule") and k != BREAKER
         }
-        # The node runs as @local: its Kubernetes node name is written down, and must be valid.
-        node_data.setdefault("enforcer_node_name", host_name)
+        # The node runs as @local: an unset node name stays unset, and the node's run reads its
+        # own (facts.nodename), as this host's converge from a control node does.
         if d["enforcer_schedule"] == "present":
             policy_from_host_data(host_name, node_data)
     period, delay = d["enforcer_schedule_period"], d["enforcer_schedule_randomized_delay"]

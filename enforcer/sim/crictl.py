@@ -40,10 +40,12 @@ def _seen(ns: int) -> str:
 
 def _sandbox(pod: State) -> dict[str, Any]:
     box = pod["sandbox"]
+    # kubelet annotates every pod with its config source: "api", or a static pod's "file" (a
+    # simulated static pod is added with that, and its config.hash: its UID on the node).
     annotations = {
+        "kubernetes.io/config.source": "api",
         **pod["annotations"],
         "kubernetes.io/config.seen": _seen(pod["created_at"]),
-        "kubernetes.io/config.source": "api",
     }
     return {
         "id": box["id"],

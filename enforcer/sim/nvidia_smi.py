@@ -5,7 +5,9 @@ Output is driver 580.173.02's, byte for byte where a capture shows it: the layou
 widths, the R580 "Shared Memory-Usage" MIG table) are those of the prickle-exporter captures of
 an H100 80GB HBM3 and an H200 (/work/shared/samples/nvidia-smi_*_prickle-exporter.txt); the
 messages of `mig -cgi/-cci/-dci/-dgi` are the transcripts' (NVIDIA MIG user guide, H100 notes,
-zhihu A100 article). MIG state and ids come from enforcer/sim/mig.py.
+zhihu A100 article). MIG state and ids come from enforcer/sim/mig.py. A node made with a driver
+from R610 on (`SimNode.create(driver_version="610.43.02")`) prints the R610 banner ("KMD
+Version", "CUDA UMD Version": the RTX PRO 6000 capture) and the rest as R580.
 
 Supported, each with `-i <index|UUID|bus id>` or without (every GPU):
 
@@ -92,9 +94,17 @@ def _boxed(text: str) -> str:
 
 
 def _banner(nvidia: State) -> str:
+    """R580's banner; from R610 on "KMD Version" and "CUDA UMD Version", in the columns of the
+    R610 capture (shared samples: the RTX PRO 6000 in-pod output, driver 610.43.02)."""
+    version = nvidia["driver_version"]
+    if int(version.split(".", 1)[0]) >= 610:
+        return (
+            f"| NVIDIA-SMI {version:<22} KMD Version: {version:<13} "
+            f"CUDA UMD Version: {nvidia['cuda_version']:<8} |"
+        )
     return (
-        f"| NVIDIA-SMI {nvidia['driver_version']:<22} Driver Version: "
-        f"{nvidia['driver_version']:<14} CUDA Version: {nvidia['cuda_version']:<8} |"
+        f"| NVIDIA-SMI {version:<22} Driver Version: {version:<14} "
+        f"CUDA Version: {nvidia['cuda_version']:<8} |"
     )
 
 

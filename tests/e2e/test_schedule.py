@@ -304,9 +304,11 @@ def test_hostile_schedule_values_are_refused_naming_the_key(key, value):
     assert len(message) < 600
 
 
-def test_a_node_that_converges_itself_needs_a_valid_node_name():
+def test_a_node_that_converges_itself_reads_its_own_node_name_when_none_is_set():
+    # No name is written for it: its @local run reads its hostname (facts.nodename).
+    assert "enforcer_node_name" not in schedule_from_host_data("@local", {}).node_data
     with pytest.raises(PolicyError, match=r"^host @local: host data enforcer_node_name: "):
-        schedule_from_host_data("@local", {})
+        schedule_from_host_data("@local", {"enforcer_node_name": "Odd_Host"})
     control = {"enforcer_schedule_on": "control", "enforcer_schedule_inventory": "/etc/fleet.py"}
     assert schedule_from_host_data("@local", control).node_data is None  # a control node: no name
 

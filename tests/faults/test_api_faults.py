@@ -52,7 +52,12 @@ def api() -> Iterator[tuple[str, dict]]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            status, body, length = answer(state["mode"], f"continue={PAGE_2}" in self.path)
+            if self.path.startswith("/api/v1/nodes/"):  # the Node exists: only the list fails
+                name = self.path.removeprefix("/api/v1/nodes/")
+                node = {"kind": "Node", "apiVersion": "v1", "metadata": {"name": name}}
+                status, body, length = 200, json.dumps(node).encode(), None
+            else:
+                status, body, length = answer(state["mode"], f"continue={PAGE_2}" in self.path)
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(length or len(body)))
@@ -117,7 +122,8 @@ def test_kubernetes_api_partial_list(seed_node, tmp_path, api, mode):
 def test_kubernetes_api_list_silently_missing_a_live_pod(seed_node, tmp_path, api):
     """
     A list that looks whole but lacks infer-b: the API alone would call infer-b gone, but the
-    node's CRI says its sandbox is alive, and any one source saying alive keeps its vNPU.
+    node's CRI has its sandbox ready, so the API disagrees with the node (`stale`) and, required,
+    decides nothing; infer-b's vNPU is kept either way.
     """
     server, state = api
     infer_b = armed(seed_node)
@@ -125,5 +131,7 @@ def test_kubernetes_api_list_silently_missing_a_live_pod(seed_node, tmp_path, ap
     state["mode"] = "silently-partial"
     for _ in range(3):
         run = seed_node.enforce()
-        assert run.verdict(infer_b) == "claimed", run.output
+        assert run.verdict(infer_b) == "inconclusive", run.output
+        assert "kubernetes-api stale" in run.reason(infer_b)
+        assert "CRI sandbox default/infer-b" in run.reason(infer_b)
         assert {100, infer_b} <= seed_node.vnpus()

@@ -465,6 +465,7 @@ def node_read(changes: dict[str, tuple[str, str, str]]):
         "crictl-pods": ("0", PODS, ""),
         "crictl-ps": ("0", CONTAINERS, ""),
         "ledger": ("absent", "", ""),
+        "dra-drivers": ("0", "", ""),
         "claim-digest": ("0", DIGEST + "\n", ""),
     }
     sections.update(changes)

@@ -113,10 +113,14 @@ class Driver:
 
     def __init__(self, root: Path):
         self.dir = root / "node"
-        self.sim = SimNode.create(self.dir, [CHIP])
-        self.sim.register(RESOURCE, [f"{VDIE}-{i}" for i in range(7)])
-        self.policy = node_policy(self.dir)
+        self.sim, self.policy = self.make_node(self.dir)
         self.paths = self.policy.paths
+
+    def make_node(self, path: Path) -> tuple[SimNode, Policy]:
+        """The node a machine runs on (the MIG machine overrides it): one 310P3 chip."""
+        sim = SimNode.create(path, [CHIP])
+        sim.register(RESOURCE, [f"{VDIE}-{i}" for i in range(7)])
+        return sim, node_policy(path)
 
     def read(self) -> Sections:
         raise NotImplementedError
@@ -159,6 +163,10 @@ class NamespaceDriver(Driver):
             record = sections.by_name.get("destroyed")
             if record is not None:  # the guard recorded the kernel's boot id: the sim's here
                 text = record.stdout.replace(f" {self.real_boot}\n", f" {sim_boot}\n")
+                text = "".join(
+                    _reboot_identity(line, self.real_boot, sim_boot)
+                    for line in text.splitlines(True)
+                )
                 sections.by_name["destroyed"] = replace(record, stdout=text)
         return sections
 
@@ -178,6 +186,17 @@ class NamespaceDriver(Driver):
 
     def close(self) -> None:
         self.ns.__exit__(None, None, None)
+
+
+def _reboot_identity(line: str, real: str, sim: str) -> str:
+    """An `identity <base64>` record (not a vNPU's) with the sim's boot id for the kernel's."""
+    words = line.split()
+    if len(words) != 2 or words[0] != "identity":
+        return line
+    identity = base64.b64decode(words[1]).decode()
+    if identity.endswith(f"@{real}"):
+        identity = identity.removesuffix(f"@{real}") + f"@{sim}"
+    return f"identity {base64.b64encode(identity.encode()).decode()}\n"
 
 
 def _line(name: str, rc: str, out: str, err: str) -> str:
@@ -308,6 +327,7 @@ class InProcessDriver(Driver):
             lines.append(_line("destroyed", "0", record.read_text(), ""))
         else:
             lines.append("PE1 destroyed absent - -")
+        lines.append(_line("dra-drivers", "0", "", ""))
         lines.append(_line("claim-digest", "0", self._digest() + "\n", ""))
         lines.append("PE1 end")
         return parse_sections(lines)

@@ -10,6 +10,9 @@ enforcer (tests/model/lifecycle_machine.py) against the real decision code.
 - `test_lifecycle_in_process`: the same machine with the sections built in-process (the bench's
   driver), more histories in a few seconds. `make bench` runs it at scale (bench/lifecycle.py).
 
+
+The MIG machine (issue 18) has its own file, test_mig_lifecycle.py (xdist runs files apart).
+
 Every violation fails, also one the contract itself prescribes (`contract-hazard`: the reference
 model of the contract proves the same vNPU orphaned). The two such hazards this machine found are
 kept as stories below (`test_a_newer_zombie_...`, `test_a_successor_...`).

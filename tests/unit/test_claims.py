@@ -78,7 +78,8 @@ def test_unmapped_ascend_record_claims_as_many_as_it_names_of_any_template():
 
 
 def test_records_of_other_resources_claim_no_vnpu():
-    assert claims(resource="nvidia.com/gpu", device_ids=("GPU-7d8429d5",)) == []
+    nvidia = OwnerRecord("pod-1", "cri", "w", "nvidia.com/gpu", ("GPU-7d8429d5",))
+    assert VNPU not in {c.kind for c in claims_from_records([nvidia])}
     assert claims(annotations=(("kubernetes.io/config.source", "api"),)) == []
     hami_gpu = (("hami.io/bind-phase", "success"), ("hami.io/vgpu-devices-allocated", "GPU-1,"))
     assert claims(annotations=hami_gpu) == []

@@ -68,11 +68,14 @@ class FakeApiServer:
     authorization: list[str] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
     url: str = ""
+    nodes: set[str] = field(default_factory=set)  # the Nodes GET /api/v1/nodes/<name> finds
 
     def answer(self, path: str) -> tuple[int, dict[str, Any]]:
         url = urlsplit(path)
         query = parse_qs(url.query)
         self.requests.append(query)
+        if url.path.startswith("/api/v1/nodes/"):
+            return self.node(url.path.removeprefix("/api/v1/nodes/"))
         if url.path != "/api/v1/pods":
             return 404, status_body(404, "NotFound", f"the server could not find {url.path}")
         if self.status != 200:
@@ -82,6 +85,11 @@ class FakeApiServer:
         if self.expire_after_pages is not None and start >= self.expire_after_pages:
             return 410, status_body(410, "Expired", "The provided continue parameter is too old")
         return 200, self.page(start, int(query.get("limit", ["0"])[0]))
+
+    def node(self, name: str) -> tuple[int, dict[str, Any]]:
+        if name not in self.nodes:
+            return 404, status_body(404, "NotFound", f'nodes "{name}" not found')
+        return 200, {"kind": "Node", "apiVersion": "v1", "metadata": {"name": name}, "spec": {}}
 
     def page(self, start: int, limit: int) -> dict[str, Any]:
         everything = len(self.items)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from facts.nvidia import (
     GpuInstance,
     GpuProcess,
     GpuRow,
+    SmiTable,
     parse_compute_instances,
     parse_gpu_information,
     parse_gpu_instances,
@@ -81,14 +83,16 @@ def fixture(name: str) -> str:
     return (FIXTURES / name).read_text()
 
 
+# A copied shell prompt: "$ ", "# ", or a full one ("root@host:~# ", "(base) user@host:~$ ").
+PROMPT = re.compile(r"(?:\([!-~]+\) )?(?:[!-~]+@[!-~]+:[!-~]*)?[$#] ")
+
+
 def after_prompt(text: str, command: str = "") -> str:
-    """The tool output that follows a copied shell prompt line ("$ ..." or "# ..." ending with
-    `command`): the prompt is the page's, not the tool's. Blank lines after it are dropped."""
+    """The tool output that follows a copied shell prompt line (ending with `command`): the
+    prompt is the page's, not the tool's. Blank lines after it are dropped."""
     lines = text.splitlines(keepends=True)
     at = max(
-        i
-        for i, line in enumerate(lines)
-        if line[:2] in ("$ ", "# ") and line.rstrip().endswith(command)
+        i for i, line in enumerate(lines) if PROMPT.match(line) and line.rstrip().endswith(command)
     )
     rest = lines[at + 1 :]
     while rest and not rest[0].strip():
@@ -126,6 +130,12 @@ def r580_with_processes() -> str:
     )
 
 
+def output(name: str) -> str:
+    """A sample as the tool printed it: a transcript's prompt line left out."""
+    text = sample(name)
+    return after_prompt(text) if PROMPT.match(text) else text
+
+
 def migs(text: str) -> list[tuple[int, int, int, int]]:
     return [(m.gpu, m.gi, m.ci, m.device) for m in parse_smi(text).mig_devices]
 
@@ -155,6 +165,9 @@ def r450_ids(text: str) -> list[tuple[str, str]]:
     """(profile, "GI/CI") from R450's MIG-GPU-<uuid>/<GI>/<CI> UUIDs."""
     return [(m.profile, m.uuid.split("/", 1)[1]) for m in parse_gpu_list(text)[1]]
 
+
+R610 = "nvidia-smi_default_in-pod_RTX-PRO-6000-Blackwell-R610-KMD-Version-banner-MIG-1g.24gb_hami-dynamic-mig-blog.txt"  # noqa: E501
+PENDING_ENABLE = "nvidia-smi_default_A30-R535-MIG-Enabled-pending-star_transcript_vn-notes.txt"
 
 # (sample, what to read from it, expected): each sample's own telling values.
 CONFORMANCE: list[tuple[str, Callable[[str], Any], Any]] = [
@@ -393,6 +406,20 @@ CONFORMANCE: list[tuple[str, Callable[[str], Any], Any]] = [
         lambda t: (parse_smi(t).gpus[0].bus_id, parse_smi(t).processes),
         ("00000000:83:00.0", [GpuProcess(0, 11, 0, 12648, "C", "/tmp/prickle-gpu-spin")]),
     ),
+    (  # R610: "KMD Version" / "CUDA UMD Version" banner; the rest as R580
+        R610,
+        lambda t: (parse_smi(after_prompt(t)).gpus, migs(after_prompt(t)), procs(after_prompt(t))),
+        (
+            [GpuRow(0, "NVIDIA RTX PRO 6000 Blac...", "00000000:81:00.0", "Enabled", False)],
+            [(0, 3, 0, 0)],
+            [],
+        ),
+    ),
+    (  # "Enabled*": MIG set to come on at the next reset, off now (so no MIG devices table)
+        PENDING_ENABLE,
+        lambda t: (parse_smi(after_prompt(t)).gpus, migs(after_prompt(t))),
+        ([GpuRow(0, "NVIDIA A30", "00000000:0B:00.0", "Disabled", True)], []),
+    ),
     (
         "nvidia-smi_processes-table_H100-MIG-MPS-M+C_nvidia-mig-user-guide.txt",
         lambda t: [(p.gi, p.pid, p.type) for p in parse_processes(t)],
@@ -546,6 +573,8 @@ HOSTILE = [
     (parse_smi, SMI_MIXED),
     (parse_smi, SMI_8X),
     (parse_smi, SMI_R450),
+    (parse_smi, R610),
+    (parse_smi, PENDING_ENABLE),
     (parse_processes, MPS),
 ]
 HOSTILE_IDS = [f"{p.__name__}-{n[11:50]}" for p, n in HOSTILE]
@@ -554,7 +583,7 @@ HOSTILE_IDS = [f"{p.__name__}-{n[11:50]}" for p, n in HOSTILE]
 @pytest.mark.parametrize(("parse", "name"), HOSTILE, ids=HOSTILE_IDS)
 @pytest.mark.parametrize("junk", ["| unknown |", "unknown", "+--+", ""])
 def test_an_unknown_line_anywhere_is_rejected(parse, name, junk):
-    lines = sample(name).splitlines(keepends=True)
+    lines = output(name).splitlines(keepends=True)
     parse("".join(lines))
     for at in range(len(lines) + (junk != "")):  # a trailing blank line is the file's end
         edited = [*lines[:at], junk + "\n", *lines[at:]]
@@ -564,7 +593,7 @@ def test_an_unknown_line_anywhere_is_rejected(parse, name, junk):
 
 @pytest.mark.parametrize(("parse", "name"), HOSTILE, ids=HOSTILE_IDS)
 def test_any_line_repeated_is_rejected(parse, name):
-    lines = sample(name).splitlines(keepends=True)
+    lines = output(name).splitlines(keepends=True)
     for at, line in enumerate(lines):
         with pytest.raises(ParseError):
             parse("".join([*lines[:at], line, *lines[at:]]))
@@ -575,7 +604,7 @@ def test_any_line_repeated_is_rejected(parse, name):
     [(p, n) for p, n in HOSTILE if p in (parse_smi, parse_processes)],
 )
 def test_default_output_cut_anywhere_is_rejected(parse, name):
-    lines = sample(name).splitlines(keepends=True)
+    lines = output(name).splitlines(keepends=True)
     for end in range(len(lines)):
         with pytest.raises(ParseError):
             parse("".join(lines[:end]))
@@ -727,6 +756,103 @@ def test_shared_memory_cell_must_span_rows_of_one_gi():
     shared = "+------------------+                      +-----------+-----------------------+"
     with pytest.raises(ParseError, match="memory cell does not match"):
         parse_smi(text.replace(shared, full, 1))
+
+
+# --- nvidia-smi default tables: the R610 banner, a pending MIG mode -----------------------------
+
+SMI_OFF = "nvidia-smi_default_H100-80GB-MIG-disabled_prickle-exporter.txt"
+
+
+def banner(text: str) -> str:
+    """The NVIDIA-SMI banner line of a default output (after its timestamp and top border)."""
+    line = text.splitlines()[2]
+    assert line.startswith("| NVIDIA-SMI ")
+    return line
+
+
+def test_the_r610_banner_reads_as_the_driver_banner_before_it():
+    """parse_smi returns nothing from the banner (no version field, before R610 or since): an R580
+    output under the R610 banner reads the same, and the R610 output under an R580 banner too."""
+    r580, r610 = sample(SMI_MIXED), output(R610)
+    old, new = banner(r580), banner(r610)
+    assert "Driver Version: 580.173.02" in old and "KMD Version: 610.43.02" in new
+    assert parse_smi(r580.replace(old, new, 1)) == parse_smi(r580)
+    assert parse_smi(r610.replace(new, old, 1)) == parse_smi(r610)
+
+
+def test_an_r610_banner_without_a_cuda_library_reads_like_r580s():
+    """The parser read "CUDA Version: N/A" before R610 (no CUDA library where nvidia-smi ran);
+    the R610 banner's "CUDA UMD Version: N/A" is read alike: the shape is new, not the values."""
+    text = output(R610)
+    edited = text.replace("CUDA UMD Version: 13.3 ", "CUDA UMD Version: N/A  ", 1)
+    assert edited != text and parse_smi(edited) == parse_smi(text)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [  # edits of the real R610 banner: the two known shapes mixed, renamed, cut, lengthened
+        ("CUDA UMD Version:", "CUDA Version:"),
+        ("KMD Version:", "Driver Version:"),
+        ("KMD Version:", "UMD Version:"),
+        ("CUDA UMD Version:", "CUDA KMD Version:"),
+        ("KMD Version:", "kmd version:"),
+        ("CUDA UMD Version: 13.3", "                      "),
+        ("13.3     |", "13.3 GA  |"),
+        ("KMD Version: 610.43.02", "KMD Version: 610.43.02 Driver Version: 610.43.02"),
+        ("13.3     |", "13.3"),
+    ],
+)
+def test_a_banner_of_neither_known_shape_is_rejected(old, new):
+    text = output(R610)
+    assert old in banner(text)
+    with pytest.raises(ParseError, match="expected the NVIDIA-SMI banner at line 3"):
+        parse_smi(text.replace(banner(text), banner(text).replace(old, new, 1), 1))
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new", "now"),
+    [  # the star: the mode after the next reset; the mode now is the other one
+        (SMI_OFF, "             Disabled |", "             Enabled* |", "Disabled"),
+        (SMI_MIXED, "              Enabled |", "            Disabled* |", "Enabled"),
+    ],
+)
+def test_a_pending_mig_mode_reads_as_the_mode_now_and_pending(name, old, new, now):
+    text = sample(name)
+    assert old in text
+    before, after = parse_smi(text), parse_smi(text.replace(old, new, 1))
+    assert (after.gpus[0].mig_mode, after.gpus[0].mig_pending) == (now, True)
+    assert before.gpus[0].mig_mode == now and not before.gpus[0].mig_pending
+    assert after == SmiTable(
+        [replace(before.gpus[0], mig_pending=True)], before.mig_devices, before.processes
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new", "why"),
+    [  # the MIG devices table follows the mode now, not the pending one
+        (SMI_MIXED, "              Enabled |", "             Enabled* |", "the Processes header"),
+        (SMI_OFF, "             Disabled |", "            Disabled* |", "the MIG devices title"),
+        (PENDING_ENABLE, "             Enabled* |", "            Disabled* |", "MIG devices title"),
+        (PENDING_ENABLE, "             Enabled* |", "              Enabled |", "MIG devices title"),
+    ],
+)
+def test_a_pending_mig_mode_that_contradicts_the_tables_is_rejected(name, old, new, why):
+    text = output(name)
+    assert old in text
+    with pytest.raises(ParseError, match=why):
+        parse_smi(text.replace(old, new, 1))
+
+
+@pytest.mark.parametrize(
+    "cell",
+    ["N/A*", "Enabled**", "*Enabled", "Enabled *", "enabled*", "Pending", "Enabled+", "Enabled!"],
+)
+def test_a_mig_mode_cell_of_no_known_shape_is_rejected(cell):
+    text = output(PENDING_ENABLE)
+    old = "             Enabled* |"
+    assert old in text
+    with pytest.raises(ParseError, match="expected the MIG M. line of a GPU row at line 11"):
+        parse_smi(text.replace(old, f"{cell:>21} |", 1))
 
 
 # --- /proc/driver/nvidia-caps/mig-minors ----------------------------------------------------------

@@ -24,8 +24,10 @@ from facts import pod_resources_client as client
 from facts import protowire
 from facts.errors import ParseError
 from facts.podresources import (
+    ClaimDevice,
     ContainerDevices,
     ContainerResources,
+    DynamicResource,
     PodResources,
     client_message,
     parse_list_response,
@@ -635,7 +637,7 @@ def test_hand_built_answer_parses_and_matches_the_generated_encoding() -> None:
     assert data == answer_of(pod("p", "ns", container("npu", ASCEND, HAMI_ID))).SerializeToString()
 
 
-def test_every_field_of_the_official_proto_is_checked_and_ignored() -> None:
+def test_every_field_of_the_official_proto_is_checked_and_dra_claims_are_kept() -> None:
     v1 = api()
     numa = v1.TopologyInfo(nodes=[v1.NUMANode(ID=1)])
     memory = v1.ContainerMemory(memory_type="hugepages-1Gi", size=2 << 30, topology=numa)
@@ -656,9 +658,18 @@ def test_every_field_of_the_official_proto_is_checked_and_ignored() -> None:
     )
     data = answer_of(whole).SerializeToString()
 
+    prepared = ClaimDevice("gpu.nvidia.com", "node-a", "gpu-0", ("nvidia.com/gpu=0",))
     assert parse_list_response(data) == (
         PodResources(
-            "p", "ns", (ContainerResources("main", (ContainerDevices(MIG, MIG_IDS[:1]),)),)
+            "p",
+            "ns",
+            (
+                ContainerResources(
+                    "main",
+                    (ContainerDevices(MIG, MIG_IDS[:1]),),
+                    (DynamicResource("gpu", "ml", (prepared,)),),
+                ),
+            ),
         ),
     )
 
@@ -667,7 +678,9 @@ def test_older_kubelets_fields_are_accepted() -> None:
     class_name = ld(5, ld(1, b"gpu.example.com") + ld(2, b"claim"))  # DynamicResource, 1.27-1.30
     unpacked_cpus = vi(3, 4) + vi(3, 5)  # a repeated int64 as separate varints
     assert parse_list_response(container_bytes(class_name, unpacked_cpus)) == (
-        PodResources("p", "ns", (ContainerResources("c", ()),)),
+        PodResources(
+            "p", "ns", (ContainerResources("c", (), (DynamicResource("claim", "", ()),)),)
+        ),
     )
 
 

@@ -43,6 +43,7 @@ def test_schema_is_valid_draft_2020_12_and_names_every_key_of_the_table():
         "enforcer_state_dir", "enforcer_lock_path", "enforcer_command_timeout_seconds",
         "enforcer_mig_geometry",  # the MIG issue's static geometry
         "enforcer_vm_stuck_seconds",  # the vGPU issue's stuck claims
+        "enforcer_stuck_owner_seconds",  # issue 18's stuck owners
         "enforcer_audit_max_bytes", "enforcer_audit_keep",  # issue 6's audit log
         "enforcer_metrics_dir",  # issue 6's node_exporter textfile
         "enforcer_reports_dir",  # issue 6's fleet view, on the control node

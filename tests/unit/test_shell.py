@@ -255,6 +255,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
     assert list(sections.by_name) == [
         "boot-id",
         "clock",
+        "hostname",
         "npu-smi-m",
         "npu-smi-info",
         "nvidia-smi-list",
@@ -263,6 +264,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "nvidia-smi",
         "nvidia-caps",
         "nvidia-gpus",
+        "nvidia-driver",
         "ppu-smi-list",
         "ppu-smi-lgi",
         "ppu-smi-lci",
@@ -276,6 +278,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "devnodes",
         "fd-scan",
         "holder-cgroups",
+        "dra-drivers",
         "checkpoint",
         "crictl-pods",
         "crictl-ps",

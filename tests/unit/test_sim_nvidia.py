@@ -23,6 +23,7 @@ from enforcer.sim import mig
 from enforcer.sim.mig import MigError
 from enforcer.sim.namespace import NodeNamespace, pod_cgroup
 from enforcer.sim.node import H100, P310P3, SimNode, _fd_targets
+from facts.nvidia import parse_smi
 
 TIMEOUT = 30
 UID_A = "8ad2a1b0-3c1e-4d1f-9f0e-2b7c1c0d9a11"
@@ -188,6 +189,24 @@ def test_every_output_of_a_prickle_state_is_the_capture_byte_for_byte(
         assert out.stdout == capture(state, command), f"{state}: nvidia-smi {' '.join(args)}"
         want = 6 if state == "h100-disabled" and command in ("mig-lgi", "mig-lci") else 0
         assert out.returncode == want, f"{state}: nvidia-smi {' '.join(args)}"
+
+
+R610 = "nvidia-smi_default_in-pod_RTX-PRO-6000-Blackwell-R610-KMD-Version-banner-MIG-1g.24gb_hami-dynamic-mig-blog.txt"  # noqa: E501
+
+
+def test_a_driver_from_r610_on_prints_the_kmd_version_banner(make_node: Any) -> None:
+    """The R610 capture's banner line, byte for byte, and every other line as R580's; the
+    enforcer's parser reads both alike."""
+    at = "Sat Aug  1 09:37:31 2026"
+    r580 = smi(make_node(H100, nvidia_smi_time=at)).stdout.splitlines(keepends=True)
+    r610 = smi(
+        make_node(H100, nvidia_smi_time=at, driver_version="610.43.02", cuda_version="13.3")
+    ).stdout.splitlines(keepends=True)
+    captured = sample(R610).splitlines(keepends=True)[3]
+    assert captured.startswith("| NVIDIA-SMI 610.43.02 ")
+    assert r610[2] == captured
+    assert r610[:2] + r610[3:] == r580[:2] + r580[3:]
+    assert parse_smi("".join(r610)) == parse_smi("".join(r580))
 
 
 def test_a_successor_at_gi_11_kept_the_captured_mig_uuid(make_node: Any) -> None:

@@ -77,6 +77,7 @@ def healthy_node() -> dict[str, tuple[str, str, str]]:
         "crictl-pods": ("0", PODS, ""),
         "crictl-ps": ("0", CONTAINERS, ""),
         "ledger": ("absent", "", ""),
+        "dra-drivers": ("0", "", ""),
         "claim-digest": ("0", DIGEST + "\n", ""),
     }
 

@@ -109,7 +109,22 @@ def test_a_mig_node_gives_each_gpu_instance_with_its_compute_instances_and_uuids
     ]
     gi1 = dict(obs.partitions[1].identity_fields)
     assert gi1["placement"] == "0:4" and gi1["cis"] == "0:1c.3g.40gb:2:1"
-    assert obs.partitions[1].uuids == ("MIG-5ff0d535-9a82-5af6-80df-768b9d3ac092",)
+    # Its MIG device UUID, then the names GKE's plugin gives it: its GI's and CI 0's capability
+    # devices (mig-minors: 3 + 1 * 9 = 12, then 13) and `nvidia<GPU minor>/gi<id>`.
+    assert obs.partitions[1].uuids == (
+        "MIG-5ff0d535-9a82-5af6-80df-768b9d3ac092",
+        "nvidia-cap12",
+        "nvidia-cap13",
+        "nvidia0/gi1",
+    )
+
+
+def test_a_gpu_without_its_device_minor_fails_closed_for_the_gke_names():
+    obs = read(**{"nvidia-gpus": ("absent", "", "")})
+    failed = [(h.source, h.scope) for h in obs.health if h.status != "ok"]
+    assert failed == [("proc-fd", MIG)]
+    assert "no device minor" in obs.health[-1].reason
+    assert all(not p.aliases for p in obs.partitions)
 
 
 def test_processes_nvidia_smi_lists_hold_their_gpu_instance():
@@ -199,3 +214,54 @@ def test_markers_not_a_claim_source_are_not_read():
         ("cri",),
     )
     assert not any(h.source == "markers" for h in obs.health)
+
+
+def test_a_dra_driver_of_nvidia_keeps_every_mig_partition_and_says_why():
+    listing = (
+        "/srv/n1/var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock\n"
+        "/srv/n1/var/lib/kubelet/plugins_registry/csi.example.com-reg.sock\n"
+        "/srv/n1/var/lib/kubelet/plugins/gpu.nvidia.com\n"
+        "/srv/n1/var/lib/kubelet/plugins/kubernetes.io\n"
+    )
+    obs = read(**{"dra-drivers": ("0", listing, "")})
+    failed = [(h.source, h.status, h.scope) for h in obs.health if h.status != "ok"]
+    assert failed == [("dra", "unreadable", MIG)]
+    assert obs.health[0].reason == (
+        "DRA driver gpu.nvidia.com is present "
+        "(/srv/n1/var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock): its allocations "
+        "are not read yet, so every nvidia-mig partition is kept"
+    )
+
+
+def test_other_plugins_keep_nothing_and_a_stray_line_fails_the_node_closed():
+    csi = "/srv/n1/var/lib/kubelet/plugins/csi.example.com\n"
+    assert [h for h in read(**{"dra-drivers": ("0", csi, "")}).health if h.status != "ok"] == []
+    stray = read(**{"dra-drivers": ("0", "/elsewhere/gpu.nvidia.com\n", "")})
+    assert [(h.source, h.scope) for h in stray.health] == [("dra", "node")]
+
+
+def test_a_mig_node_whose_nvidia_smi_is_not_on_path_is_told_not_taken_for_no_mig():
+    """The GPU Operator's driver container keeps nvidia-smi under /run/nvidia/driver."""
+    missing = ("missing", "", "")
+    tool = {
+        k: missing for k in ("nvidia-smi-list", "nvidia-smi-lgi", "nvidia-smi-lci", "nvidia-smi")
+    }
+    shown = (
+        "/proc/driver/nvidia/capabilities/gpu0/mig/gi1\n"
+        "/srv/n1/run/nvidia/driver/usr/bin/nvidia-smi\n"
+    )
+    obs = read(**tool, **{"nvidia-driver": ("0", shown, "")})
+    assert obs.partitions == ()
+    failed = [(h.source, h.status, h.scope) for h in obs.health if h.status != "ok"]
+    assert failed == [("nvidia-smi", "unavailable", MIG)]
+    assert obs.health[0].reason == (
+        "/proc/driver/nvidia/capabilities/gpu0/mig/gi1 shows the nvidia-mig driver in use, but "
+        "nvidia-smi is not on the node's PATH (/srv/n1/run/nvidia/driver/usr/bin/nvidia-smi is "
+        "there: the GPU Operator's driver root): no partition is listed or destroyed; set "
+        "enforcer_tools"
+    )
+    # No GPU instance in the driver's tree: a node without MIG, as before.
+    alone = read(
+        **tool, **{"nvidia-driver": ("0", "/srv/n1/run/nvidia/driver/usr/bin/nvidia-smi\n", "")}
+    )
+    assert [h for h in alone.health if h.status != "ok"] == []

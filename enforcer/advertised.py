@@ -1,0 +1,90 @@
+"""
+Rule 4's other half: what the node's device plugins advertise to kubelet as allocatable (the
+checkpoint's RegisteredDevices) is the node's capacity, desired state, never a leak. Kubelet
+keeps offering an advertised device; destroying its partition fails the next pod given it.
+
+An advertised device id names a partition, names a slot, or is not understood:
+
+- A partition. NVIDIA's plugin advertises each MIG device by its UUID, `MIG-<uuid>` (older
+  drivers `MIG-GPU-<uuid>/<gi>/<ci>`; time-slicing replicas `<uuid>::<n>`; NVIDIA/k8s-device-plugin
+  internal/rm/devices.go): the static geometry of the GPU Operator's mig-manager. GKE's plugin
+  advertises each GPU instance as `nvidia<GPU minor>/gi<id>` (container-engine-accelerators
+  pkg/gpu/nvidia/mig/mig.go). Huawei's plugin in static vNPU mode advertises each pre-made vNPU
+  as `<type>-<n>c[.<spec>]*-<vnpu>-<phy>` (mind-cluster ascend-device-plugin
+  pkg/device/ascendcommon.go): `Ascend310P-2c-101-0`, `Ascend310P-2c.1cpu-100-0`.
+- A slot. Plugins that make a partition per allocation advertise placeholders, so pinning by
+  them would keep every leak: HAMi's Ascend `<VDie id>-<n>` (ascend-device-plugin
+  internal/server/server.go), Huawei's dynamic `npu-core-<n>` and whole chips `Ascend310P-<phy>`
+  (`-<phy>-<idx>` shared), gpustack's `<group>:<device UUID>:<NNNN>` (pkg/deviceplugin
+  resource.go), HAMi's Hygon `DCU-<serial>-fake-<n>` (dcu-vgpu-device-plugin server.go), and any
+  id holding a GPU's UUID and no MIG device's (a whole GPU, HAMi's `<GPU UUID>-<n>` slots).
+- Not understood, on a partition vendor's resource: every partition of that vendor is kept, and
+  a person is asked to write its adapter (fail closed, as an unrecognised owner record).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from enforcer.claims import GKE_GI, GPU_UUID, MIG_UUID, REAL_VNPU, vendor_kinds
+from enforcer.model import MIG, VNPU, Advertised, Partition
+
+SLOTS = (
+    re.compile(r"^[0-9A-F]{8}(?:-[0-9A-F]{8}){4}-[0-9]+$", re.ASCII),  # HAMi's Ascend
+    re.compile(r"^npu-core-[0-9]+$", re.ASCII),  # Huawei's dynamic vNPUs
+    re.compile(r"^Ascend\w+-[0-9]+(?:-[0-9]+)?$", re.ASCII),  # Huawei's whole (shared) chips
+    re.compile(r"^[\w.-]+:[^:]+:[0-9]{4}$", re.ASCII),  # gpustack's pool slots
+    re.compile(r"^DCU-\w+-fake-[0-9]+$", re.ASCII),  # HAMi's Hygon slots
+)
+
+
+@dataclass(frozen=True)
+class Desired:
+    """The partitions advertised devices keep, with the evidence; the ids not understood."""
+
+    pinned: dict[str, str]
+    unrecognised: tuple[str, ...]
+
+
+def desired(partitions: Sequence[Partition], advertised: Sequence[Advertised]) -> Desired:
+    by_name = {(p.kind, name): p for p in partitions for name in p.uuids}
+    by_name |= {(VNPU, p.id): p for p in partitions if p.kind == VNPU}
+    pinned: dict[str, str] = {}
+    unknown: list[Advertised] = []
+    for a in advertised:
+        names = _names(a.device_id)
+        if names is None:
+            if vendor_kinds(a.resource):
+                unknown.append(a)
+            continue
+        for name in names:
+            if (p := by_name.get(name)) is not None:
+                pinned.setdefault(p.key, _evidence(a))
+    for a in unknown:
+        why = f"{_evidence(a)}, a device id not understood: every partition of its vendor kept"
+        for p in partitions:
+            if p.kind in vendor_kinds(a.resource):
+                pinned.setdefault(p.key, why)
+    lines = tuple(
+        f"{a.source} advertises {a.resource} {a.device_id}: not understood" for a in unknown
+    )
+    return Desired(pinned, lines)
+
+
+def _names(device_id: str) -> list[tuple[str, str]] | None:
+    """The partitions an advertised id names, by kind and name ([] for a slot); None: unknown."""
+    if migs := MIG_UUID.findall(device_id):
+        return [(MIG, u) for u in migs]
+    if GKE_GI.match(device_id):
+        return [(MIG, device_id)]
+    if m := REAL_VNPU.match(device_id):
+        return [(VNPU, m[1])]
+    if GPU_UUID.search(device_id) or any(s.match(device_id) for s in SLOTS):
+        return []
+    return None
+
+
+def _evidence(a: Advertised) -> str:
+    return f"advertised by the device plugin of {a.resource} as {a.device_id} ({a.source})"

@@ -1,0 +1,1118 @@
+"""
+Model-based lifecycle testing on MIG (issue 18): the lifecycle machine's method (a Hypothesis
+state machine over the simulated node and the real decision code, beside an independent
+reference of the contract) on a node with two simulated H100s, and the rules that fail closed:
+
+- a static geometry: 1g.10gb GPU instances made at the start (mig-manager), advertised by
+  NVIDIA's plugin in the checkpoint's RegisteredDevices under `nvidia.com/mig-1g.10gb`, by MIG UUID;
+  pods are given free ones (their records name the MIG UUID). An advertised GI is desired state:
+  never destroyed while advertised, used or not. The plugin may drop one (re-geometry): from then
+  on it is a leak like any other unless a record claims it.
+- dynamic GIs, made per pod at Allocate by a device plugin and recorded in the checkpoint:
+  gpustack's (`nvidia.com/gpu.partitioned`, an advertised slot id, NVIDIA_VISIBLE_DEVICES=<MIG
+  UUID>), one that gives the MIG UUID as the device id (`nvidia.com/gpu`), and one whose record
+  the adapters do not understand (`nvidia.com/mig-shared`, an opaque id): it claims every MIG
+  partition device-wide, count-aware (one device: met once its pod holds a GI). A GI is leaked
+  when the Allocate fails after it was made, or when its pod is deleted without cleanup.
+- a DRA driver (`gpu.nvidia.com`) appearing and leaving (its plugin directory under the kubelet's
+  plugins/); while present it prepares GIs for pods with no checkpoint entry, and every MIG
+  partition is inconclusive. It leaves only when none of its pods is alive.
+- an opaque plugin advertising ids not understood on `nvidia.com/mig-shared`: every MIG partition
+  is kept while it does.
+
+The reference (`MigContract`) decides from the model's truth: node-wide failure (the CRI), MIG
+failure (an nvidia-smi output, or a DRA driver present while GIs are listed), pinned (advertised
+by MIG UUID, or any GI while ids not understood are advertised), held (a process in a pod or a
+stray one has its capability device open), claimed (a live record names its MIG UUID; a
+GPU's UUID in a live record, gpustack's slot, claims one GI on that GPU: while its MIG UUID names
+none there and its pod holds none, every one there; a live record not understood, whose pod
+holds no GI, claims them all), then the streak, the breaker
+and the destroy attempts exactly as lifecycle_machine.Contract.
+
+Invariants, after every run: safety (no GI destroyed while advertised, while a live pod is
+allocated it, whatever its record, while a process holds it, or while a DRA driver is present),
+conformance (decide() proves orphaned exactly what the reference proves, the breaker trips when
+it says), liveness (every GI the reference proves orphaned is gone after the run unless its
+destroy was made to fail or something raced it).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from model.lifecycle_machine import (
+    GRACE_RUNS,
+    GRACE_SECONDS,
+    LIVE,
+    MAX_GAP,
+    SHM,
+    START,
+    Counts,
+    Driver,
+    Expected,
+    InProcessDriver,
+    NamespaceDriver,
+    RefEntry,
+    _line,
+)
+
+from enforcer import ledger as ledgers
+from enforcer.contract import decide
+from enforcer.model import Observation, Verdict
+from enforcer.policy import Policy, policy_from_host_data
+from enforcer.sim import crictl as sim_crictl
+from enforcer.sim import nvidia_smi as sim_smi
+from enforcer.sim.mig import MigError
+from enforcer.sim.namespace import pod_cgroup
+from enforcer.sim.node import H100, PROC_DRIVER, SimNode, ToolError
+from facts import cri, kubeapi
+from facts.errors import ParseError
+from facts.snapshot import Sections, observe, parse_sections
+
+NODE = "k8s-h100x2"
+WRONG_NAME = "k8s-h100x2.dc1.example.com"  # an inventory's name that is not the kubelet's
+API_PHASE = {"ContainerCreating": "Pending", "Terminating": "Running"}  # kubelet's pod phases
+H100_B = {**H100, "index": 1, "uuid": "GPU-5e2a9c1f-77b4-4c02-9d3e-0a1b2c3d4e5f"}
+GPUS = (H100, {**H100_B, "bus_id": "00000000:17:00.0"})
+STATIC = "nvidia.com/mig-1g.10gb"  # NVIDIA's plugin, mixed strategy: advertised by MIG UUID
+GPUSTACK = "nvidia.com/gpu.partitioned"  # gpustack: slots advertised, MIG UUID in the env
+BY_UUID = "nvidia.com/gpu"  # a plugin whose device id is the MIG UUID it made
+OPAQUE = "nvidia.com/mig-shared"  # a record (and an advertised id) no adapter understands
+DRA_DRIVER = "gpu.nvidia.com"
+DYNAMIC = {"gpustack": GPUSTACK, "uuid": BY_UUID, "unknown": OPAQUE}
+PROFILES = ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb", "1g.10gb+me"]
+# Tool faults the machine injects: each makes the MIG listing (or the node) unreadable.
+FAULTS = {
+    ("crictl", "pods"): "cri unreadable (node)",
+    ("nvidia-smi", "table"): "nvidia-smi process table unreadable (MIG)",
+    ("nvidia-smi", "lgi"): "nvidia-smi -lgi unreadable (MIG)",
+}
+
+
+def mig_policy(node_dir: Path) -> Policy:
+    return policy_from_host_data(
+        NODE,
+        {
+            "enforcer_node_name": NODE,
+            "enforcer_rootfs": str(node_dir / "rootfs"),
+            "enforcer_tools": {
+                "nvidia-smi": str(node_dir / "bin" / "nvidia-smi"),
+                "crictl": str(node_dir / "bin" / "crictl"),
+            },
+            "enforcer_grace_seconds": GRACE_SECONDS,
+            "enforcer_grace_runs": GRACE_RUNS,
+            "enforcer_max_observation_gap_seconds": MAX_GAP,
+            # The API's word counts (an owner it lists ended, or does not list, ended) only while
+            # it agrees with the node; not required, so that disagreeing proves nothing and
+            # fails nothing (MigLifecycle.api_source).
+            "enforcer_claim_sources": ["kubelet-checkpoint", "cri", kubeapi.SOURCE],
+            "enforcer_required_sources": ["kubelet-checkpoint", "cri"],
+        },
+    )
+
+
+def _make_mig_node(path: Path, gpus: tuple[dict, ...]) -> tuple[SimNode, Policy]:
+    sim = SimNode.create(path, [], gpus=gpus)
+    sim.register(GPUSTACK, [f"partitioned:{g['uuid']}:{n:04d}" for g in gpus for n in range(4)])
+    return sim, mig_policy(path)
+
+
+def _mig_table_fixed(text: str) -> str:
+    """
+    The simulator's default table with the rule real nvidia-smi prints between the last MIG
+    device of one GPU and the first of the next (the H100x8 capture): enforcer/sim/nvidia_smi.py
+    `render_table` leaves it out, and facts/nvidia.py then rightly refuses the table.
+    """
+    gpu, devices = None, False
+    fixed: list[str] = []
+    for line in text.split("\n"):
+        devices = (devices or line.startswith("| MIG devices:")) and line != ""
+        words = line.strip("|").split()
+        if devices and len(words) > 4 and all(w.isdigit() for w in words[:4]):
+            if gpu not in (None, words[0]) and not fixed[-1].startswith("+"):
+                fixed.append(sim_smi.MIG_RULE)
+            gpu = words[0]
+        fixed.append(line)
+    return "\n".join(fixed)
+
+
+# --- drivers --------------------------------------------------------------------------------------
+
+
+class MigNamespaceDriver(NamespaceDriver):
+    """The real node read and the real destroy-mig.sh.j2, `sh -c` in the node's namespace."""
+
+    gpus = GPUS[:1]  # the simulator's nvidia-smi table of two MIG GPUs does not parse
+
+    def make_node(self, path: Path) -> tuple[SimNode, Policy]:
+        return _make_mig_node(path, self.gpus)
+
+    def hold(self, gi: tuple[int, int], pod_uid: str | None = None) -> int:
+        return self.ns.hold_mig(gi[0], gi[1], 0, pod_uid)
+
+    def reboot_done(self) -> None:
+        pass  # the machine ended its holders before the reboot
+
+
+class MigInProcessDriver(InProcessDriver):
+    """
+    The node read's sections from the simulator in memory: nvidia-smi's outputs by its own
+    command code (faults honoured), mig-minors and the GPUs' information files as the node has
+    them, the capability devices stat'ed, holders as nvidia-smi process rows plus the fd-scan
+    and cgroup lines a /proc scan would print; the rest as InProcessDriver's.
+    """
+
+    def __init__(self, root: Path):
+        super().__init__(root)
+        self.mig_holders: dict[int, tuple[int, int]] = {}  # pid -> (GPU, GI)
+        proc = self.sim.path / PROC_DRIVER
+        # The node's mig-minors lists all 32 GPU minors; parsing 4,320 lines each run was the
+        # bench's cost: the lines of this node's GPUs (and config, monitor) mean the same.
+        minors = (proc / "nvidia-caps" / "mig-minors").read_text().splitlines(True)
+        ours = tuple(f"gpu{g['minor'] if 'minor' in g else g['index']}/" for g in self.gpus)
+        self.minors = "".join(m for m in minors if not m.startswith("gpu") or m.startswith(ours))
+        self.information = "".join(
+            f"{self.paths.procfs}/driver/nvidia/gpus/{f.parent.name}/information:{line}\n"
+            for f in sorted((proc / "nvidia" / "gpus").glob("*/information"))
+            for line in f.read_text().splitlines()
+        )
+
+    gpus = GPUS
+
+    def make_node(self, path: Path) -> tuple[SimNode, Policy]:
+        return _make_mig_node(path, self.gpus)
+
+    def _smi(self, state: dict, *args: str) -> tuple[str, str, str]:
+        fault = state["faults"]["tools"].get("nvidia-smi", {}).get(sim_smi._fault_point(list(args)))
+        if fault and fault.keys() & {"exit", "stdout", "stderr"}:
+            return str(fault.get("exit", 0)), fault.get("stdout", ""), fault.get("stderr", "")
+        out, err, rc = sim_smi._refusal_or(self.sim, list(args))
+        return str(rc), _mig_table_fixed(out) if not args else out, err
+
+    def _caps(self) -> list[Path]:
+        caps = Path(self.paths.dev_dir) / "nvidia-caps"
+        return sorted(caps.glob("nvidia-cap*"), key=lambda p: p.name)
+
+    def read(self) -> Sections:
+        state = self.sim.state()
+        lines = ["PE1 begin 1", _line("boot-id", "0", state["boot_id"] + "\n", "")]
+        lines.append(_line("clock", "0", f"{int(START)}\n", ""))
+        lines += ["PE1 npu-smi-m missing - -", "PE1 npu-smi-info missing - -"]
+        for name, args in (
+            ("nvidia-smi-list", ("-L",)),
+            ("nvidia-smi-lgi", ("mig", "-lgi")),
+            ("nvidia-smi-lci", ("mig", "-lci")),
+            ("nvidia-smi", ()),
+        ):
+            lines.append(_line(name, *self._smi(state, *args)))
+        lines.append(_line("nvidia-caps", "0", self.minors, ""))
+        lines.append(_line("nvidia-gpus", "0", self.information, ""))
+        caps = self._caps()
+        lines.append(_line("devnodes", "0", "".join(self._stat(c) + "\n" for c in caps), ""))
+        scan = "".join(
+            f"{self.paths.procfs}/{pid}/fd/3|{self._stat(self._cap(gi)).split('|')[1]}"
+            f"|regular empty file\n"
+            for pid, gi in sorted(self.mig_holders.items())
+        )
+        lines.append(_line("fd-scan", "0", scan, ""))
+        files = sorted((f"{self.paths.procfs}/{pid}/cgroup", pid) for pid in self.mig_holders)
+        cgroups = "".join(f"{path}:{self.cgroups[pid]}" for path, pid in files)
+        lines.append(_line("holder-cgroups", "0", cgroups, ""))
+        kubelet = Path(self.paths.kubelet_dir)
+        dra = [
+            str(f)
+            for folder in ("plugins_registry", "plugins")
+            for f in sorted((kubelet / folder).glob("*"))
+        ]
+        lines.append(_line("dra-drivers", "0", "".join(f"{d}\n" for d in dra), ""))
+        lines.append(_line("checkpoint", "0", self.sim.checkpoint_text(), ""))
+        for name, sub, render in (
+            ("crictl-pods", "pods", lambda: sim_crictl.render_pods(state)),
+            ("crictl-ps", "ps", lambda: sim_crictl.render_containers(state, True)),
+        ):
+            lines.append(_line(name, *self._tool(state, "crictl", sub, render)))
+        for name in ("ledger", "destroyed"):
+            path = Path(self.paths.state_dir) / ("ledger.json" if name == "ledger" else name)
+            if path.exists():
+                lines.append(_line(name, "0", path.read_text(), ""))
+            else:
+                lines.append(f"PE1 {name} absent - -")
+        lines.append(_line("claim-digest", "0", self._digest() + "\n", ""))
+        lines.append("PE1 end")
+        return parse_sections(lines)
+
+    def _cap(self, gi: tuple[int, int]) -> Path:
+        """The capability device of a GI's compute instance 0, which a CUDA process opens."""
+        return self.sim.cap_file(gi[0], gi[1], 0)
+
+    def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
+        """
+        Mirrors destroy-mig.sh.j2: keep unless the boot id and the claim digest are the run's,
+        nvidia-smi lists the GPU, the GI with the same profile, profile id and placement and the
+        same compute instances, no process on it (or on its GPU without an instance), and no fd
+        on its capability devices; then -dci each CI, -dgi (faults honoured: fail_gis is the
+        refusal), and the listing no longer showing it; the identity recorded.
+        """
+        f = dict(v.partition.identity_fields)
+        state = self.sim.state()
+        if state["boot_id"] != obs.boot_id:
+            return "kept", "the node rebooted since the run read it"
+        if self._digest() != obs.claim_digest:
+            return "kept", "claim records changed since the run read them"
+        faults = state["faults"]["tools"].get("nvidia-smi", {})
+        if {"list", "lgi", "lci", "table"} & {k for k, x in faults.items() if "exit" in x}:
+            return "kept", "nvidia-smi could not list it"
+        gpu = next((g for g in state["gpus"] if g["uuid"] == f["gpu"]), None)
+        if gpu is None:
+            return "kept", "nvidia-smi no longer lists its GPU"
+        index, gi = gpu["index"], int(f["gi"])
+        rows = [g for g in self.sim.gpu_instances(index) if g["id"] == gi]
+        row = [(r["name"], f"{r['start']}:{r['size']}") for r in rows]
+        if row != [(f["profile"], f["placement"])]:
+            return "kept", f"it is no longer the instance the run decided on: {row}"
+        cis = " ".join(f"{c['id']}:{c['name']}:{c['start']}:{c['size']}" for c in rows[0]["cis"])
+        if cis != f["cis"]:
+            return "kept", f"its compute instances changed: {cis!r}"
+        users = [
+            p["pid"]
+            for p in self.sim.listed_gpu_processes(state)
+            if p["gpu"] == index and p["gi"] in (gi, None)
+        ]
+        if users:
+            return "kept", f"nvidia-smi lists pid(s) {users} on it"
+        if (index, gi) in self.mig_holders.values():
+            return "kept", "a process has its capability devices open"
+        try:
+            for c in rows[0]["cis"]:
+                self.sim.destroy_ci(index, gi, c["id"], honor_faults=True)
+            self.sim.destroy_gi(index, gi, honor_faults=True)
+        except MigError as refusal:
+            return "failed", refusal.line
+        if any(g["id"] == gi for g in self.sim.gpu_instances(index)):
+            return "failed", "nvidia-smi reported success but still lists it"
+        with (Path(self.paths.state_dir) / "destroyed").open("a") as record:
+            identity = v.partition.identity(obs.boot_id)
+            record.write(f"identity {_b64(identity)}\n")
+        return "destroyed", "destroyed"
+
+    def hold(self, gi: tuple[int, int], pod_uid: str | None = None) -> int:
+        cgroup = "0::/user.slice/user-0.slice/session-1.scope\n"
+        if pod_uid is not None:
+            container = self.sim.container_id(pod_uid)
+            if container is None:
+                raise ValueError(f"pod {pod_uid} has no container yet: no cgroup to put it in")
+            cgroup = pod_cgroup(pod_uid, container)
+        self.next_pid += 1
+        self.sim.add_gpu_process(gi[0], gi[1], 0, self.next_pid, "python3", 2048)
+        self.mig_holders[self.next_pid] = gi
+        self.cgroups[self.next_pid] = cgroup
+        return self.next_pid
+
+    def unhold(self, handle: int) -> None:
+        self.mig_holders.pop(handle, None)
+        with self.sim._mutate() as state:
+            state["gpu_processes"] = [p for p in state["gpu_processes"] if p["pid"] != handle]
+
+    def reboot_done(self) -> None:
+        self.mig_holders.clear()
+
+    def _digest(self) -> str:
+        return hashlib.sha256(self.sim.checkpoint_text().encode()).hexdigest()
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+# --- the model's truth ----------------------------------------------------------------------------
+
+
+@dataclass
+class MigPodM:
+    uid: str
+    name: str
+    style: str  # "static" | "gpustack" | "uuid" | "unknown" | "dra"
+    phase: str = "Pending"
+    gi: tuple[int, int] | None = None  # (GPU, GI id) it was given
+    uuid: str | None = None  # the MIG UUID its record names (None: not named, or no record)
+    gpu: int | None = None  # the GPU whose UUID its record's device id holds (gpustack's slot)
+    opened: bool = False
+    holder: Any = None
+    in_checkpoint: bool = True
+    in_cri: bool = True
+    # Allocate answered (its GI made), kubelet has not written the checkpoint yet: the record.
+    allocating: tuple[str, list[str], dict[str, str]] | None = None
+
+
+@dataclass
+class GiM:
+    gpu: int
+    id: int
+    profile: str
+    start: int
+    boot: str
+    uuid: str
+    story: str
+    # Its whole-GI compute instance is there: a destroy refused at -dgi after -dci leaves the
+    # GI without it, a new identity with no MIG UUID (named by no record, advertised by none).
+    ci: bool = True
+
+    def identity(self) -> tuple:
+        return (self.gpu, self.id, self.profile, self.start, self.ci, self.boot)
+
+    @property
+    def names(self) -> str | None:
+        return self.uuid if self.ci else None
+
+
+@dataclass
+class MigContract:
+    """The contract's bookkeeping on the MIG node, kept from the model's truth."""
+
+    boot: str = ""
+    last_run: float | None = None
+    live: dict[str, int] = field(default_factory=dict)
+    entries: dict[tuple, RefEntry] = field(default_factory=dict)
+    verified: set[tuple] = field(default_factory=set)
+    run_no: int = 0
+
+    def run(self, m: MigLifecycle, now: float) -> Expected:
+        faults = set(m.faults)
+        cri_ok = ("crictl", "pods") not in faults
+        smi_ok = not (faults - {("crictl", "pods")})
+        listed = list(m.gis.values()) if smi_ok else []
+        node_wide_failure = not cri_ok
+        dra_fail = m.dra and bool(listed)
+        mig_failure = node_wide_failure or not smi_ok or dra_fail
+        comparable = self.entries
+        if self.boot != m.boot:
+            comparable = {}
+        elif self.last_run is not None and now < self.last_run:
+            comparable = {
+                i: RefEntry(now, now, e.first_run, attempts=e.attempts)
+                for i, e in self.entries.items()
+            }
+        comparable = {i: e for i, e in comparable.items() if i not in self.verified}
+        self.verified = set()
+        self.run_no += 1
+        kept = self._kept(m, listed)
+
+        entries: dict[tuple, RefEntry] = {}
+        proven: set[tuple[int, int]] = set()
+        for g in listed:
+            e = comparable.get(g.identity())
+            if e is None:
+                e = RefEntry(now, now, self.run_no)
+            elif now - e.last_observed > MAX_GAP:
+                e = e.restarted()
+            if mig_failure or (g.gpu, g.id) in kept:
+                e = e.restarted()
+            else:
+                if e.streak_start is None:
+                    e = replace(e, streak_start=now, streak_runs=1)
+                else:
+                    e = replace(e, streak_runs=e.streak_runs + 1)
+                if e.streak_runs >= GRACE_RUNS and now - e.streak_start >= GRACE_SECONDS:
+                    proven.add((g.gpu, g.id))
+            entries[g.identity()] = replace(e, last_observed=now)
+
+        live = {"kubelet-checkpoint": len({p.uid for p in m.pods.values() if m.claims(p)})}
+        if cri_ok:
+            live["cri"] = len({p.uid for p in m.pods.values() if m.cri_alive(p)})
+        if m.api_agrees():  # its listed pods, alive by any source: those in a live phase
+            live[kubeapi.SOURCE] = len({p.uid for p in m.pods.values() if p.phase in LIVE})
+        silent = [s for s, n in sorted(self.live.items()) if n > 0 and live.get(s) == 0]
+        trip = bool(proven) and (
+            bool(silent) or (len(proven) > 0.5 * len(listed) and len(proven) > 4)
+        )
+        if not trip:
+            for g in listed:
+                if (g.gpu, g.id) in proven:
+                    e = entries[g.identity()]
+                    entries[g.identity()] = replace(e, attempts=e.attempts + 1)
+        listed_ids = {g.identity() for g in listed}
+        for identity, e in comparable.items():
+            if identity not in listed_ids and e.attempts and mig_failure:
+                entries[identity] = e.restarted()
+        carried = {s: n for s, n in self.live.items() if s not in live}
+        carried |= {s: self.live[s] for s in silent}
+        self.boot, self.last_run, self.entries = m.boot, now, entries
+        self.live = {**live, **carried}
+        return Expected(set() if trip else proven, trip)
+
+    @staticmethod
+    def _kept(m: MigLifecycle, listed: list[GiM]) -> set[tuple[int, int]]:
+        """
+        Pinned, held or claimed: advertised by MIG UUID (all of them while ids not understood are
+        advertised); open in a process; named by a live record's MIG UUID; or, while a live
+        record not understood has a pod that holds no listed GI, every one.
+        """
+        places = {(g.gpu, g.id) for g in listed}
+        if m.opaque_advertised:
+            return places
+        kept = {(g.gpu, g.id) for g in listed if g.names in m.advertised}
+        held = {p.gi for p in m.pods.values() if p.opened} | set(m.stray)
+        kept |= held & places
+        named = {p.uuid for p in m.pods.values() if m.claims(p) and p.uuid}
+        kept |= {(g.gpu, g.id) for g in listed if g.names in named}
+        unknown = [p for p in m.pods.values() if p.style == "unknown" and m.claims(p)]
+        if any(not (p.opened and p.gi in places) for p in unknown):
+            kept |= places
+        for p in m.pods.values():  # a GPU's UUID in a record claims one partition on it
+            if p.gpu is None or not m.claims(p):
+                continue
+            on = {(g.gpu, g.id) for g in listed if g.gpu == p.gpu}
+            named = any(g.gpu == p.gpu and g.names == p.uuid for g in listed)
+            if not (named or (p.opened and p.gi in on)):  # short of it: every one there
+                kept |= on
+        return kept
+
+
+# --- the machine
+
+
+class MigLifecycle(RuleBasedStateMachine):
+    """Pods, GPU instances, device plugins, a DRA driver and enforcer runs on two H100s."""
+
+    driver_class: type[Driver] = MigInProcessDriver
+    raise_on_violation = True
+    ledger_in_memory = False
+    # Runs may read the node between a plugin's Allocate (its GI made) and kubelet's checkpoint
+    # write (`checkpoint_written`): the window of issue 18's "Allocate before the checkpoint
+    # write". Off, an admission writes its record at once.
+    allocate_window = True
+    counts = Counts()
+
+    def __init__(self) -> None:
+        super().__init__()
+        base = SHM if os.path.isdir(SHM) and os.access(SHM, os.W_OK) else None
+        self.tmp = Path(tempfile.mkdtemp(prefix="pe-mig-lifecycle-", dir=base))
+        self.driver = self.driver_class(self.tmp)
+        self.gpus = self.driver.gpus
+        self.sim = self.driver.sim
+        self.boot = self.sim.state()["boot_id"]
+        self.now = START
+        self.pods: dict[str, MigPodM] = {}
+        self.gis: dict[tuple[int, int], GiM] = {}
+        self.static: list[tuple[int, str, int]] = []  # the geometry: (GPU, profile, start)
+        self.advertised: list[str] = []  # MIG UUIDs NVIDIA's plugin advertises
+        self.opaque_advertised = False
+        self.dra = False
+        self.wrong_name = False  # the API is asked about WRONG_NAME: it disagrees
+        self.faults: set[tuple[str, str]] = set()
+        self.fail_gis: set[tuple[int, int]] = set()
+        self.contract = MigContract()
+        self.ledger: ledgers.Ledger | None = None
+        self.stray: dict[tuple[int, int], Any] = {}
+        self.log: list[str] = []
+        self.n = 0
+        type(self).counts.histories += 1
+
+    def teardown(self) -> None:
+        try:
+            self.driver.close()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def note(self, text: str) -> None:
+        type(self).counts.steps += 1
+        self.log.append(f"t={self.now - START:+.0f}s {text}")
+
+    def violation(self, kind: str, text: str) -> None:
+        message = f"{kind}: {text}\nhistory:\n  " + "\n  ".join(self.log)
+        c = type(self).counts
+        c.violations += 1
+        c.hazards += kind == "contract-hazard"
+        if len(c.examples) < 6:
+            c.examples.append(message)
+        if self.raise_on_violation:
+            raise AssertionError(message)
+
+    def cri_alive(self, p: MigPodM) -> bool:
+        return p.in_cri and p.phase in ("ContainerCreating", "Running", "Terminating")
+
+    def api_agrees(self) -> bool:
+        """The Node exists under the name asked, and the CRI's sandboxes could be checked."""
+        return not self.wrong_name and ("crictl", "pods") not in self.faults
+
+    def claims(self, p: MigPodM) -> bool:
+        """
+        Its checkpoint record claims: its owner may be alive. A pod the API lists (under the
+        kubelet's node name) in a terminal phase has ended, agreeing or not (a UID never leaves
+        it); one it does not list (deleted) only while the API agrees with the node; no other
+        source proves an end (the CRI only ever says alive).
+        """
+        ended = p.phase in ("Succeeded", "Failed") and not self.wrong_name
+        gone = p.phase == "Deleted" and self.api_agrees()
+        return p.in_checkpoint and not (ended or gone)
+
+    def api_source(self, obs: Observation, sections: Sections) -> Observation:
+        """
+        The kubernetes-api source as operations.converge.api_source adds it: one LIST (every
+        pod not deleted, in kubelet's phases), for_node under the name asked, and agreement
+        (the Node exists under that name; the CRI's ready sandboxes are all listed).
+        """
+        pods = tuple(
+            kubeapi.ApiPod(
+                p.uid,
+                p.name,
+                "default",
+                NODE,
+                API_PHASE.get(p.phase, p.phase),
+                deleting=p.phase == "Terminating",
+            )
+            for p in self.pods.values()
+            if p.phase != "Deleted"
+        )
+        listing = kubeapi.PodList(True, "", pods, self.now)
+        name = WRONG_NAME if self.wrong_name else NODE
+        found, records, health = kubeapi.for_node(listing, name)
+        registered = (True, "") if name == NODE else (False, f"no Node {name} in the API")
+        section = sections.by_name.get("crictl-pods")
+        sandboxes: Any = section.failure() if section and section.rc != "0" else ""
+        if section and section.rc == "0":
+            try:
+                sandboxes = cri.parse_pods(section.stdout)
+            except ParseError as error:
+                sandboxes = str(error)
+        health = kubeapi.agreement(health, listing, name, registered, sandboxes)
+        return replace(
+            obs,
+            pods=obs.pods + found,
+            records=obs.records + records,
+            health=(*obs.health, health),
+        )
+
+    def _pick(self, ok: Callable[[MigPodM], bool], i: int) -> MigPodM:
+        eligible = [p for p in self.pods.values() if ok(p)]
+        return eligible[i % len(eligible)]
+
+    def _has(self, ok: Callable[[MigPodM], bool]) -> bool:
+        return any(ok(p) for p in self.pods.values())
+
+    def _new_gi(self, gpu: int, profile: str, story: str, start: int | None = None) -> GiM | None:
+        gpu %= len(self.gpus)
+        try:
+            gi = self.sim.create_gi(gpu, profile, start=start)
+        except (MigError, ToolError) as refusal:
+            self.note(f"no room for a {profile} GI on GPU {gpu}: {str(refusal)[:60]}")
+            return None
+        row = next(g for g in self.sim.gpu_instances(gpu) if g["id"] == gi)
+        uuid = self.sim.mig_uuid(gpu, gi, 0)
+        g = GiM(gpu, gi, profile, int(row["start"]), self.boot, uuid, story)
+        self.gis[gpu, gi] = g
+        return g
+
+    def _gone(self, place: tuple[int, int]) -> None:
+        self.gis.pop(place, None)
+        for p in self.pods.values():
+            if p.gi == place:
+                p.gi = None
+
+    def _plugin_destroys(self, place: tuple[int, int]) -> bool:
+        try:
+            for c in next(g for g in self.sim.gpu_instances(place[0]) if g["id"] == place[1])[
+                "cis"
+            ]:
+                self.sim.destroy_ci(place[0], place[1], c["id"])
+            self.sim.destroy_gi(*place)
+        except (MigError, ToolError, StopIteration) as refusal:
+            self._refresh(place)
+            self.note(f"the plugin cannot destroy GI {place}: {str(refusal)[:60]}")
+            return False
+        self._gone(place)
+        return True
+
+    def _refresh(self, place: tuple[int, int]) -> None:
+        """After a refused destroy: is its compute instance still there (-dci went through)?"""
+        rows = [g for g in self.sim.gpu_instances(place[0]) if g["id"] == place[1]]
+        if place in self.gis and rows:
+            self.gis[place].ci = bool(rows[0]["cis"])
+
+    def _close(self, p: MigPodM) -> None:
+        if p.opened:
+            self.driver.unhold(p.holder)
+        p.opened, p.holder = False, None
+
+    def _register_static(self) -> None:
+        self.sim.register(STATIC, list(self.advertised))
+
+    # --- the node as mig-manager and the plugins leave it ---------------------------------------
+
+    @initialize(
+        static=st.lists(st.sampled_from([0, 1]), max_size=4),
+        leaks=st.lists(st.tuples(st.sampled_from([0, 1]), st.sampled_from(PROFILES)), max_size=3),
+    )
+    def mig_node(self, static: list[int], leaks: list[tuple[int, str]]) -> None:
+        """The static geometry (advertised by MIG UUID), and GIs leaked before the first run."""
+        for gpu in static:
+            g = self._new_gi(gpu, "1g.10gb", "static geometry (mig-manager)")
+            if g is not None:
+                self.static.append((g.gpu, g.profile, g.start))
+                self.advertised.append(g.uuid)
+                self.note(f"GI {g.gpu}/{g.id} ({g.profile}): static, advertised as {g.uuid[:12]}")
+        self._register_static()
+        for gpu, profile in leaks:
+            g = self._new_gi(gpu, profile, "leaked before the first run")
+            if g is not None:
+                self.note(f"GI {g.gpu}/{g.id} ({profile}): a leak of a pod since deleted")
+        self.enforcer_run(60)
+
+    # --- pods
+
+    def _add_pod(self, style: str) -> MigPodM:
+        self.n += 1
+        uid = f"{self.n:08x}-0000-4000-8000-{self.n:012x}"
+        p = MigPodM(uid, f"{style[:3]}{self.n}", style)
+        self.pods[uid] = p
+        self.sim.add_pod(uid, p.name, phase="Pending")
+        return p
+
+    @precondition(lambda self: sum(p.phase != "Deleted" for p in self.pods.values()) < 6)
+    @rule(i=st.integers(0, 7))
+    def admit_static(self, i: int) -> None:
+        """Kubelet gives a free advertised device: NVIDIA's plugin answers its MIG UUID."""
+        busy = {p.uuid for p in self.pods.values() if p.phase in LIVE or p.in_checkpoint}
+        free = [u for u in self.advertised if u not in busy]
+        places = {g.names: k for k, g in self.gis.items() if g.names}
+        free = [u for u in free if u in places]
+        if not free:
+            return
+        uuid = free[i % len(free)]
+        p = self._add_pod("static")
+        p.gi, p.uuid = places[uuid], uuid
+        self.sim.allocate(p.uid, "main", STATIC, [uuid], {"NVIDIA_VISIBLE_DEVICES": uuid})
+        self.note(f"{p.name} admitted, given static GI {p.gi} ({uuid[:12]})")
+
+    @precondition(lambda self: sum(p.phase != "Deleted" for p in self.pods.values()) < 6)
+    @rule(
+        style=st.sampled_from(["gpustack", "gpustack", "uuid", "unknown"]),
+        gpu=st.sampled_from([0, 1]),
+        profile=st.sampled_from(PROFILES),
+        fails=st.sampled_from([False, False, False, True]),
+        window=st.booleans(),
+    )
+    def admit_dynamic(
+        self, style: str, gpu: int, profile: str, fails: bool, window: bool = False
+    ) -> None:
+        """
+        The plugin makes a GI at Allocate; the Allocate fails after it (a leak), or kubelet
+        records it in the checkpoint, at once or (`window`) in a later step.
+        """
+        g = self._new_gi(gpu, profile, f"made at Allocate ({style})")
+        if g is None:
+            return
+        if fails:
+            g.story = f"leaked: Allocate ({style}) failed after the GI was made"
+            self.note(f"GI {g.gpu}/{g.id} made, then the Allocate fails: a leak")
+            return
+        p = self._add_pod(style)
+        p.gi = (g.gpu, g.id)
+        if style == "gpustack":
+            p.uuid, p.gpu = g.uuid, g.gpu
+            slot = f"partitioned:{self.gpus[g.gpu]['uuid']}:{self.n % 4:04d}"
+            p.allocating = (GPUSTACK, [slot], {"NVIDIA_VISIBLE_DEVICES": g.uuid})
+        elif style == "uuid":
+            p.uuid = g.uuid
+            p.allocating = (BY_UUID, [g.uuid], {})
+        else:
+            p.allocating = (OPAQUE, [f"shared-{self.n}"], {})
+        g.story = f"{p.name}'s ({style})"
+        self.note(f"{p.name} admitted, its plugin ({style}) made GI {p.gi} ({profile})")
+        if window and self.allocate_window:
+            p.in_checkpoint = False
+            self.note(f"{p.name}: kubelet has not written its checkpoint entry yet")
+        else:
+            self._write_record(p)
+
+    def _write_record(self, p: MigPodM) -> None:
+        assert p.allocating is not None
+        resource, ids, envs = p.allocating
+        self.sim.allocate(p.uid, "main", resource, ids, envs)
+        p.allocating, p.in_checkpoint = None, True
+
+    @precondition(lambda self: self._has(lambda p: p.allocating is not None))
+    @rule(i=st.integers(0, 7))
+    def checkpoint_written(self, i: int) -> None:
+        p = self._pick(lambda p: p.allocating is not None, i)
+        self._write_record(p)
+        self.note(f"{p.name}: kubelet writes its checkpoint entry")
+
+    @precondition(
+        lambda self: self.dra and sum(p.phase != "Deleted" for p in self.pods.values()) < 6
+    )
+    @rule(gpu=st.sampled_from([0, 1]), profile=st.sampled_from(PROFILES))
+    def dra_prepares(self, gpu: int, profile: str) -> None:
+        """The DRA driver prepares a GI for a pod's ResourceClaim: no checkpoint entry."""
+        g = self._new_gi(gpu, profile, "prepared by the DRA driver")
+        if g is None:
+            return
+        p = self._add_pod("dra")
+        p.gi, p.in_checkpoint = (g.gpu, g.id), False
+        g.story = f"{p.name}'s (DRA)"
+        self.note(f"{p.name} admitted, the DRA driver prepares GI {p.gi} ({profile})")
+
+    @precondition(lambda self: self._has(MigLifecycle._progresses))
+    @rule(i=st.integers(0, 7))
+    def container_progress(self, i: int) -> None:
+        p = self._pick(MigLifecycle._progresses, i)
+        p.phase = "ContainerCreating" if p.phase == "Pending" else "Running"
+        self.sim.set_pod_state(p.uid, p.phase)
+        self.note(f"{p.name}: {p.phase}")
+
+    @precondition(lambda self: self._has(self._can_open))
+    @rule(i=st.integers(0, 7))
+    def opens_device(self, i: int) -> None:
+        p = self._pick(self._can_open, i)
+        p.holder = self.driver.hold(p.gi, p.uid)
+        p.opened = True
+        self.note(f"{p.name}: opens GI {p.gi}'s capability device")
+
+    @precondition(lambda self: self._has(lambda p: p.phase in ("Running", "ContainerCreating")))
+    @rule(i=st.integers(0, 7), failed=st.booleans(), graceful=st.booleans())
+    def terminates(self, i: int, failed: bool, graceful: bool) -> None:
+        p = self._pick(lambda p: p.phase in ("Running", "ContainerCreating"), i)
+        if graceful and p.phase == "Running":
+            p.phase = "Terminating"
+            self.sim.set_pod_state(p.uid, "Terminating")
+            self.note(f"{p.name}: Terminating")
+            return
+        self._close(p)
+        p.phase = "Failed" if failed else "Succeeded"
+        self.sim.set_pod_state(p.uid, p.phase)
+        self.note(f"{p.name}: {p.phase}, device closed")
+
+    @precondition(lambda self: self._has(lambda p: p.phase == "Terminating"))
+    @rule(i=st.integers(0, 7))
+    def terminated(self, i: int) -> None:
+        p = self._pick(lambda p: p.phase == "Terminating", i)
+        self._close(p)
+        p.phase = "Succeeded"
+        self.sim.set_pod_state(p.uid, p.phase)
+        self.note(f"{p.name}: Succeeded, device closed")
+
+    @precondition(lambda self: self._has(MigLifecycle._deletable))
+    @rule(i=st.integers(0, 7), cleanup=st.booleans(), prune=st.booleans())
+    def deleted(self, i: int, cleanup: bool, prune: bool) -> None:
+        """Deleted: its plugin destroys its dynamic GI, or leaks it; kubelet prunes, maybe later."""
+        p = self._pick(MigLifecycle._deletable, i)
+        self.sim.remove_pod(p.uid)
+        p.in_cri, p.phase = False, "Deleted"
+        what = "no GI"
+        if p.gi is not None and p.style == "static":
+            what = f"static GI {p.gi} back in the pool"
+        elif p.gi is not None and cleanup and self._plugin_destroys(p.gi):
+            what = "its plugin destroys its GI"
+        elif p.gi is not None:
+            self.gis[p.gi].story = f"leaked by deleted {p.name} ({p.style})"
+            what = f"GI {p.gi} leaked"
+        p.gi = None
+        if prune and p.in_checkpoint:
+            self.sim.release(p.uid)
+            p.in_checkpoint = False
+        self.note(f"{p.name}: deleted, {what}, checkpoint entry {'pruned' if prune else 'stale'}")
+
+    @precondition(lambda self: self._has(lambda p: p.phase == "Deleted" and p.in_checkpoint))
+    @rule(i=st.integers(0, 7))
+    def kubelet_prunes(self, i: int) -> None:
+        p = self._pick(lambda p: p.phase == "Deleted" and p.in_checkpoint, i)
+        self.sim.release(p.uid)
+        p.in_checkpoint = False
+        self.note(f"{p.name}: kubelet prunes its stale checkpoint entry")
+
+    # --- plugins and drivers
+
+    @rule(
+        event=st.sampled_from(
+            ["drop_advertised", "readvertise", "opaque_registers", "opaque_leaves", "dra"]
+        ),
+        i=st.integers(0, 7),
+    )
+    def plugin_event(self, event: str, i: int) -> None:
+        if event == "drop_advertised" and self.advertised:
+            uuid = self.advertised.pop(i % len(self.advertised))
+            self._register_static()
+            self.note(f"NVIDIA's plugin stops advertising {uuid[:12]} (re-geometry)")
+        elif event == "readvertise":
+            self.advertised = [g.uuid for g in self.gis.values() if self._is_static(g) and g.ci]
+            self._register_static()
+            self.note(f"NVIDIA's plugin restarts: advertises {len(self.advertised)} MIG devices")
+        elif event == "opaque_registers":
+            self.opaque_advertised = True
+            self.sim.register(OPAQUE, ["shared-0", "shared-1"])
+            self.note(f"a plugin advertises {OPAQUE}: ids not understood")
+        elif event == "opaque_leaves":
+            self.opaque_advertised = False
+            self.sim.register(OPAQUE, [])
+            self.note(f"the plugin of {OPAQUE} advertises nothing")
+        elif event == "dra":
+            self.dra_driver(not self.dra)
+
+    def _can_open(self, p: MigPodM) -> bool:
+        return p.phase == "Running" and not p.opened and p.gi is not None and self.gis[p.gi].ci
+
+    @staticmethod
+    def _deletable(p: MigPodM) -> bool:
+        return p.phase in ("Succeeded", "Failed", "Pending") and p.allocating is None
+
+    @staticmethod
+    def _progresses(p: MigPodM) -> bool:
+        return p.phase in ("Pending", "ContainerCreating") and p.allocating is None
+
+    def _is_static(self, g: GiM) -> bool:
+        return (g.gpu, g.profile, g.start) in self.static
+
+    def dra_driver(self, present: bool) -> None:
+        folder = Path(self.driver.paths.kubelet_dir) / "plugins" / DRA_DRIVER
+        if present:
+            folder.mkdir(parents=True, exist_ok=True)
+            self.dra = True
+            self.note(f"the DRA driver {DRA_DRIVER} is installed")
+            return
+        if self._has(lambda p: p.style == "dra" and (p.phase in LIVE or p.opened)):
+            return  # it leaves only when none of its claims is in use
+        folder.rmdir()
+        self.dra = False
+        for p in self.pods.values():
+            if p.style == "dra" and p.gi is not None:
+                self.gis[p.gi].story = f"left by the DRA driver ({p.name} ended)"
+        self.note(f"the DRA driver {DRA_DRIVER} is removed")
+
+    # --- node and enforcer events
+
+    @rule(
+        event=st.sampled_from(
+            ["ledger_wiped", "run_skipped", "clock_jumps", "reboot", "inventory_renamed"]
+        ),
+        dt=st.sampled_from([-7200, -600, -1, 60, 300, 600, 1800, 4000, 90000]),
+    )
+    def node_event(self, event: str, dt: int) -> None:
+        if event == "run_skipped":
+            self.now += abs(dt) if abs(dt) <= 600 else 300
+            self.note("a run is skipped")
+        elif event == "inventory_renamed":
+            self.wrong_name = not self.wrong_name
+            name = WRONG_NAME if self.wrong_name else NODE
+            self.note(f"the inventory now names the node {name}: the API is asked about it")
+        elif event == "clock_jumps":
+            self.now += dt
+            self.note(f"node clock jumps {dt:+d}s")
+        elif event == "ledger_wiped":
+            (Path(self.driver.paths.state_dir) / "ledger.json").unlink(missing_ok=True)
+            self.ledger = None
+            self.contract = MigContract()
+            self.note("enforcer ledger wiped")
+        else:
+            self.reboot()
+
+    def reboot(self) -> None:
+        """New boot id, every GI lost; mig-manager applies the static geometry again."""
+        for p in self.pods.values():
+            if p.opened:
+                self.driver.unhold(p.holder)
+            p.opened, p.holder = False, None
+        for handle in self.stray.values():
+            self.driver.unhold(handle)
+        self.stray.clear()
+        self.boot = self.sim.reboot()
+        self.driver.reboot_done()
+        self.gis.clear()
+        lost = {p.uid: p.gi for p in self.pods.values()}
+        for p in self.pods.values():
+            p.gi = None
+        for gpu, profile, start in self.static:
+            g = self._new_gi(gpu, profile, "static geometry (mig-manager, at boot)", start)
+            if g is None:
+                continue
+            for p in self.pods.values():
+                if p.style == "static" and lost[p.uid] == (g.gpu, g.id):
+                    p.gi = (gpu, g.id)
+        for p in self.pods.values():
+            if p.phase in ("ContainerCreating", "Running"):
+                p.phase = "ContainerCreating"
+                self.sim.set_pod_state(p.uid, "ContainerCreating")
+            elif p.phase == "Terminating":
+                p.phase = "Succeeded"
+                self.sim.set_pod_state(p.uid, "Succeeded")
+        self.note("node reboots: GIs lost, the static geometry made again")
+
+    @rule(
+        fault=st.sampled_from(["source", "destroy_will_fail", "destroys_work_again"]),
+        which=st.sampled_from(sorted(FAULTS)),
+        i=st.integers(0, 7),
+    )
+    def fault(self, fault: str, which: tuple[str, str], i: int) -> None:
+        if fault == "source":
+            tool, sub = which
+            self.sim.set_fault(tool, sub, exit=1, stderr=f"{tool} {sub}: simulated failure\n")
+            self.faults.add(which)
+            self.note(f"fault: {FAULTS[which]}")
+            self.now += 300
+            self.enforce()
+            self.faults.clear()
+            self.sim.clear_faults()
+            self._fail_destroys()
+            self.note("the source answers again")
+        elif fault == "destroy_will_fail" and self.gis:
+            place = sorted(self.gis)[i % len(self.gis)]
+            self.fail_gis.add(place)
+            self._fail_destroys()
+            self.note(f"fault: destroy of GI {place} will be refused")
+        elif fault == "destroys_work_again" and self.fail_gis:
+            self.fail_gis.clear()
+            self.sim.clear_faults()
+            self.note("destroys work again")
+
+    def _fail_destroys(self) -> None:
+        if self.fail_gis:
+            self.sim.set_fault("nvidia-smi", "dgi", fail_gis=[list(g) for g in self.fail_gis])
+
+    @rule(dt=st.sampled_from([60, 300, 300, 600]))
+    def enforcer_run(self, dt: int) -> None:
+        self.now += dt
+        self.enforce()
+
+    @rule(k=st.integers(2, 4), dt=st.sampled_from([300, 450]))
+    def enforcer_runs_on_schedule(self, k: int, dt: int) -> None:
+        for _ in range(k):
+            self.now += dt
+            self.enforce()
+
+    @rule(race=st.sampled_from(["hold", "admit", "reboot"]), gpu=st.sampled_from([0, 1]))
+    def enforcer_run_racing(self, race: str, gpu: int) -> None:
+        """Between the read and the destroys: a process opens a GI, a pod is admitted, a reboot."""
+
+        def happen(orphans: list[Verdict]) -> None:
+            if race == "hold":
+                places = [self._place(v) for v in orphans]
+                whole = [x for x in places if self.gis[x].ci]  # a CI to open
+                if not whole:
+                    return
+                self.stray[whole[0]] = self.driver.hold(whole[0])
+                self.note(f"race: a process opens GI {whole[0]} before its destroy")
+            elif race == "admit":
+                self.note("race: a pod is admitted before the destroys")
+                self.admit_dynamic("gpustack", gpu, "1g.10gb", False)
+            else:
+                self.note("race: the node reboots before the destroys")
+                self.reboot()
+
+        self.now += 300
+        self.enforce(race=happen)
+        for place, handle in self.stray.items():
+            if place in self.gis:
+                self.driver.unhold(handle)
+                self.note(f"the process holding GI {place} ends")
+        self.stray.clear()
+
+    def _place(self, v: Verdict) -> tuple[int, int]:
+        f = dict(v.partition.identity_fields)
+        return next(i for i, g in enumerate(self.gpus) if g["uuid"] == f["gpu"]), int(f["gi"])
+
+    def enforce(self, race: Callable[[list[Verdict]], None] | None = None) -> None:
+        c = type(self).counts
+        c.runs += 1
+        listed = {(i, g["id"]) for i in range(len(self.gpus)) for g in self.sim.gpu_instances(i)}
+        assert listed == set(self.gis), f"model lost track: sim {listed} model {set(self.gis)}"
+        sections = self.driver.read()
+        obs = observe(sections, NODE, self.driver.paths, self.driver.policy.claim_sources)
+        obs = self.api_source(replace(obs, now=self.now), sections)
+        bad = {h.source for h in obs.health if h.status != "ok"}
+        expected_bad = {"cri" if f[0] == "crictl" else f[0] for f in self.faults}
+        if not self.api_agrees():
+            expected_bad.add(kubeapi.SOURCE)
+        if self.dra and self.gis and not self.faults - {("crictl", "pods")}:
+            expected_bad.add("dra")
+        if bad != expected_bad:
+            self.violation("model", f"source health {obs.health} with faults {self.faults}")
+        if self.ledger_in_memory:
+            ledger = self.ledger or ledgers.Ledger()
+        else:
+            try:
+                ledger = ledgers.load(obs.ledger_text)
+            except ledgers.LedgerError as error:
+                self.violation("model", f"the ledger written last run cannot be read: {error}")
+                ledger = ledgers.Ledger()
+        verdicts, next_ledger = decide(obs, ledger, self.driver.policy, self.now)
+        expected = self.contract.run(self, self.now)
+        orphans = [v for v in verdicts if v.is_orphan]
+        got = {self._place(v) for v in orphans}
+        tripped = any(v.status == "breaker" for v in verdicts)
+        c.verdicts.update(v.status for v in verdicts)
+        table = ", ".join(
+            f"{v.partition.accelerator[-4:]}/{v.partition.id}:{v.status}" for v in verdicts
+        )
+        self.note(f"enforcer run: {table or 'no GI'}")
+        if got != expected.orphans or tripped != expected.trip:
+            self.violation(
+                "conformance",
+                f"decide proved {sorted(got)} orphaned (breaker {tripped}); the contract proves "
+                f"{sorted(expected.orphans)} (breaker {expected.trip})\n"
+                + "\n".join(f"  {v.partition.key} {v.status}: {v.reason}" for v in verdicts),
+            )
+        record = Path(self.driver.paths.state_dir) / "destroyed"
+        if obs.destroyed:
+            record.write_text("".join(record.read_text().splitlines(True)[len(obs.destroyed) :]))
+        if self.ledger_in_memory:
+            self.ledger = next_ledger
+        else:
+            (Path(self.driver.paths.state_dir) / "ledger.json").write_text(
+                ledgers.dump(next_ledger)
+            )
+        raced = bool(race and orphans)
+        if race and orphans:
+            race(orphans)
+        for v in orphans:
+            place = self._place(v)
+            outcome, said = self.driver.destroy(v, obs)
+            if outcome == "destroyed":
+                c.destroys += 1
+                g = self.gis[place]
+                self.contract.verified.add(g.identity())
+                self._check_safe(place, place in expected.orphans)
+                self.note(f"enforcer destroys GI {place} ({g.story})")
+                self._gone(place)
+            elif outcome == "failed":
+                c.failed_destroys += 1
+                self._refresh(place)
+                self.note(f"destroy of GI {place} failed: {said.strip()[:80]}")
+            else:
+                c.kept_by_guard += 1
+                self.note(f"guard keeps GI {place}: {said.strip()[:80]}")
+        for place in expected.orphans:
+            if place in self.gis and place not in self.fail_gis and not raced:
+                self.violation("liveness", f"GI {place} was proven orphaned and survived the run")
+        for p in self.pods.values():  # kubelet writes it milliseconds after the Allocate:
+            if p.allocating is not None:  # one run's read at most falls in between
+                self._write_record(p)
+                self.note(f"{p.name}: kubelet writes its checkpoint entry")
+
+    def _check_safe(self, place: tuple[int, int], contract_says: bool) -> None:
+        g = self.gis[place]
+        kind = "contract-hazard" if contract_says else "safety"
+        if place in self.stray:
+            self.violation("safety", f"GI {place} was destroyed while a process held it")
+        if g.names in self.advertised or self.opaque_advertised:
+            self.violation(kind, f"GI {place} was destroyed while a device plugin advertised it")
+        if self.dra:
+            self.violation(kind, f"GI {place} was destroyed while a DRA driver was present")
+        owners = [p for p in self.pods.values() if p.gi == place and (p.phase in LIVE or p.opened)]
+        if owners:
+            p = owners[0]
+            self.violation(
+                kind,
+                f"GI {place} of live pod {p.name} ({p.style}, {p.phase}, opened: {p.opened}) "
+                "was destroyed",
+            )

@@ -1,0 +1,264 @@
+"""
+Rules 3 and 4 fail closed (issue 18): what a device plugin advertises is desired state, and a
+record no adapter understands claims all the same and asks a person. decide() by example, on the
+real shapes of NVIDIA's, GKE's and Huawei's device plugins and of DRA claims.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from unit.test_contract import BOOT, hami, node, policy, runs, status, vnpu
+from unit.test_mig_contract import GPU, OK, alive, gi, mig_uuid
+
+from enforcer.claims import claims_from_records
+from enforcer.cli import needs_a_person
+from enforcer.model import MDEV, MIG, VFIO, VNPU, Advertised, Observation, OwnerRecord, Pod
+from enforcer.report import build
+
+A, B = "7d3c2b1a-0f9e-4d8c-b7a6-958473625140", "3a9f8e7d-6c5b-4a39-8271-605f4e3d2c1b"
+CHECKPOINT = "kubelet-checkpoint"
+
+
+def mig_node(*partitions, records=(), advertised=(), pods=()) -> Observation:
+    return Observation(
+        "n1",
+        BOOT,
+        0.0,
+        gpus=(),
+        partitions=partitions,
+        records=tuple(records),
+        pods=tuple(pods),
+        health=OK,
+        advertised=tuple(advertised),
+    )
+
+
+def nvidia_entry(uid: str, resource: str, ids, devices=(), envs=()) -> OwnerRecord:
+    where = f"checkpoint {uid}/main {resource}"
+    return OwnerRecord(
+        uid, CHECKPOINT, where, resource, tuple(ids), tuple(envs), (), tuple(devices)
+    )
+
+
+def all_1g(n: int = 7):
+    """mig-manager's all-1g.10gb: seven GIs of one H100, each at its own placement."""
+    return [gi(7 + i, placement=f"{i}:1") for i in range(n)]
+
+
+# --- rule 4: what the device plugin advertises is desired state ---------------------------------
+
+
+def test_not_desired_a_static_mig_geometry_the_device_plugin_advertises_is_never_destroyed():
+    gis = all_1g()
+    # NVIDIA's plugin, mixed strategy: every MIG device advertised by its UUID.
+    advertised = [
+        Advertised(CHECKPOINT, "nvidia.com/mig-1g.10gb", mig_uuid(GPU, int(g.id))) for g in gis
+    ]
+    used = [
+        nvidia_entry(u, "nvidia.com/mig-1g.10gb", [mig_uuid(GPU, 7 + i)])
+        for i, u in enumerate((A, B))
+    ]
+    obs = mig_node(*gis, records=used, advertised=advertised, pods=[alive(A, "a"), alive(B, "b")])
+    verdicts, _ = runs(lambda i: obs, 6)
+    # Rule 4 comes before rule 3: the used ones are pinned too, their owners in claimed_by.
+    assert [status(verdicts, g.id) for g in gis] == ["pinned"] * 7
+    assert verdicts["9"].reason == (
+        f"advertised by the device plugin of nvidia.com/mig-1g.10gb as {mig_uuid(GPU, 9)} "
+        "(kubelet-checkpoint)"
+    )
+
+
+def test_not_desired_a_gi_the_plugin_no_longer_advertises_is_an_ordinary_candidate():
+    gis = all_1g(2)
+    advertised = [Advertised(CHECKPOINT, "nvidia.com/mig-1g.10gb", mig_uuid(GPU, 7))]
+    verdicts, _ = runs(lambda i: mig_node(*gis, advertised=advertised), 3)
+    assert (status(verdicts, 7), status(verdicts, 8)) == ("pinned", "orphan")
+
+
+def test_not_desired_gke_advertises_each_gpu_instance_by_its_gi_name():
+    gis = [replace(g, aliases=(f"nvidia0/gi{g.id}",)) for g in all_1g(2)]
+    advertised = [Advertised(CHECKPOINT, "nvidia.com/gpu", "nvidia0/gi7")]
+    verdicts, _ = runs(lambda i: mig_node(*gis, advertised=advertised), 3)
+    assert (status(verdicts, 7), status(verdicts, 8)) == ("pinned", "orphan")
+
+
+def test_not_desired_a_static_vnpu_pool_huaweis_plugin_advertises_is_never_destroyed():
+    advertised = [
+        Advertised(CHECKPOINT, "huawei.com/Ascend310P-2c", "Ascend310P-2c-101-0"),
+        Advertised(CHECKPOINT, "huawei.com/Ascend310P-2c.1cpu", "Ascend310P-2c.1cpu-102-0"),
+    ]
+    obs = node(vnpu(101), vnpu(102), vnpu(103), advertised=tuple(advertised))
+    verdicts, _ = runs(lambda i: obs, 3)
+    assert [status(verdicts, v) for v in (101, 102, 103)] == ["pinned", "pinned", "orphan"]
+    assert "Ascend310P-2c.1cpu-102-0" in verdicts["102"].reason
+
+
+def test_not_desired_slots_advertise_no_partition_so_leaks_are_still_reclaimed():
+    slots = [
+        ("huawei.com/Ascend310P", "3F5A1C2B-0140C979-2CFBED72-6A8D4E10-00000000-0"),  # HAMi
+        ("huawei.com/npu-core", "npu-core-3"),  # Huawei's dynamic vNPUs
+        ("huawei.com/Ascend310P", "Ascend310P-0"),  # a whole chip
+        ("nvidia.com/gpu.partitioned", f"partitioned:{GPU}:0001"),  # gpustack
+        ("nvidia.com/gpu", f"{GPU}::2"),  # a time-sliced GPU
+        ("hygon.com/dcunum", "DCU-0123456789-fake-3"),  # HAMi's Hygon
+    ]
+    advertised = tuple(Advertised(CHECKPOINT, r, d) for r, d in slots)
+    verdicts, _ = runs(lambda i: node(vnpu(101), advertised=advertised), 3)
+    assert status(verdicts, 101) == "orphan"
+    report = build(
+        "n1", node(vnpu(101), advertised=advertised), [], "converge", "ok", policy=policy()
+    )
+    assert report["unrecognised"] == []
+
+
+def test_not_desired_an_advertised_id_not_understood_keeps_its_vendors_partitions_and_asks():
+    odd = Advertised(CHECKPOINT, "huawei.com/Ascend310P-8c", "vnpu#101@chip0")
+    obs = node(vnpu(101), vnpu(102), advertised=(odd,))
+    verdicts, _ = runs(lambda i: obs, 4)
+    assert [status(verdicts, v) for v in (101, 102)] == ["pinned", "pinned"]
+    assert "not understood" in verdicts["101"].reason
+    report = build("n1", obs, list(verdicts.values()), "converge", "ok", policy=policy())
+    assert report["unrecognised"] == [
+        "kubelet-checkpoint advertises huawei.com/Ascend310P-8c vnpu#101@chip0: not understood"
+    ]
+    assert "1 record not understood" in needs_a_person(report)
+
+
+def test_not_desired_other_vendors_advertised_ids_keep_nothing():
+    odd = Advertised(CHECKPOINT, "rdma/hca_shared_devices_a", "whatever-1")
+    verdicts, _ = runs(lambda i: node(vnpu(101), advertised=(odd,)), 3)
+    assert status(verdicts, 101) == "orphan"
+
+
+# --- rule 3: the real record formats the adapters now read ---------------------------------------
+
+
+def kinds_and_scopes(record: OwnerRecord):
+    return [
+        (c.kind, c.scope, c.partition_id or c.uuid, c.unrecognised)
+        for c in claims_from_records([record])
+    ]
+
+
+def test_not_claimed_huaweis_template_names_claim_their_vnpu_exactly():
+    envs = (("ASCEND_RUNTIME_OPTIONS", "VIRTUAL"), ("ASCEND_VISIBLE_DEVICES", "100"))
+    for resource in ("huawei.com/Ascend310P-2c.1cpu", "huawei.com/Ascend310P-4c.4cpu.dvpp"):
+        record = nvidia_entry(A, resource, ["npu-core-1"], envs=envs)
+        assert kinds_and_scopes(record) == [(VNPU, "exact", "100", False)]
+    real = nvidia_entry(A, "huawei.com/Ascend310P-4c.3cpu", ["Ascend310P-4c.3cpu-100-0"])
+    assert kinds_and_scopes(real) == [(VNPU, "exact", "100", False)]
+    volcano = nvidia_entry(A, "huawei.com/Ascend910-16c", ["Ascend910-16c.ndvpp-103-1_1"])
+    assert kinds_and_scopes(volcano) == [(VNPU, "exact", "103", False)]
+
+
+def test_not_claimed_a_gke_record_claims_its_gpu_instance_by_its_names():
+    caps = ("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap30", "/dev/nvidia-caps/nvidia-cap31")
+    gke = nvidia_entry(A, "nvidia.com/gpu", ["nvidia0/gi3"], devices=caps)
+    assert kinds_and_scopes(gke) == [(MIG, "exact", "nvidia0/gi3", False)]
+    # A pod-resources record has no device nodes; a checkpoint entry without the id its caps.
+    assert kinds_and_scopes(replace(gke, device_ids=())) == [
+        (MIG, "exact", "nvidia-cap30", False),
+        (MIG, "exact", "nvidia-cap31", False),
+    ]
+    gis = [replace(g, aliases=(f"nvidia0/gi{int(g.id) - 4}",)) for g in all_1g(2)]
+    verdicts, _ = runs(lambda i: mig_node(*gis, records=[gke], pods=[alive(A, "a")]), 3)
+    assert (status(verdicts, 7), status(verdicts, 8)) == ("claimed", "orphan")
+
+
+def test_not_claimed_an_unrecognised_record_claims_every_partition_of_its_vendor_and_asks():
+    record = nvidia_entry(A, "nvidia.com/mig-shared", ["slice-a"])
+    assert kinds_and_scopes(record) == [(k, "device-wide", None, True) for k in (MIG, MDEV, VFIO)]
+    gis = all_1g(2)
+    obs = mig_node(*gis, records=[record], pods=[alive(A, "a")])
+    verdicts, _ = runs(lambda i: obs, 4)
+    assert (status(verdicts, 7), status(verdicts, 8)) == ("claimed", "claimed")
+    assert "unrecognised record: nvidia.com/mig-shared, slice-a" in verdicts["7"].reason
+    report = build("n1", obs, list(verdicts.values()), "converge", "ok", policy=policy())
+    assert report["unrecognised"] == [
+        f"pod default/a (kubelet-checkpoint): checkpoint {A}/main nvidia.com/mig-shared: "
+        "unrecognised record: nvidia.com/mig-shared, slice-a"
+    ]
+
+
+def test_not_claimed_a_record_given_a_partitions_device_node_claims_that_kind():
+    record = nvidia_entry(A, "example.com/accelerator", ["x"], devices=("/dev/vdavinci101",))
+    assert kinds_and_scopes(record) == [(VNPU, "device-wide", None, True)]
+    plain = nvidia_entry(A, "example.com/accelerator", ["x"], devices=("/dev/fuse",))
+    assert kinds_and_scopes(plain) == []
+
+
+def dra(driver: str, cdi: str = "") -> OwnerRecord:
+    """A DRA claim as facts.snapshot makes it of a pod-resources dynamic_resources entry."""
+    return OwnerRecord(
+        A,
+        "kubelet-pod-resources",
+        "pod-resources ml/llm/main DRA claim ml/gpu",
+        f"dra:{driver}",
+        (f"{driver}/node-a/gpu-0-mig-1",) if driver else (),
+        annotations=(("cdi.k8s.io/devices", cdi),),
+    )
+
+
+def test_not_claimed_a_dra_claim_keeps_every_partition_of_its_drivers_vendor():
+    assert kinds_and_scopes(dra("gpu.nvidia.com")) == [
+        (k, "device-wide", None, True) for k in (MIG, MDEV, VFIO)
+    ]
+    # A driver of no partition vendor, its CDI device a partition vendor's: that vendor's.
+    assert kinds_and_scopes(dra("gpu.example.com", "k8s.gpu.nvidia.com/device=gpu-0"))[0][0] == MIG
+    assert kinds_and_scopes(dra("dra.net.example.com")) == []  # a NIC: no partition
+    # A claim whose driver the kubelet did not name (before 1.32): any partition.
+    assert {k for k, *_ in kinds_and_scopes(dra(""))} == {
+        VNPU,
+        MIG,
+        MDEV,
+        VFIO,
+        "thead-ppu",
+        "hygon-vdcu",
+    }
+
+
+# --- stuck owners: kept, and reported -----------------------------------------------------------
+
+
+def stuck_report(obs: Observation, n: int, **data) -> tuple[dict, dict]:
+    pol = policy(**data)
+    verdicts, ledger = runs(lambda i: obs, n, pol=pol)
+    report = build(
+        "n1",
+        replace(obs, now=ledger.last_run),
+        list(verdicts.values()),
+        "converge",
+        "ok",
+        policy=pol,
+        ledger=ledger,
+    )
+    return verdicts, report
+
+
+def test_not_claimed_a_stale_checkpoint_entry_keeps_its_gi_and_is_reported_once_stuck():
+    """Kubelet prunes a deleted pod's entry lazily: no source knows the pod any more."""
+    record = nvidia_entry(A, "nvidia.com/mig-1g.10gb", [mig_uuid(GPU, 7)])
+    obs = mig_node(*all_1g(1), records=[record])
+    verdicts, report = stuck_report(obs, 2, stuck_owner_seconds=600)
+    assert status(verdicts, 7) == "claimed" and "stuck owner" not in verdicts["7"].reason
+    assert report["stuck_owners"] == []
+    verdicts, report = stuck_report(obs, 3, stuck_owner_seconds=600)  # 600 s after the first
+    assert status(verdicts, 7) == "claimed"
+    assert "stuck owner: no source has seen it for 600 s" in verdicts["7"].reason
+    assert report["stuck_owners"] == [
+        {"owner": {"uid": A, "name": None}, "why": "no source has seen it", "seconds": 600.0}
+    ]
+    assert "1 stuck owner" in needs_a_person(report)
+
+
+def test_not_claimed_a_pending_pod_keeping_zombies_is_reported_and_a_running_one_is_not():
+    """The seed incident: a pod stuck before its sandbox keeps every zombie of its template."""
+    pending = Pod(A, "kubernetes-api", "alive", "infer-a", "default", "phase Pending")
+    obs = node(vnpu(101), vnpu(102), records=(hami(A),), pods=(pending,))
+    verdicts, report = stuck_report(obs, 4, stuck_owner_seconds=600)
+    assert [status(verdicts, v) for v in (101, 102)] == ["claimed", "claimed"]
+    assert report["stuck_owners"][0]["why"] == "not running (kubernetes-api: phase Pending)"
+    running = Pod(A, "cri", "alive", "infer-a", "default", "sandbox ready")
+    _, report = stuck_report(replace(obs, pods=(pending, running)), 4, stuck_owner_seconds=600)
+    assert report["stuck_owners"] == []
