@@ -76,7 +76,9 @@ DEVICE_API = "vfio-pci"
 FRAMEWORKS = ("vendor-vfio", "mdev")
 BDF = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
 VF_OFFSET = 4  # NVIDIA's first VF is function 4 of the PF's device (0000:41:00.4 of 41:00.0)
-EMPTY_GRACE = 0.2  # seconds an emptied current_vgpu_type may take to get its value (a write)
+# Seconds an emptied current_vgpu_type may take to get its value: `echo 0 >` truncates, then
+# writes; on a loaded machine (CI) 0.2 s was seen to pass in between, and the write refused.
+EMPTY_GRACE = 2.0
 READY_TIMEOUT = 20  # seconds a hypervisor stand-in may take to listen
 
 
