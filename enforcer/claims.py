@@ -43,6 +43,11 @@ given a DCU's DRM node (`/dev/dri/renderD<n>`, `card<n>`: a checkpoint entry's d
 claims every vDCU of that DCU (by the node's name, which every vDCU of it carries); one on a
 `hygon.com/` resource that gives none claims vDCUs of any DCU, as many as its device ids.
 
+Every vendor: a pod the API shows Pending on the node whose request of a partition vendor's
+resource no device-plugin record answers yet is being allocated (`_allocating`): every partition
+of that vendor is kept until kubelet writes the record. A record on a vendor's resource that no
+adapter understands claims every partition of the vendor, and asks a person (`_unrecognised`).
+
 vGPUs (mdevs, vendor-VFIO VFs) are claimed by a VMM's instance records (`vm-metadata`): a record
 names its vGPU exactly (mdev UUID, VF address). Its owner is the VM, alive while its hypervisor
 process is the one the record names (`vm_liveness`).
@@ -118,8 +123,45 @@ PARTITION_NODES = (
 )
 
 
+# The sources of what kubelet gave a container from a device plugin, and the API's source, whose
+# records with a resource are a Pending pod's requests (facts.kubeapi).
+DEVICE_PLUGIN_SOURCES = ("kubelet-checkpoint", "kubelet-pod-resources")
+KUBERNETES_API = "kubernetes-api"
+
+
 def claims_from_records(records: Iterable[OwnerRecord]) -> tuple[Claim, ...]:
-    return tuple(claim for record in records for claim in _claims(record))
+    records = tuple(records)
+    found = [claim for record in records if not _requests(record) for claim in _claims(record)]
+    return (*found, *_allocating(records))
+
+
+def _requests(record: OwnerRecord) -> bool:
+    return record.source == KUBERNETES_API and bool(record.resource)
+
+
+def _allocating(records: tuple[OwnerRecord, ...]) -> list[Claim]:
+    """
+    A Pending pod's request of a partition vendor's resource, while no device-plugin record of
+    that vendor names the pod: kubelet calls the plugin's Allocate at admission, which may make
+    the partition, and writes the checkpoint entry after it, so a run can read the partition
+    before anything names it (and a partition made again at a place looks the same as the one
+    before). Until the record is there, every partition of the vendor is kept: which one the
+    plugin made cannot be told. One record of the vendor is enough: kubelet records a pod's
+    allocations at its admission, and a resource no plugin serves (HAMi's
+    `huawei.com/Ascend310P-memory`, which only its scheduler counts) never gets a record.
+    """
+    answered = {
+        (r.owner_uid, vendor_kinds(r.resource))
+        for r in records
+        if r.source in DEVICE_PLUGIN_SOURCES
+    }
+    what = "allocating: requests {}, which no device-plugin record answers yet"
+    return [
+        _on_gpu(r, "device-wide", None, None, None, what.format(r.resource), kind)
+        for r in records
+        if _requests(r) and (r.owner_uid, vendor_kinds(r.resource)) not in answered
+        for kind in vendor_kinds(r.resource)
+    ]
 
 
 def _claims(record: OwnerRecord) -> list[Claim]:

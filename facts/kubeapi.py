@@ -57,6 +57,8 @@ class ApiPod:
     phase: str  # "" when the server did not say
     deleting: bool  # metadata.deletionTimestamp is set (Terminating)
     annotations: tuple[tuple[str, str], ...] = ()
+    # The extended resources (`<domain>/<name>`) its containers and init containers request.
+    requests: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,8 @@ def for_node(
         return (), (), SourceHealth(SOURCE, "unavailable", reason=pods.reason)
     mine = tuple(p for p in pods.pods if p.node_name == node_name)
     health = SourceHealth(SOURCE, "ok", reason=f"{len(mine)} of {len(pods.pods)} pods on node")
-    return tuple(_pod(p) for p in mine), tuple(_record(p) for p in mine), health
+    records = tuple(r for p in mine for r in (_record(p), *_requests(p)))
+    return tuple(_pod(p) for p in mine), records, health
 
 
 def _pod(p: ApiPod) -> Pod:
@@ -130,6 +133,19 @@ def _pod(p: ApiPod) -> Pod:
 def _record(p: ApiPod) -> OwnerRecord:
     where = f"pod {p.namespace}/{p.name}"
     return OwnerRecord(_owner(p), SOURCE, where, annotations=p.annotations)
+
+
+def _requests(p: ApiPod) -> tuple[OwnerRecord, ...]:
+    """
+    A Pending pod's requests, one record each (`resource` set, no device ids): kubelet calls the
+    device plugin's Allocate at admission, which may make a partition, before it writes the
+    pod's checkpoint entry; until then this is the only record of what the pod is getting.
+    Once Running, its allocation has long been recorded, and a request says nothing more.
+    """
+    if p.phase not in ("Pending", ""):
+        return ()
+    where = f"pod {p.namespace}/{p.name} ({p.phase or 'no phase'})"
+    return tuple(OwnerRecord(_owner(p), SOURCE, where, resource=r) for r in p.requests)
 
 
 def _owner(p: ApiPod) -> str:
@@ -305,7 +321,23 @@ def _parse_pod(item: dict[str, Any]) -> ApiPod:
         phase=_text(status.get("phase", ""), "status.phase", empty=True),
         deleting=meta.get("deletionTimestamp") is not None,
         annotations=tuple(sorted(annotations.items())),
+        requests=_extended(spec),
     )
+
+
+def _extended(spec: dict[str, Any]) -> tuple[str, ...]:
+    """The extended resources (names with a domain) any container or init container requests:
+    limits, where the API requires them, or requests."""
+    names: set[str] = set()
+    for field in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(field) or ()):
+            resources = container.get("resources") or {}
+            for part in ("limits", "requests"):
+                amounts = resources.get(part) or {}
+                if not isinstance(amounts, dict) or not all(isinstance(k, str) for k in amounts):
+                    raise ValueError(f"spec.{field}[{i}].resources.{part} is {amounts!r}")
+                names |= {name for name in amounts if "/" in name}
+    return tuple(sorted(names))
 
 
 def _text(value: Any, field: str, empty: bool = False) -> str:

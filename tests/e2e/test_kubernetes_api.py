@@ -226,6 +226,36 @@ def test_a_disagreeing_api_that_is_not_required_proves_nothing_and_blocks_nothin
     assert seed_node.vnpus() == {100, infer_b}
 
 
+def test_a_pod_being_allocated_keeps_its_vendors_vnpus_until_kubelet_records_it(
+    seed_node, tmp_path, api
+):
+    # train-c is bound to the node and admitted: kubelet has called HAMi's Allocate (which may
+    # have made a vNPU) and has not written its checkpoint entry yet. Its request is all that
+    # says what it is getting.
+    train_c = next(i for i in api.items if i["metadata"]["uid"] == LIVE["train-c"])
+    limits = {"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "12288"}
+    train_c["spec"]["containers"][0]["resources"] = {"limits": limits}
+    with_api(seed_node, tmp_path, api.url)
+    seed_node.enforce()
+    infer_b = infer_b_starts(seed_node.sim)
+    for run in seed_node.converge(3):
+        assert api_source(run)["status"] == "ok", api_source(run)
+    assert run.verdict(101) == run.verdict(102) == "claimed"
+    assert "allocating: requests huawei.com/Ascend310P, which no device-plugin record" in (
+        run.reason(101)
+    )
+    # kubelet writes the entry (HAMi's: a vir04 on chip 0): the vir02 zombies are nobody's.
+    seed_node.sim.allocate(
+        LIVE["train-c"],
+        "train",
+        "huawei.com/Ascend310P",
+        ["3F5A1C2B-0140C979-2CFBED72-6A8D4E10-00000000-3"],
+        {"ASCEND_VISIBLE_DEVICES": "0", "ASCEND_VNPU_SPECS": "vir04"},
+    )
+    runs = seed_node.converge(3)
+    assert seed_node.vnpus() == {100, infer_b}, [(r.verdict(101), r.reason(101)) for r in runs]
+
+
 STATIC = "6f1c0a4e9b7d2c3a5e8f0b1d2c3a4e5f"  # its config hash: its UID on the node
 MIRROR = "7a2b3c4d-5e6f-4a1b-8c9d-0e1f2a3b4c5d"  # its mirror pod's UID in the API
 

@@ -88,6 +88,8 @@ STATIC = "nvidia.com/mig-1g.10gb"  # NVIDIA's plugin, mixed strategy: advertised
 GPUSTACK = "nvidia.com/gpu.partitioned"  # gpustack: slots advertised, MIG UUID in the env
 BY_UUID = "nvidia.com/gpu"  # a plugin whose device id is the MIG UUID it made
 OPAQUE = "nvidia.com/mig-shared"  # a record (and an advertised id) no adapter understands
+# What each style of pod requests in its limits (a DRA pod asks through a ResourceClaim).
+REQUESTS = {"static": STATIC, "gpustack": GPUSTACK, "uuid": BY_UUID, "unknown": OPAQUE}
 DRA_DRIVER = "gpu.nvidia.com"
 DYNAMIC = {"gpustack": GPUSTACK, "uuid": BY_UUID, "unknown": OPAQUE}
 PROFILES = ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb", "1g.10gb+me"]
@@ -113,10 +115,10 @@ def mig_policy(node_dir: Path) -> Policy:
             "enforcer_grace_runs": GRACE_RUNS,
             "enforcer_max_observation_gap_seconds": MAX_GAP,
             # The API's word counts (an owner it lists ended, or does not list, ended) only while
-            # it agrees with the node; not required, so that disagreeing proves nothing and
-            # fails nothing (MigLifecycle.api_source).
+            # it agrees with the node (MigLifecycle.api_source). Required, as by default: its
+            # Pending pods' requests keep what their plugins make before kubelet records it, so
+            # a run that cannot see them destroys nothing.
             "enforcer_claim_sources": ["kubelet-checkpoint", "cri", kubeapi.SOURCE],
-            "enforcer_required_sources": ["kubelet-checkpoint", "cri"],
         },
     )
 
@@ -391,7 +393,7 @@ class MigContract:
         cri_ok = ("crictl", "pods") not in faults
         smi_ok = not (faults - {("crictl", "pods")})
         listed = list(m.gis.values()) if smi_ok else []
-        node_wide_failure = not cri_ok
+        node_wide_failure = not cri_ok or not m.api_agrees()
         dra_fail = m.dra and bool(listed)
         mig_failure = node_wide_failure or not smi_ok or dra_fail
         comparable = self.entries
@@ -455,7 +457,8 @@ class MigContract:
         """
         Pinned, held or claimed: advertised by MIG UUID (all of them while ids not understood are
         advertised); open in a process; named by a live record's MIG UUID; or, while a live
-        record not understood has a pod that holds no listed GI, every one.
+        record not understood has a pod that holds no listed GI, every one; and every one while
+        a pod is being allocated (the API shows it Pending, its checkpoint entry not written).
         """
         places = {(g.gpu, g.id) for g in listed}
         if m.opaque_advertised:
@@ -467,6 +470,8 @@ class MigContract:
         kept |= {(g.gpu, g.id) for g in listed if g.names in named}
         unknown = [p for p in m.pods.values() if p.style == "unknown" and m.claims(p)]
         if any(not (p.opened and p.gi in places) for p in unknown):
+            kept |= places
+        if any(p.allocating is not None for p in m.pods.values()):  # Pending, no record yet
             kept |= places
         for p in m.pods.values():  # a GPU's UUID in a record claims one partition on it
             if p.gpu is None or not m.claims(p):
@@ -572,6 +577,7 @@ class MigLifecycle(RuleBasedStateMachine):
                 NODE,
                 API_PHASE.get(p.phase, p.phase),
                 deleting=p.phase == "Terminating",
+                requests=(REQUESTS[p.style],) if p.style in REQUESTS else (),
             )
             for p in self.pods.values()
             if p.phase != "Deleted"

@@ -7,13 +7,12 @@ a DRA driver, the kubernetes-api source agreeing or not) against the real decisi
   namespace, a few histories, on one H100 (the simulator's nvidia-smi table of two MIG GPUs lacks
   the rule between them and does not parse: see mig_machine._mig_table_fixed).
 - `test_mig_lifecycle_in_process`: more histories, two H100s; `make bench` runs 10,000.
-- stories by hand, one per rule; and the contract hazard the machine found, kept as a strict
-  xfail until the product fixes it.
+- stories by hand, one per rule; and the contract hazard the machine found (a GI made again at
+  an ended pod's place, read before its checkpoint entry), which the API's Pending requests close.
 """
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 from model.lifecycle_machine import Counts
@@ -121,16 +120,16 @@ def test_a_dra_driver_keeps_every_gi_and_its_leftover_goes_once_it_leaves():
         m.teardown()
 
 
-@pytest.mark.xfail(strict=True, reason="product hazard: a GI made again continues its streak")
 def test_a_gi_made_at_allocate_at_an_ended_pods_place_is_not_destroyed_before_its_record():
     """
     The contract hazard the MIG machine found (issue 18's "Allocate before the checkpoint
     write"). A GI's identity is every field nvidia-smi prints, and a GI made again at the same
-    place with the same profile prints the same (its MIG UUID too): pod A's GI, a candidate since
-    A ended, is destroyed by its plugin when A is deleted, and B's Allocate makes the same GI
-    again; a run that reads the node before kubelet writes B's checkpoint entry finds it
-    unclaimed with A's streak, proven orphaned, and the guard's digest (taken before the write)
-    lets the destroy through. B's container create then fails.
+    place with the same profile prints the same (its MIG UUID too: NVIDIA derives it from the GPU
+    and the GI): pod A's GI, a candidate since A ended, is destroyed by its plugin when A is
+    deleted, and B's Allocate makes the same GI again; a run that reads the node before kubelet
+    writes B's checkpoint entry found it unclaimed with A's streak, proven orphaned. Now B, which
+    the API shows Pending with a request no checkpoint entry answers, keeps every MIG partition
+    until its entry is written; then its own record claims the GI.
     """
     m = _mig(MigInProcessDriver, "MigAllocateWindow")()
     try:
@@ -143,6 +142,9 @@ def test_a_gi_made_at_allocate_at_an_ended_pods_place_is_not_destroyed_before_it
         m.deleted(0, True, True)  # A deleted: its plugin destroys GI 0/13
         m.admit_dynamic("gpustack", 0, "1g.10gb", False, window=True)  # B: GI 0/13 again
         m.enforcer_run(450)  # a run between B's Allocate and its checkpoint entry
+        assert (0, 13) in m.gis, m.log
+        assert m.log[-2].endswith("/13:claimed"), m.log  # then kubelet writes B's entry
+        m.enforcer_runs_on_schedule(4, 450)
         assert (0, 13) in m.gis, m.log
     finally:
         m.teardown()

@@ -218,6 +218,44 @@ def test_not_claimed_a_dra_claim_keeps_every_partition_of_its_drivers_vendor():
     }
 
 
+# --- a pod being allocated: Allocate before the checkpoint write ---------------------------------
+
+
+def request(uid: str, resource: str) -> OwnerRecord:
+    """A Pending pod's request as facts.kubeapi.for_node makes it a record."""
+    return OwnerRecord(uid, "kubernetes-api", "pod default/b (Pending)", resource=resource)
+
+
+def test_not_claimed_a_pending_pods_request_keeps_its_vendors_partitions_until_it_is_recorded():
+    """A GI made at Allocate, read before kubelet writes the pod's checkpoint entry."""
+    pending = Pod(B, "kubernetes-api", "alive", "b", "default", "phase Pending")
+    obs = mig_node(*all_1g(2), records=[request(B, "nvidia.com/gpu.partitioned")], pods=[pending])
+    verdicts, _ = runs(lambda i: obs, 4)
+    assert [status(verdicts, g) for g in (7, 8)] == ["claimed", "claimed"]
+    assert "allocating: requests nvidia.com/gpu.partitioned, which no device-plugin record" in (
+        verdicts["7"].reason
+    )
+    # Recorded: its entry claims what it names, and the other GI is a candidate again.
+    entry = nvidia_entry(B, "nvidia.com/gpu.partitioned", ["x"], envs=[("V", mig_uuid(GPU, 7))])
+    obs = replace(obs, records=(*obs.records, entry))
+    verdicts, _ = runs(lambda i: obs, 3)
+    assert [status(verdicts, g) for g in (7, 8)] == ["claimed", "orphan"]
+
+
+def test_not_claimed_one_record_of_the_vendor_answers_every_request_of_the_pod():
+    """HAMi's `-memory` resource is counted by its scheduler only: no plugin ever records it."""
+    requests = [request(A, "huawei.com/Ascend310P"), request(A, "huawei.com/Ascend310P-memory")]
+    assert len(claims_from_records(requests)) == 2
+    assert [c.source for c in claims_from_records([*requests, hami(A)])] == [CHECKPOINT]
+
+
+def test_not_claimed_a_request_of_no_partition_vendor_keeps_nothing():
+    assert claims_from_records([request(B, "example.com/fpga")]) == ()
+    assert kinds_and_scopes(request(B, "huawei.com/Ascend310P-2c.1cpu")) == [
+        (VNPU, "device-wide", None, False)
+    ]
+
+
 # --- stuck owners: kept, and reported -----------------------------------------------------------
 
 

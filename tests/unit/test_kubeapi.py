@@ -11,7 +11,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -226,6 +226,35 @@ def test_pods_are_grouped_per_node_with_their_states(fake: FakeApiServer, tmp_pa
     assert [(p.uid, p.namespace) for p in other_pods] == [("uid-elsewhere", "kube-system")]
     assert [r.where for r in other_records] == ["pod kube-system/elsewhere"]
     assert for_node(listed, "n9")[:2] == ((), ())
+
+
+def test_a_pending_pods_extended_requests_are_records_once_it_runs_they_are_not():
+    """kubelet allocates at admission: a Pending pod's request is the only record of what its
+    plugin may be making until the checkpoint entry is written (enforcer.claims._allocating)."""
+    item = pod("starting", "n1", "Pending")
+    item["spec"]["initContainers"] = [
+        {"name": "fetch", "resources": {"limits": {"huawei.com/Ascend310P-2c.1cpu": "1"}}}
+    ]
+    item["spec"]["containers"][0]["resources"] = {
+        "limits": {"cpu": "2", "nvidia.com/mig-1g.10gb": "2"},
+        "requests": {"memory": "1Gi", "nvidia.com/mig-1g.10gb": "2"},
+    }
+    parsed = kubeapi._parse_pod(item)
+    assert parsed.requests == ("huawei.com/Ascend310P-2c.1cpu", "nvidia.com/mig-1g.10gb")
+
+    listed = PodList(True, "", (parsed, replace(parsed, uid="uid-b", phase="Running")), 0)
+    _, records, _ = for_node(listed, "n1")
+    assert [(r.owner_uid, r.resource, r.where) for r in records if r.resource] == [
+        ("uid-starting", "huawei.com/Ascend310P-2c.1cpu", "pod ai/starting (Pending)"),
+        ("uid-starting", "nvidia.com/mig-1g.10gb", "pod ai/starting (Pending)"),
+    ]
+
+
+def test_a_pod_whose_resources_are_not_a_map_fails_the_list():
+    item = pod("odd", "n1", "Pending")
+    item["spec"]["containers"][0]["resources"] = {"limits": ["nvidia.com/gpu"]}
+    with pytest.raises(kubeapi._Failure, match=r"spec.containers\[0\].resources.limits"):
+        kubeapi._parse_page({"items": [item]}, 1)
 
 
 def test_paged_answer_is_read_whole(fake: FakeApiServer, tmp_path: Path):
