@@ -17,8 +17,8 @@ Ascend device plugins record ownership in different conventions (../shared/RECOR
 - Any other record on an Ascend resource, or one that cannot be read, is device-wide with no
   template (every vNPU on the node counts), as many as it names devices, or all of them.
 
-NVIDIA MIG, by DESIGN.md's generic rule: a record (device id, env value, annotation) that holds
-a MIG device UUID claims that partition exactly (NVIDIA's plugin: kubelet device ids and
+NVIDIA MIG, by the generic rule (docs/CONTRACT.md): a record (device id, env value, annotation)
+that holds a MIG device UUID claims that partition exactly (NVIDIA's plugin: kubelet device ids and
 `NVIDIA_VISIBLE_DEVICES`); one that holds a GPU UUID claims a partition on that GPU, count-aware
 (gpustack's device ids `<group>:<GPU UUID>:<slot>`, annotations): that is what keeps a partition
 whose ownership record was deleted while its pod lives. A `nvidia.com/mig-<profile>` record that

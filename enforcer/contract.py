@@ -1,5 +1,5 @@
 """
-The safety contract of DESIGN.md, one function per rule, each returning the evidence that
+The safety contract (docs/CONTRACT.md), one function per rule, each returning the evidence that
 decided it (None: the rule does not stop the destroy). `decide()` composes them. Rules 7 and 8
 run on the node: the guarded destroy template re-proves and verifies (operations/templates).
 """

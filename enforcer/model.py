@@ -1,5 +1,5 @@
 """
-The vocabulary of DESIGN.md as frozen data types.
+The vocabulary of the safety contract (docs/CONTRACT.md) as frozen data types.
 
 Facts produce an `Observation` (what the node said, parsed strictly); the enforcer maps it to
 claims and verdicts. Nothing here does I/O.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-# Source health, as DESIGN.md defines it.
+# Source health, as docs/CONTRACT.md defines it.
 Health = Literal["ok", "unreadable", "unavailable", "stale"]
 # The scope a failed source poisons: one accelerator ("npu:<card>:<chip>", "gpu:<GPU UUID>"),
 # every partition of one kind (its tool: "ascend-vnpu", "nvidia-mig"), or the whole node.

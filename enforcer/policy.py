@@ -162,7 +162,7 @@ class PinSelector:
 
 @dataclass(frozen=True)
 class Policy:
-    """One host's policy: DESIGN.md's host data table, validated and with defaults applied."""
+    """One host's policy: the host data (docs/HOST-DATA.md), validated, defaults applied."""
 
     mode: Literal["converge", "plan"]
     kinds: tuple[str, ...] | None  # None: the kinds detected on the node
@@ -387,22 +387,22 @@ def _message(error: ValidationError) -> str:
         return f"expected no repeated items, got {_shown(value)}"
     if error.validator == "minItems":
         return f"expected at least {spec} item(s), got {_shown(value)}"
-    return f"expected {_expected(error.schema)}, got {_shown(value)}{_cli_hint(error)}"
+    return f"expected {expected(error.schema)}, got {_shown(value)}{_cli_hint(error)}"
 
 
-def _expected(spec: Mapping[str, Any]) -> str:
+def expected(spec: Mapping[str, Any]) -> str:
     """What a schema accepts, in words: "an integer >= 1", "one of 'converge', 'plan'"."""
     if "$ref" in spec:
-        return _expected(SCHEMA["$defs"][spec["$ref"].rsplit("/", 1)[1]])
+        return expected(SCHEMA["$defs"][spec["$ref"].rsplit("/", 1)[1]])
     if "title" in spec:
         return spec["title"]
     if "enum" in spec:
         return "one of " + ", ".join(map(repr, spec["enum"]))
     if "anyOf" in spec:
-        return " or ".join(_expected(branch) for branch in spec["anyOf"])
+        return " or ".join(expected(branch) for branch in spec["anyOf"])
     types = spec.get("type")
     if isinstance(types, list):
-        return " or ".join(_expected({**spec, "type": t}) for t in types)
+        return " or ".join(expected({**spec, "type": t}) for t in types)
     return _WORDS.get(types, lambda s: str(types))(spec)
 
 
@@ -417,7 +417,7 @@ def _range(noun: str, spec: Mapping[str, Any]) -> str:
 
 def _list_words(spec: Mapping[str, Any]) -> str:
     unique = " without repeats" if spec.get("uniqueItems") else ""
-    return f"a list{unique} of {_expected(spec.get('items', {}))}"
+    return f"a list{unique} of {expected(spec.get('items', {}))}"
 
 
 _WORDS: dict[Any, Any] = {

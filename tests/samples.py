@@ -1,4 +1,8 @@
-"""The real tool output in ../shared/samples, for conformance tests (skipped where it is absent)."""
+"""
+The real tool output the conformance tests read: tests/samples/, byte-identical copies of the
+project's shared samples with their `# source:` lines and INDEX.md rows. They are part of the
+repository, so a missing one fails its test, never skips it: a green run has read them all.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,27 @@ from pathlib import Path
 
 import pytest
 
-SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"
+SAMPLES = Path(__file__).resolve().parent / "samples"
+RECORD_FORMATS = SAMPLES / "RECORD-FORMATS.md"
 
 
 def sample(name: str) -> str:
-    """A shared sample without its `# source:` line."""
-    if not SAMPLES.is_dir():
-        pytest.skip(f"shared samples not found at {SAMPLES}")
-    first, _, rest = (SAMPLES / name).read_text().partition("\n")
+    """A sample without its `# source:` line."""
+    path = SAMPLES / name
+    if not path.is_file():
+        pytest.fail(
+            f"sample {name} is not in {SAMPLES}: copy it byte-identical from the shared samples, "
+            "with its INDEX.md row"
+        )
+    first, _, rest = path.read_text().partition("\n")
     assert first.startswith("# source:")
     return rest
+
+
+def samples(pattern: str) -> list[Path]:
+    """The samples whose names match `pattern`; none is an error (a glob that finds nothing
+    would parametrize nothing, and pytest skips an empty parameter set)."""
+    found = sorted(SAMPLES.glob(pattern))
+    if not found:
+        raise FileNotFoundError(f"no sample matches {pattern} in {SAMPLES}")
+    return found

@@ -1,5 +1,5 @@
 """
-Every parser, fuzzed from real output (../shared/samples) and the fixtures: lines deleted,
+Every parser, fuzzed from real output (tests/samples) and the fixtures: lines deleted,
 duplicated, swapped, text truncated, characters flipped, separators and whitespace inserted,
 numbers changed (up to far past int()'s 4300-digit limit), JSON values replaced or removed,
 AllocResp protobuf bytes mutated. The only outcomes allowed are a parse or a ParseError, and a
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
-from samples import SAMPLES
+from samples import sample
 
 from enforcer import shell
 from facts import ascend, checkpoint, cri, procfs
@@ -33,17 +33,8 @@ FUZZ = settings(
 )
 
 
-def _sample(name: str) -> str | None:
-    path = SAMPLES / name
-    if not path.is_file():
-        return None  # the shared samples are absent: the fixtures still seed the fuzzing
-    first, _, rest = path.read_text().partition("\n")
-    return rest if first.startswith("# source:") else first + "\n" + rest
-
-
 def seeds(samples: list[str], fixtures: list[str]) -> list[str]:
-    found = [_sample(name) for name in samples] + [(FIXTURES / f).read_text() for f in fixtures]
-    return [text for text in found if text is not None]
+    return [sample(name) for name in samples] + [(FIXTURES / f).read_text() for f in fixtures]
 
 
 CHIP_MAPS = seeds(

@@ -1,4 +1,4 @@
-"""npu-smi parsers on real output (shared samples) and fixtures in npu-smi's printf formats."""
+"""npu-smi parsers on real output (tests/samples) and fixtures in npu-smi's printf formats."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""crictl JSON parsers on captured output (shared samples) and fixtures in crictl's format."""
+"""crictl JSON parsers on captured output (tests/samples) and fixtures in crictl's format."""
 
 from __future__ import annotations
 

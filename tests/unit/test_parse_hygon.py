@@ -1,6 +1,6 @@
 """
-hy-smi virtual parsers on the shared hy-smi_* / hy-virtual_* samples, and the vdev<i>.conf record on
-fixtures in its writers' layout (tests/fixtures/hygon/README.md).
+hy-smi virtual parsers on the hy-smi_* / hy-virtual_* samples (tests/samples), and the
+vdev<i>.conf record on fixtures in its writers' layout (tests/fixtures/hygon/README.md).
 
 No sample is a capture from a machine: all are documentation copies (see facts.hygon). Each sample
 is parsed below with its telling values asserted (CONFORMANCE), knowingly rejected
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from samples import SAMPLES, sample
+from samples import RECORD_FORMATS, sample, samples
 
 from facts.errors import ParseError
 from facts.hygon import (
@@ -87,9 +87,7 @@ TRANSCRIPT_ONLY = {
 
 
 def test_every_hygon_sample_is_parsed_rejected_or_a_transcript():
-    if not SAMPLES.is_dir():
-        pytest.skip(f"shared samples not found at {SAMPLES}")
-    names = {p.name for pattern in ("hy-smi_*", "hy-virtual_*") for p in SAMPLES.glob(pattern)}
+    names = {p.name for pattern in ("hy-smi_*", "hy-virtual_*") for p in samples(pattern)}
     parsed = {name for name, _, _ in CONFORMANCE}
     assert names == parsed | set(KNOWINGLY_REJECTED) | set(TRANSCRIPT_ONLY)
     assert len(names) == len(parsed) + len(KNOWINGLY_REJECTED) + len(TRANSCRIPT_ONLY)
@@ -337,10 +335,7 @@ def test_vdev_conf_fixtures_parse(name, expected):
 
 
 def test_record_fixture_is_the_record_formats_example():
-    doc = SAMPLES.parent / "RECORD-FORMATS.md"
-    if not doc.is_file():
-        pytest.skip(f"RECORD-FORMATS.md not found at {doc}")
-    lines = [line.strip() for line in doc.read_text().splitlines()]
+    lines = [line.strip() for line in RECORD_FORMATS.read_text().splitlines()]
     start = lines.index("PciBusId: 0000:3d:00.0")
     assert "\n".join(lines[start : start + 9]) + "\n" == fixture(RECORD)
 

@@ -1,8 +1,8 @@
 """
-nvidia-smi MIG parsers on real output (shared samples), and the two procfs files in the driver's
+nvidia-smi MIG parsers on real output (tests/samples), and the two procfs files in the driver's
 own formats (fixtures).
 
-Shared nvidia-smi samples of other commands are not parsed here: the simulator's conformance tests
+nvidia-smi samples of other commands are not parsed here: the simulator's conformance tests
 cover them. They are listed in SIMULATOR_COVERED, and a test checks that every nvidia-smi sample is
 either parsed below or listed there. (The three "cgi-then-lgi" transcripts end with an -lgi table:
 that table is parsed here, their -cgi half is the simulator's.)
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from samples import SAMPLES, sample
+from samples import sample, samples
 
 from facts.errors import ParseError
 from facts.nvidia import (
@@ -436,9 +436,7 @@ def test_real_output_parses_to_its_telling_values(name, read, expected):
 
 
 def test_every_nvidia_sample_is_parsed_here_or_covered_by_the_simulator():
-    if not SAMPLES.is_dir():
-        pytest.skip("shared samples not found")
-    on_disk = {p.name for p in SAMPLES.glob("nvidia-smi_*")}
+    on_disk = {p.name for p in samples("nvidia-smi_*")}
     parsed = {name for name, _, _ in CONFORMANCE} | set(KNOWINGLY_REJECTED)
     assert on_disk == parsed | set(SIMULATOR_COVERED)
     assert not parsed & set(SIMULATOR_COVERED)

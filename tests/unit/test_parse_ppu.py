@@ -1,7 +1,7 @@
 """
-ppu-smi parsers (facts.ppu) on the T-Head SAIL PPU-SMI reference's examples (../shared/samples/
+ppu-smi parsers (facts.ppu) on the T-Head SAIL PPU-SMI reference's examples (tests/samples/
 ppu-smi_*, PPU-SMI 1.28, driver 2.1.0), and the hostile cases on fixtures made from them
-(tests/fixtures/ppu), so that those run without the shared samples.
+(tests/fixtures/ppu), so that those need no vendor text.
 
 The samples are a vendor document, not captures. Each opens with the page's shell prompt, and some
 values were edited by hand: every such place is handled here knowingly, with a test saying why.
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from samples import SAMPLES, sample
+from samples import sample, samples
 
 from facts.errors import ParseError
 from facts.nvidia import (
@@ -219,9 +219,7 @@ def test_doc_output_parses_to_its_telling_values(name, read, expected):
 
 
 def test_every_ppu_sample_is_parsed_here_or_left_to_the_simulator():
-    if not SAMPLES.is_dir():
-        pytest.skip("shared samples not found")
-    on_disk = {p.name for p in SAMPLES.glob("ppu-smi_*")}
+    on_disk = {p.name for p in samples("ppu-smi_*")}
     parsed = {name for name, _, _ in CONFORMANCE}
     assert on_disk == parsed | set(SIMULATOR_COVERED)
     assert not parsed & set(SIMULATOR_COVERED)

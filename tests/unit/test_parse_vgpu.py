@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from samples import SAMPLES
+from samples import samples
 
 from enforcer.model import Process
 from facts.errors import ParseError
@@ -212,13 +212,8 @@ def test_single_device_dump_is_not_the_hierarchy():
         parse_mdevctl_defined(json.dumps(bare, indent=2))
 
 
-def _shared_dumps() -> list[Path]:
-    return sorted(SAMPLES.glob("mdevctl_*dumpjson*")) if SAMPLES.is_dir() else []
-
-
-@pytest.mark.skipif(not _shared_dumps(), reason=f"shared samples not found at {SAMPLES}")
-@pytest.mark.parametrize("path", _shared_dumps(), ids=lambda p: p.name)
-def test_shared_mdevctl_dumps_conform(path):
+@pytest.mark.parametrize("path", samples("mdevctl_*dumpjson*"), ids=lambda p: p.name)
+def test_sample_mdevctl_dumps_conform(path):
     """Every `mdevctl list [--defined] --dumpjson` sample parses whole; other dumps are refused."""
     first, _, text = path.read_text().partition("\n")
     assert first.startswith("# source:")

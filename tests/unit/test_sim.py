@@ -1,7 +1,7 @@
 """
 The simulated node (enforcer/sim): its tools print what the real ones print (checked against the
-shared samples and the project's parsers), refuse what the driver refuses, and its state behaves
-like a node (AI-core accounting, holders, reboot, faults, scenarios).
+samples in tests/samples and the project's parsers), refuse what the driver refuses, and its state
+behaves like a node (AI-core accounting, holders, reboot, faults, scenarios).
 """
 
 from __future__ import annotations

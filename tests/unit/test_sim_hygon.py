@@ -1,6 +1,6 @@
 """
 The simulated node's Hygon DCUs (enforcer/sim/hy_smi.py, SimNode's DCU section): hy-smi prints
-the listing layout the documentation copies show (../shared/samples/hy-smi_*), facts/hygon.py
+the listing layout the documentation copies show (tests/samples/hy-smi_*), facts/hygon.py
 reads every listing back as the state it came from, vDCU numbers are the lowest free node-wide
 and reused, a destroy takes every vDCU of its DCU and only those, faults and refusals change
 nothing, holders really hold the render node, gpustack's records are its writer's, and the story

@@ -1,6 +1,6 @@
 """
 The simulated node's T-Head PPUs (enforcer/sim/ppu_smi.py, mig.py's T-Head section): ppu-smi
-prints what the T-Head SAIL PPU-SMI reference shows (../shared/samples/ppu-smi_*, byte for byte
+prints what the T-Head SAIL PPU-SMI reference shows (tests/samples/ppu-smi_*, byte for byte
 where the doc's state can be made again), facts/ppu.py reads every output back as the state it
 came from, create and destroy round trip, a GI with compute instances is refused, the device
 and procfs files are where gpustack's T-Head allocator looks, its ownership records are its
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from samples import SAMPLES, sample
+from samples import sample
 
 from enforcer.sim import mig, ppu_story
 from enforcer.sim.mig import MigError
@@ -41,8 +41,6 @@ PPU1 = {  # the doc's PPU 1
 }
 DOC_48 = 49152  # the doc's "2g12gb" examples: a 16-CU GI of 12 GiB, 6 GiB a slice (mig.py)
 DOC_TIME = "Thu May  7 10:36:57 2026"
-
-needs_samples = pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared samples not found")
 
 
 def smi(node: SimNode, *args: str) -> subprocess.CompletedProcess[str]:
@@ -90,7 +88,6 @@ def make_node(tmp_path: Path) -> Iterator[Any]:
 # --- the doc's outputs, byte for byte ------------------------------------------------------------
 
 
-@needs_samples
 def test_default_table_of_the_docs_two_ppus_is_the_docs(make_node):
     """MIG off on both, the doc's readings, pid 525179 listed under two names on PPU 0."""
     node = make_node(
@@ -103,26 +100,22 @@ def test_default_table_of_the_docs_two_ppus_is_the_docs(make_node):
     same(ok(node), doc("default_2xPPU-ZW810E-processes-GI-CI-NA"))
 
 
-@needs_samples
 def test_profiles_of_a_fresh_96gb_ppu_are_the_docs(make_node):
     node = make_node(PPU, PPU1)
     same(ok(node, "mig", "-i", "1", "-lgip"), doc("mig-lgip_PPU1-96GB"))
 
 
-@needs_samples
 def test_placements_are_the_docs_but_the_8g_line_it_copied_from_4g(make_node):
     node = make_node(PPU, PPU1)
     wanted = doc("mig-lgipp_PPU1").replace("ID 3 placements: {0,4}:4", "ID 3 placements: {0}:8")
     same(ok(node, "mig", "-i", "1", "-lgipp"), wanted)
 
 
-@needs_samples
 def test_cgi_on_an_empty_ppu_makes_gi_0_as_the_transcript_says(make_node):
     node = make_node(PPU, PPU1)
     same(ok(node, "mig", "-i", "1", "-cgi", "1"), doc("mig-cgi_success_transcript"))
 
 
-@needs_samples
 def test_lgi_of_the_doc_is_gi_1_destroyed_between_gi_0_and_gi_2(make_node):
     """48 GiB naming (2g12gb): GIs 0, 1, 2 at 0:2, 4:2, 2:2; -dgi GI 1 prints the transcript."""
     node = make_node({**PPU, "memory_mib": DOC_48}, {**PPU1, "memory_mib": DOC_48})
@@ -131,7 +124,6 @@ def test_lgi_of_the_doc_is_gi_1_destroyed_between_gi_0_and_gi_2(make_node):
     same(ok(node, "mig", "-i", "1", "-lgi"), doc("mig-lgi_PPU1"))
 
 
-@needs_samples
 def test_lci_of_the_doc_and_its_cci_and_dci_transcripts(make_node):
     node = make_node({**PPU, "memory_mib": DOC_48}, {**PPU1, "memory_mib": DOC_48})
     ok(node, "mig", "-i", "1", "-cgi", "1")
@@ -142,14 +134,12 @@ def test_lci_of_the_doc_and_its_cci_and_dci_transcripts(make_node):
     same(ok(node, *dci), doc("mig-dci_success_transcript"))
 
 
-@needs_samples
 def test_lcip_of_a_fresh_2g12gb_gi_is_the_docs(make_node):
     node = make_node({**PPU, "memory_mib": DOC_48}, {**PPU1, "memory_mib": DOC_48})
     node.create_ppu_gi(1, 1, ci=False)
     same(ok(node, "mig", "-lcip", "-i", "1", "-gi", "0"), doc("mig-lcip_PPU1-GI0"))
 
 
-@needs_samples
 def test_cgi_with_C_makes_gi_4_when_gis_0_to_3_exist(make_node):
     node = make_node({**PPU, "memory_mib": DOC_48}, {**PPU1, "memory_mib": DOC_48})
     for _ in range(4):

@@ -1,0 +1,92 @@
+"""
+The reference in docs/ stays true to the code: docs/HOST-DATA.md is the schema rendered (and the
+schema says what every key means), and every function and test docs/CONTRACT.md names exists.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from enforcer import docs
+from enforcer.policy import SCHEMA
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST_DATA = ROOT / "docs" / "HOST-DATA.md"
+CONTRACT = ROOT / "docs" / "CONTRACT.md"
+
+
+def test_host_data_reference_is_the_schema_rendered():
+    assert HOST_DATA.read_text() == docs.host_data_reference(), (
+        "docs/HOST-DATA.md is out of date with schemas/host-data.schema.json; regenerate it: "
+        f".venv/bin/{docs.COMMAND}"
+    )
+
+
+def test_every_host_data_key_is_described_and_one_without_a_default_says_what_unset_means():
+    undescribed = [k for k, spec in SCHEMA["properties"].items() if not spec.get("description")]
+    assert undescribed == []
+    unsaid = [
+        key
+        for key, spec in SCHEMA["properties"].items()
+        if "default" not in spec
+        and not re.search(r"\b(unset|default)\b", spec["description"], re.I)
+    ]
+    assert unsaid == []
+
+
+def test_a_key_renders_as_one_row_with_its_type_default_and_escaped_description():
+    schema = {
+        "description": "Test keys.",
+        "properties": {
+            "enforcer_x": {
+                "description": "Files under <dir>, a|b.",
+                "type": "integer",
+                "minimum": 1,
+                "default": 3,
+            },
+            "enforcer_y": {"description": "Unset: computed.", "enum": ["a", "b"]},
+        },
+    }
+    rows = [line for line in docs.host_data_reference(schema).splitlines() if "enforcer_" in line]
+    assert rows == [
+        r"| `enforcer_x` | an integer >= 1 | `3` | Files under &lt;dir>, a\|b. |",
+        "| `enforcer_y` | one of 'a', 'b' | unset | Unset: computed. |",
+    ]
+
+
+def test_the_generator_writes_the_file_it_is_given(tmp_path: Path):
+    out = tmp_path / "HOST-DATA.md"
+    assert docs.main([str(out)]) == 0
+    assert out.read_text() == docs.host_data_reference()
+
+
+def _functions(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+
+
+def test_every_function_the_contract_page_names_exists():
+    text = CONTRACT.read_text()
+    named = set(re.findall(r"`(\w+)\(\)`", text))
+    defined = _functions(ROOT / "enforcer" / "contract.py") | _functions(
+        ROOT / "operations" / "enforce.py"
+    )
+    assert named, "docs/CONTRACT.md names no function"
+    assert sorted(named - defined) == []
+
+
+def test_every_test_the_contract_page_names_exists():
+    """`tests/x.py` names a file, `tests/x.py::test_y` a test in it, `...::test_y_*` a family."""
+    named = re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+)(\*?))?`", CONTRACT.read_text())
+    assert named, "docs/CONTRACT.md names no test"
+    missing = []
+    for path, name, family in named:
+        file = ROOT / path
+        tests = _functions(file) if file.is_file() else set()
+        if not file.is_file() or (
+            name and not any(t == name or (family and t.startswith(name)) for t in tests)
+        ):
+            missing.append(f"{path}::{name}{family}")
+    assert missing == []
