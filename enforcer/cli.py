@@ -1,7 +1,7 @@
 """
 The `enforcer` command: what the runs said, for people (tables) and machines (`--json`).
 
-    enforcer report DIR                       the fleet view: where are we leaking?
+    enforcer report DIR [--stale-after SPAN]  the fleet view: where are we leaking, who is silent?
     enforcer explain REPORT PARTITION         why this verdict: reason, evidence, streak, owners
     enforcer ledger show [STATE_DIR_OR_FILE]  one node's ledger: the candidate streaks
     enforcer validate INVENTORY               every host's enforcer_* host data, every error
@@ -28,6 +28,7 @@ from typing import Any
 
 import jsonschema
 
+from enforcer import fleet
 from enforcer import ledger as ledgers
 from enforcer.policy import PREFIX, PolicyError, policy_from_host_data
 from enforcer.report import SCHEMA as REPORT_SCHEMA
@@ -109,32 +110,80 @@ class FleetView:
     rows: tuple[FleetRow, ...]  # nodes that need a person first, then the rest; by host, kind
     unreadable: tuple[tuple[str, str], ...]  # (file, why)
     total: dict[str, int] = field(default_factory=dict)
+    missing: tuple[tuple[str, str], ...] = ()  # (host, why): of the inventory, with no report
+    inventory: fleet.Inventory | None = None
+    stale_after: tuple[str, ...] = ()  # which thresholds applied, for people
 
     @property
     def findings(self) -> bool:
-        return bool(self.unreadable) or any(r.needs for r in self.rows)
+        return bool(self.unreadable or self.missing) or any(r.needs for r in self.rows)
 
 
-def fleet_view(directory: Path) -> FleetView:
-    """Every `*.json` run report in `directory`; one that is not a valid report is unreadable."""
-    rows: list[FleetRow] = []
+def fleet_view(
+    directory: Path, override: fleet.Threshold | None = None, now: float | None = None
+) -> FleetView:
+    """
+    Every `*.json` run report in `directory` (one that is not a valid report is unreadable) and
+    in its `drain/` (drains not finished), judged against the inventory the last run recorded
+    there (enforcer.fleet): stale reports, hosts with no report, reports of hosts gone.
+    """
+    now = time.time() if now is None else now
     unreadable: list[tuple[str, str]] = []
-    for path in sorted(directory.glob("*.json")):
-        try:
-            rows += _rows(read_report(path), path.name)
-        except Failed as error:
-            unreadable.append((path.name, str(error).removeprefix(f"{path}: ")))
+    try:
+        inventory = fleet.read_inventory(directory)
+    except fleet.FleetError as error:
+        inventory = None
+        unreadable.append((fleet.INVENTORY, f"not the fleet's inventory: {error}"))
+    rows: list[FleetRow] = []
+    reported: set[str] = set()
+    for path, report in _reports(directory, "", unreadable):
+        reported.add(report["host"])
+        rows += _rows(report, path.name, fleet.host_needs(report, path, inventory, override, now))
+    for path, report in _reports(directory / fleet.DRAINS, f"{fleet.DRAINS}/", unreadable):
+        rows += _rows(report, f"{fleet.DRAINS}/{path.name}", [])
+    listed = set(inventory.hosts) if inventory else set()
+    missing = (
+        ()
+        if inventory is None
+        else tuple((h, fleet.missing_need(inventory, h)) for h in sorted(listed - reported))
+    )
     person = {r.host for r in rows if r.needs}
     rows.sort(key=lambda r: (r.host not in person, r.host, r.file, r.kind))
     total = {status: sum(r.counts[status] for r in rows) for status, _ in COUNTED}
-    return FleetView(tuple(rows), tuple(unreadable), total)
+    hosts = reported | listed
+    said = _thresholds(hosts, inventory, override)
+    return FleetView(tuple(rows), tuple(unreadable), total, missing, inventory, said)
 
 
-def _rows(report: dict[str, Any], file: str) -> list[FleetRow]:
+def _reports(
+    directory: Path, prefix: str, unreadable: list[tuple[str, str]]
+) -> list[tuple[Path, dict[str, Any]]]:
+    """The run reports in one directory; the others go to `unreadable`. Dot files are none."""
+    found = []
+    for path in sorted(directory.glob("[!.]*.json")):
+        try:
+            found.append((path, read_report(path)))
+        except Failed as error:
+            unreadable.append((prefix + path.name, str(error).removeprefix(f"{path}: ")))
+    return found
+
+
+def _thresholds(
+    hosts: set[str], inventory: fleet.Inventory | None, override: fleet.Threshold | None
+) -> tuple[str, ...]:
+    """Each staleness threshold that applied, with why and to how many hosts."""
+    applied = Counter(fleet.applied(h, inventory, override) for h in hosts)
+    return tuple(
+        f"{fleet.span_of(t.seconds)} ({t.why})" + (f" for {n} host(s)" if len(applied) > 1 else "")
+        for t, n in sorted(applied.items(), key=lambda item: (item[0].seconds, item[0].why))
+    )
+
+
+def _rows(report: dict[str, Any], file: str, host_needs: list[str]) -> list[FleetRow]:
     by_kind: dict[str, Counter[str]] = {}
     for v in report["verdicts"]:
         by_kind.setdefault(v["partition"]["kind"], Counter())[v["status"]] += 1
-    node_needs = needs_a_person(report)
+    node_needs = needs_a_person(report) + host_needs
     return [
         FleetRow(
             host=report["host"],
@@ -181,7 +230,7 @@ def needs_a_person(report: dict[str, Any]) -> list[str]:
     if report["ledger"].startswith("set aside"):
         needs.append("ledger set aside")
     if (report.get("drain") or {}).get("state") == "draining":
-        needs.append("drain not finished")
+        needs.append("drain not finished: run drain.py again, or undrain.py")
     return needs
 
 
@@ -189,14 +238,26 @@ def _report(args: argparse.Namespace) -> int:
     directory = _existing(args.dir, "directory")
     if not directory.is_dir():
         raise Failed(USAGE, f"{args.dir}: not a directory")
-    view = fleet_view(directory)
-    if not view.rows and not view.unreadable:
+    try:
+        override = fleet.given(args.stale_after) if args.stale_after else None
+    except ValueError as error:
+        raise Failed(USAGE, f"--stale-after: {error} (30s, 15min, 2h, 1d)") from error
+    view = fleet_view(directory, override)
+    if not view.rows and not view.unreadable and not view.missing:
         raise Failed(FINDINGS, f"{args.dir}: no run report (*.json) here")
     if args.json:
+        inventory = view.inventory and {
+            "source": view.inventory.source,
+            "recorded_at": view.inventory.recorded_at,
+            "hosts": sorted(view.inventory.hosts),
+        }
         _print_json(
             {
                 "rows": [asdict(r) for r in view.rows],
                 "unreadable": [{"file": f, "error": e} for f, e in view.unreadable],
+                "missing": [{"host": h, "needs": [why]} for h, why in view.missing],
+                "inventory": inventory,
+                "stale_after": list(view.stale_after),
                 "total": view.total,
             }
         )
@@ -208,8 +269,8 @@ def _report(args: argparse.Namespace) -> int:
 def fleet_table(view: FleetView, colour: bool = False, now: float | None = None) -> str:
     """The fleet view for people: one aligned table, what needs a person first."""
     now = time.time() if now is None else now
-    hosts = {r.host for r in view.rows}
-    person = {r.host for r in view.rows if r.needs}
+    hosts = {r.host for r in view.rows} | {h for h, _ in view.missing}
+    person = {r.host for r in view.rows if r.needs} | {h for h, _ in view.missing}
     head = (
         f"{len(hosts)} host(s), {len(person)} need a person, "
         f"{len(view.unreadable)} unreadable report(s)"
@@ -221,17 +282,32 @@ def fleet_table(view: FleetView, colour: bool = False, now: float | None = None)
     for file, why in view.unreadable:
         rows.append((file, "-", "-", *dashes, f"unreadable report: {why}"))
         styles.append(RED)
+    for host, why in view.missing:
+        rows.append((host, "-", "-", *dashes, why))
+        styles.append(RED)
     for r in view.rows:
         counts = (str(r.counts[status]) for status, _ in COUNTED)
         needs = "; ".join(r.needs)
-        rows.append((r.host, r.node, r.kind, *counts, r.mode, _age(now - r.run_at), needs))
+        age = fleet.span_of(now - r.run_at)
+        rows.append((r.host, r.node, r.kind, *counts, r.mode, age, needs))
         styles.append(RED if r.host in person else "")
     rows.append(("total", "", "", *(str(view.total[s]) for s, _ in COUNTED), "", "", ""))
     styles.append(BOLD)
     lines = aligned(rows, right=range(3, 3 + len(COUNTED)))
     if colour:
         lines = [_paint(line, style) for line, style in zip(lines, styles, strict=True)]
-    return "\n".join([head, *lines])
+    return "\n".join([head, _judged_against(view, now), *lines])
+
+
+def _judged_against(view: FleetView, now: float) -> str:
+    """Which inventory and staleness thresholds the view applied."""
+    inventory = view.inventory
+    if inventory is None:
+        known = "inventory: none recorded here (no run of this version yet): no host is missing"
+    else:
+        ago = fleet.span_of(now - inventory.recorded_at)
+        known = f"inventory: {len(inventory.hosts)} host(s) of {inventory.source} ({ago} ago)"
+    return f"{known}; stale after {', '.join(view.stale_after) or '-'}"
 
 
 def aligned(rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> list[str]:
@@ -246,15 +322,6 @@ def aligned(rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> list[st
         ]
         lines.append("  ".join([*cells, row[-1]]).rstrip())
     return lines
-
-
-def _age(seconds: float) -> str:
-    """How long ago, by the control node's clock against the node's: 45s, 12m, 5h, 3d."""
-    s = max(0, int(seconds))
-    for unit, size, upto in (("s", 1, 120), ("m", 60, 7200), ("h", 3600, 172800)):
-        if s < upto:
-            return f"{s // size}{unit}"
-    return f"{s // 86400}d"
 
 
 # --- enforcer explain REPORT PARTITION --------------------------------------------------------
@@ -548,6 +615,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     report = sub.add_parser("report", help="the fleet view: every host's last run report")
     report.add_argument("dir", metavar="DIR", help="the reports directory (enforcer_reports_dir)")
+    report.add_argument(
+        "--stale-after",
+        metavar="SPAN",
+        help="a host's last report older than this needs a person (30s, 15min, 2h, 1d; default: "
+        f"{fleet.PERIODS} of its enforcer_schedule_period, as its last run recorded it)",
+    )
     report.set_defaults(run=_report)
     explain = sub.add_parser("explain", help="why a partition got its verdict")
     explain.add_argument("report", metavar="REPORT", help="a run report (<host>.json)")

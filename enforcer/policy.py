@@ -21,6 +21,7 @@ import difflib
 import json
 import math
 import numbers
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +140,18 @@ class NodePaths:
 def under(rootfs: str, path: str) -> str:
     """`path` (absolute) below `rootfs`, without doubling the slash when rootfs is "/"."""
     return rootfs.rstrip("/") + path
+
+
+# A time span of host data (enforcer_schedule_period and the like): a whole number and its unit.
+SPAN = re.compile(r"^(0|[1-9][0-9]{0,5})(s|min|h|d)$")
+SECONDS = {"s": 1, "min": 60, "h": 3600, "d": 86400}
+
+
+def seconds(span: str) -> int:
+    match = SPAN.fullmatch(span)
+    if match is None:
+        raise ValueError(f"not a time span: {span!r}")
+    return int(match[1]) * SECONDS[match[2]]
 
 
 @dataclass(frozen=True)

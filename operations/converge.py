@@ -11,6 +11,7 @@ import os
 import sys
 import tempfile
 import urllib.parse
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,7 @@ import click
 import pyinfra
 from pyinfra.api.exceptions import DeployError
 
-from enforcer import audit, metrics
+from enforcer import audit, fleet, metrics
 from enforcer import drain as drains
 from enforcer import ledger as ledgers
 from enforcer import report as reports
@@ -186,12 +187,15 @@ def converge(host) -> None:
     keep_in_fleet_view(host, report)
     if any(h.source == "node" and h.status != "ok" for h in obs.health):
         return  # no boot id or clock: nothing can be recorded, nothing is destroyed
-    next_ledger = replace(next_ledger, report_digest=reports.digest(report))
+    # --dry records what a real run would: its report's mode is the policy's, so a run that
+    # would change nothing shows no change (a "dry" mode would change the digest every time).
+    recorded = {**report, "mode": policy.mode}
+    next_ledger = replace(next_ledger, report_digest=reports.digest(recorded))
     read = None if note == "missing" or note.startswith("set aside") else ledger
     enforce.write_state(
         name="Record the ledger and the run report",
         ledger=ledgers.dump(next_ledger),
-        report=json.dumps(report, indent=1) + "\n",
+        report=json.dumps(recorded, indent=1) + "\n",
         paths=policy.paths,
         set_aside=note.startswith("set aside"),
         stamp=int(obs.now),
@@ -218,19 +222,77 @@ def converge(host) -> None:
 def keep_in_fleet_view(host, report: dict) -> None:
     """
     Keep the run's report as `<enforcer_reports_dir>/<host>.json` on the control node (`enforcer
-    report DIR` reads them all), in every mode, --dry included (the report says its mode). Local
-    Python while the deploy loads, not an operation: pyinfra counts no change for it. A failed
-    write is said, not raised: this copy must never stop a run.
+    report DIR` reads them all), a --dry run's beside it in `dry/` (it never hides the last real
+    one), and the run's inventory (enforcer.fleet). A real run's report says the node's drain
+    state: a drain's own record is cleared. Local Python while the deploy loads, not an
+    operation: pyinfra counts no change for it. A failed write is said, not raised: this copy
+    must never stop a run.
     """
-    configured = host.data.get("enforcer_reports_dir") or DEFAULTS["enforcer_reports_dir"]
+    directory = host_reports_dir(host)
+    dry = report["mode"] == "dry"
     try:
-        keep_report(reports_dir(configured), host.name, report)
+        keep_report(directory / fleet.DRY if dry else directory, host.name, report)
+        if not dry:
+            forget_drain(host.name, directory)
+        record_inventory(host.inventory, directory)
     except OSError as error:
-        print(
-            f"{host.name}: the run report was not kept for the fleet view: {error}",
-            file=sys.stderr,
-            flush=True,
-        )
+        _not_kept(host.name, error)
+
+
+def _not_kept(host_name: str, error: OSError) -> None:
+    print(
+        f"{host_name}: the fleet view was not updated ({error}): `enforcer report` shows this "
+        "host's last kept report until a run can write it",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def host_reports_dir(host) -> Path:
+    """The host's `enforcer_reports_dir`, resolved (reports_dir)."""
+    return reports_dir(host.data.get("enforcer_reports_dir") or DEFAULTS["enforcer_reports_dir"])
+
+
+# Inventories whose hosts were recorded, by reports directory: once per run, not once per host.
+_RECORDED: weakref.WeakKeyDictionary[Any, set[Path]] = weakref.WeakKeyDictionary()
+
+
+def record_inventory(inventory, directory: Path) -> None:
+    """`<directory>/.inventory.json`: every host of the run's inventory (--limit or not) whose
+    reports go there, and each one's staleness threshold (enforcer.fleet.threshold)."""
+    done = _RECORDED.setdefault(inventory, set())
+    if directory in done:
+        return
+    hosts = [
+        (h.name, fleet.threshold(h.data.get(fleet.PERIOD_KEY)))
+        for h in inventory
+        if host_reports_dir(h) == directory
+    ]
+    record = fleet.inventory_record(inventory_source(), hosts)
+    write_atomically(directory / fleet.INVENTORY, json.dumps(record, indent=1) + "\n")
+    done.add(directory)
+
+
+def keep_drain(host_name: str, directory: Path, report: dict) -> None:
+    """A drain's record in the fleet view, `<directory>/drain/<host>.json`, kept until it ends.
+    (pyinfra's python.call runs it when the drain starts to change the node.)"""
+    try:
+        keep_report(directory / fleet.DRAINS, host_name, report)
+    except OSError as error:
+        _not_kept(host_name, error)
+
+
+def forget_drain(host_name: str, directory: Path) -> None:
+    """Clear a drain's record: it succeeded, was ended (undrain.py), or a converge run's
+    report now says the drain's state."""
+    try:
+        (directory / fleet.DRAINS / report_file_name(host_name)).unlink(missing_ok=True)
+    except OSError as error:
+        _not_kept(host_name, error)
+
+
+def drain_kept(host_name: str, directory: Path) -> bool:
+    return (directory / fleet.DRAINS / report_file_name(host_name)).exists()
 
 
 def reports_dir(configured: str) -> Path:
@@ -240,25 +302,42 @@ def reports_dir(configured: str) -> Path:
 
 
 @functools.cache
-def inventory_dir() -> Path:
+def inventory_arg() -> str | None:
     """
-    The directory of this pyinfra run's inventory file. pyinfra 3.10 does not tell a deploy: its
+    The inventory argument of this pyinfra run. pyinfra 3.10 does not tell a deploy: its
     `Inventory` keeps no file name, and the click context that has it is greenlet-local, not
     visible where the deploy runs. So the command line is parsed again by pyinfra's own click
-    command. When the inventory is no file (a host list, an @connector, a module attribute) or
-    pyinfra runs as an API: the current directory (pyinfra has already entered any --chdir).
+    command. None: pyinfra runs as an API.
     """
-    if pyinfra.is_cli:
-        from pyinfra_cli.cli import cli  # already imported: this process is pyinfra's CLI
+    if not pyinfra.is_cli:
+        return None
+    from pyinfra_cli.cli import cli  # already imported: this process is pyinfra's CLI
 
-        try:
-            params = cli.make_context("pyinfra", sys.argv[1:], resilient_parsing=True).params
-        except (click.ClickException, click.exceptions.Exit):
-            params = {}
-        inventory = params.get("inventory")
-        if inventory and Path(inventory).is_file():
-            return Path(inventory).resolve().parent
+    try:
+        params = cli.make_context("pyinfra", sys.argv[1:], resilient_parsing=True).params
+    except (click.ClickException, click.exceptions.Exit):
+        params = {}
+    return params.get("inventory")
+
+
+def inventory_dir() -> Path:
+    """
+    The directory of this pyinfra run's inventory file. When the inventory is no file (a host
+    list, an @connector, a module attribute) or pyinfra runs as an API: the current directory
+    (pyinfra has already entered any --chdir).
+    """
+    inventory = inventory_arg()
+    if inventory and Path(inventory).is_file():
+        return Path(inventory).resolve().parent
     return Path.cwd()
+
+
+def inventory_source() -> str:
+    """The run's inventory for people: its file, else pyinfra's argument, else the API."""
+    inventory = inventory_arg()
+    if inventory and Path(inventory).is_file():
+        return str(Path(inventory).resolve())
+    return inventory or "the pyinfra API"
 
 
 def report_file_name(host_name: str) -> str:
@@ -279,14 +358,19 @@ def report_file_name(host_name: str) -> str:
 
 
 def keep_report(directory: Path, host_name: str, report: dict) -> Path:
-    """Write one report into `directory` atomically: a temp file that no `*.json` matches,
-    fsync, rename over the last one."""
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / report_file_name(host_name)
-    fd, temp = tempfile.mkstemp(prefix=".report-", suffix=".tmp", dir=directory)
+    """Write one report into `directory` atomically, over the last one."""
+    return write_atomically(
+        directory / report_file_name(host_name), json.dumps(report, indent=1) + "\n"
+    )
+
+
+def write_atomically(target: Path, text: str) -> Path:
+    """A temp file that no `*.json` matches, fsync, rename over the last one."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=".report-", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(json.dumps(report, indent=1) + "\n")
+            out.write(text)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temp, target)

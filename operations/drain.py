@@ -2,9 +2,11 @@
 The pre-maintenance drain, wired: drain.py calls `drain()`, undrain.py `undrain()`.
 
     drain:   [cordon] -> read, decide (enforcer.drain) until nothing blocks or the timeout ->
+             keep the drain in the fleet view (<reports_dir>/drain/<host>.json: not finished) ->
              record the marker and the audit lines -> destroy every free partition ->
-             fail, listing what blocks | verify nothing is left -> mark the node drained
-    undrain: [uncordon] -> remove the marker
+             fail, listing what blocks | verify nothing is left -> mark the node drained ->
+             clear the drain from the fleet view
+    undrain: [uncordon] -> remove the marker -> clear the drain from the fleet view
 
 The wait runs while pyinfra prepares the deploy, for every host at once (pyinfra loads a deploy
 file for each host in its own greenlet); the destroys run as operations after every host's wait,
@@ -33,7 +35,17 @@ from enforcer.shell import render
 from facts import kubeapi, nodename
 from facts.snapshot import DrainMarkerFile
 from operations import enforce
-from operations.converge import drain_marker, host_data, host_policy, ledger_of, read_node
+from operations.converge import (
+    drain_kept,
+    drain_marker,
+    forget_drain,
+    host_data,
+    host_policy,
+    host_reports_dir,
+    keep_drain,
+    ledger_of,
+    read_node,
+)
 from operations.enforce import b64
 
 PROGRESS_SECONDS = 30  # while waiting, the blocking partitions are said again this often
@@ -68,6 +80,14 @@ def drain(host) -> None:
         cordoned=settings.cordon and not dry,
         destroying=[v.partition for v in free],
     )
+    if not dry:  # the fleet view lists the drain as not finished until it is verified
+        python.call(
+            name="Keep the drain in the fleet view until it ends",
+            function=keep_drain,
+            host_name=host.name,
+            directory=host_reports_dir(host),
+            report={**report, "drain": marker},
+        )
     record_drain(
         name="Record the drain, and in the audit log the destroys it is about to do",
         marker=drains.dump(marker),
@@ -92,6 +112,7 @@ def drain(host) -> None:
     python.call(name="Verify that no partition is left", function=verify_free, policy=policy)
     drained = drains.dump(drains.drained(marker, obs.now))
     record_drain(name="Mark the node drained", marker=drained, paths=policy.paths)
+    _forget(host, "Clear the drain from the fleet view: the node is drained")
 
 
 def undrain(host) -> None:
@@ -110,8 +131,16 @@ def undrain(host) -> None:
         return
     if text is None:
         current_host.noop("the node has no drain marker")
-        return
-    record_drain(name="Clear the drain marker", marker="", paths=policy.paths)
+    else:
+        record_drain(name="Clear the drain marker", marker="", paths=policy.paths)
+    if drain_kept(host.name, host_reports_dir(host)):
+        _forget(host, "Clear the drain from the fleet view")
+
+
+def _forget(host, name: str) -> None:
+    """Clear the host's drain record in the fleet view, once the node says the drain ended."""
+    directory = host_reports_dir(host)
+    python.call(name=name, function=forget_drain, host_name=host.name, directory=directory)
 
 
 def wait_until_free(

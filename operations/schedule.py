@@ -78,7 +78,15 @@ from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
 from enforcer import shell
-from enforcer.policy import DEFAULTS, HOST_DATA_KEYS, PolicyError, policy_from_host_data, under
+from enforcer.policy import (
+    DEFAULTS,
+    HOST_DATA_KEYS,
+    SPAN,
+    PolicyError,
+    policy_from_host_data,
+    seconds,
+    under,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SERVICE = "partition-enforcer.service"
@@ -90,9 +98,7 @@ NODE_INVENTORY = "/etc/partition-enforcer/inventory.py"
 BREAKER = "enforcer_breaker"
 
 UNIT_PATH = shell.PATH  # letters, digits and . _ / + @ : = - : no space, quote, ;, $, %, \
-SPAN = re.compile(r"^(0|[1-9][0-9]{0,5})(s|min|h|d)$")
 CALENDAR = re.compile(r"^\*-\*-\* [0-9*/:]+ UTC$")
-SECONDS = {"s": 1, "min": 60, "h": 3600, "d": 86400}
 
 
 # --- host data -> Schedule ------------------------------------------------------------------
@@ -241,13 +247,6 @@ def schedule_from_host_data(host_name: str, data: dict[str, Any]) -> Schedule:
 def default_pyinfra() -> str:
     """The pyinfra of the Python running schedule.py (its virtualenv's bin), not resolved."""
     return str(Path(sys.executable).with_name("pyinfra"))
-
-
-def seconds(span: str) -> int:
-    match = SPAN.fullmatch(span)
-    if match is None:
-        raise ValueError(f"not a time span: {span!r}")
-    return int(match[1]) * SECONDS[match[2]]
 
 
 def calendar_of(period: str) -> str | None:

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 from e2e.conftest import PYINFRA, REPO, Node
+from e2e.test_fleet_view import enforcer
 from e2e.test_kubernetes_api import kubeconfig
 
 from enforcer.sim import hygon_story, mig_story, vgpu_story
+from operations.converge import report_file_name
 
 INFER_A = "8ad2a1b0-3c1e-4d1f-9f0e-2b7c1c0d9a11"  # Running, holds vNPU 100
 INFER_B = "5c0e7f3a-91d2-4b8e-a6f1-3d7b2e9c4a20"  # Pending, allocated a vir02
@@ -192,6 +194,40 @@ def test_drain_blocked_by_a_pod_that_never_leaves_fails_listing_it_and_keeps_wha
     assert converged.report["drain"]["state"] == "draining"
     assert converged.verdict(100) == "held"
     assert "DRAINING" in converged.output
+
+
+def test_a_drain_that_timed_out_needs_a_person_in_the_fleet_view_until_it_is_over(
+    seed_node, tmp_path
+):
+    seed_node.configure(**drain_data(enforcer_drain_timeout_seconds=0))
+    pods_leave(seed_node, INFER_B, TRAIN_C)  # infer-a stays, and its process holds vNPU 100
+    reports = tmp_path / "reports"
+    kept = reports / "drain" / report_file_name("@local")
+    rc, output = run(seed_node, "drain.py")
+    assert rc != 0 and "the drain timed out" in output, output
+    view = enforcer("report", str(reports), "--json")
+    assert view.returncode == 1, view.stdout + view.stderr
+    (row,) = json.loads(view.stdout)["rows"]
+    assert (row["file"], row["mode"], row["counts"]["held"]) == (
+        "drain/@local.json",
+        "drain, draining",
+        1,
+    )
+    assert row["needs"] == ["drain not finished: run drain.py again, or undrain.py"]
+
+    assert seed_node.enforce().rc == 0  # its report says the drain's state now
+    assert not kept.exists()
+    (row,) = json.loads(enforcer("report", str(reports), "--json").stdout)["rows"]
+    assert row["file"] == "@local.json" and "drain not finished" in row["needs"][0]
+
+    assert run(seed_node, "drain.py")[0] != 0 and kept.exists()
+    rc, output = run(seed_node, "undrain.py")
+    assert rc == 0 and not kept.exists(), output
+
+    pods_leave(seed_node, INFER_A)
+    rc, output = run(seed_node, "drain.py")
+    assert rc == 0, output
+    assert "Keep the drain in the fleet view" in output and not kept.exists()
 
 
 def test_drain_interrupted_half_way_and_run_again_finishes_and_records_every_destroy(

@@ -1,7 +1,8 @@
 """
 The fleet view through the real `pyinfra` CLI: every run keeps its host's report on the control
-node, `reports/<host>.json` beside the inventory (enforcer_reports_dir), --dry too, without
-changing what pyinfra counts as changes; `enforcer report DIR` reads it.
+node, `reports/<host>.json` beside the inventory (enforcer_reports_dir), a --dry run's beside it
+in `dry/`, and the inventory's hosts, without changing what pyinfra counts as changes;
+`enforcer report DIR` reads them and lists the hosts it has not heard from (issue 19).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
+from e2e.conftest import PYINFRA, REPO
 
 from enforcer.report import SCHEMA
 from operations.converge import report_file_name
@@ -39,7 +41,7 @@ def test_a_run_keeps_the_hosts_report_beside_the_inventory(seed_node, tmp_path):
     report = json.loads(kept.read_text())
     jsonschema.validate(report, SCHEMA)
     assert report == run.report  # the same report the node keeps in its state dir
-    assert [p.name for p in kept.parent.iterdir()] == [kept.name]  # no temp file left
+    assert sorted(p.name for p in kept.parent.iterdir()) == [".inventory.json", kept.name]
 
     view = enforcer("report", str(kept.parent), "--json")
     assert view.returncode == 0, view.stdout + view.stderr  # the seed story: nothing stuck
@@ -67,11 +69,47 @@ def test_a_run_that_changed_nothing_still_refreshes_the_fleet_view_and_says_no_c
     assert after["run_at"] >= before["run_at"] and after["mode"] == "converge"
 
 
-def test_dry_runs_and_a_configured_dir_are_kept_too(seed_node, tmp_path):
+def test_a_dry_run_of_a_settled_node_counts_no_change_and_keeps_its_report_beside(
+    seed_node, tmp_path
+):
     seed_node.configure(enforcer_reports_dir="fleet/view")  # relative: to the inventory's dir
-    run = seed_node.enforce("--dry")
-    assert run.rc == 0, run.output
-    kept = tmp_path / "fleet" / "view" / report_file_name("@local")
-    assert json.loads(kept.read_text())["mode"] == "dry"
-    assert not (seed_node.state_dir / "report.json").exists()  # --dry left nothing on the node
+    for _ in range(2):  # the first records a missing ledger, the second its note
+        assert seed_node.enforce().rc == 0
+    real = tmp_path / "fleet" / "view" / report_file_name("@local")
+    before = real.read_text()
+    argv = [PYINFRA, str(seed_node.inventory), "deploy.py", "--dry"]  # no -y: what would change
+    dry_run = seed_node.ns.run(argv, cwd=str(REPO))
+    output = dry_run.stdout + dry_run.stderr
+    assert dry_run.returncode == 0, output
+    recorded = re.search(r"^\s*Record the ledger and the run report\s+(\S+)", output, re.M)
+    assert recorded and recorded[1] == "-", output  # a real run would change nothing either
+    assert real.read_text() == before  # the last real run's report is not hidden
+    dry = tmp_path / "fleet" / "view" / "dry" / report_file_name("@local")
+    assert json.loads(dry.read_text())["mode"] == "dry"
+    assert json.loads((seed_node.state_dir / "report.json").read_text())["mode"] == "converge"
     assert not (tmp_path / "reports").exists()
+
+
+def test_a_host_pyinfra_cannot_reach_and_a_retired_hosts_report_need_a_person(seed_node, tmp_path):
+    assert seed_node.enforce().rc == 0
+    reports = tmp_path / "reports"
+    retired = json.loads((reports / report_file_name("@local")).read_text())
+    (reports / "node-retired.json").write_text(json.dumps({**retired, "host": "node-retired"}))
+    inventory = seed_node.inventory.read_text()  # @local, and a node whose sshd is not there
+    unreachable = "('node-down', {'ssh_hostname': '127.0.0.1', 'ssh_port': 1})"
+    seed_node.inventory.write_text(inventory.replace("hosts = [", f"hosts = [{unreachable}, "))
+    run = seed_node.enforce()
+    assert run.rc != 0 and "node-down" in run.output, run.output
+
+    view = enforcer("report", str(reports), "--json")
+    assert view.returncode == 1, view.stdout + view.stderr
+    found = json.loads(view.stdout)
+    assert found["inventory"]["source"] == str(seed_node.inventory)
+    assert found["inventory"]["hosts"] == ["@local", "node-down"]
+    assert [m["host"] for m in found["missing"]] == ["node-down"]
+    needs = {r["host"]: r["needs"] for r in found["rows"]}
+    assert needs["@local"] == []
+    assert needs["node-retired"][0].startswith("not in the inventory")
+    table = enforcer("report", str(reports)).stdout
+    assert table.splitlines()[0] == "3 host(s), 2 need a person, 0 unreadable report(s)", table
+    assert re.search(r"^node-down\s.*no report: in the inventory", table, re.M), table

@@ -7,10 +7,12 @@ a non-root user with sudo), two H100 nodes with the MIG story, one node with not
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from fleet.conftest import PYINFRA, REPO, logins, pyinfra, report, statuses
@@ -19,6 +21,7 @@ from fleet.harness import OPERATOR
 from enforcer import ledger as ledgers
 from enforcer.sim.demo import infer_b_starts
 
+ENFORCER = Path(sys.executable).with_name("enforcer")
 RUNS_TO_DESTROY = 3  # enforcer_grace_runs (default), grace_seconds 0 in the fleet's host data
 
 
@@ -187,6 +190,34 @@ def verify(fleet, *args: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "tests/verify"]
     argv += [f"--ssh-config={fleet.ssh_config}", "--sudo", *args]
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_a_node_whose_sshd_is_down_is_stale_in_the_fleet_view_and_needs_a_person(fleet):
+    assert pyinfra(fleet).rc == 0  # every node's report kept on the control node
+    node = fleet.nodes["node2"]
+    node.stop_sshd()
+    try:
+        time.sleep(4)  # node2's report is this much older than any report of the next run
+        started = time.time()
+        run = pyinfra(fleet)
+        assert run.rc != 0 and "node2" in run.output, run.output
+        younger = math.ceil(time.time() - started) + 1  # than this: the others' reports
+        argv = [str(ENFORCER), "report", str(fleet.root / "reports"), "--stale-after"]
+        view = subprocess.run([*argv, f"{younger}s", "--json"], capture_output=True, text=True)
+        table = subprocess.run([*argv, f"{younger}s"], capture_output=True, text=True).stdout
+    finally:
+        node.start_sshd()
+    assert view.returncode == 1, view.stdout + view.stderr
+    stale = {
+        r["host"]: need
+        for r in json.loads(view.stdout)["rows"]
+        for need in r["needs"]
+        if "stale after" in need
+    }
+    assert list(stale) == ["node2"], view.stdout
+    assert "no run has reached node2 since; is it up, and does pyinfra reach it?" in stale["node2"]
+    assert f"stale after {younger}s (--stale-after)" in table.splitlines()[1], table
+    assert re.search(r"^node2\s.*report \d+s old", table, re.M), table
 
 
 def test_drain_over_ssh_verifies_a_free_node_and_fails_a_held_one_as_root_through_sudo(fleet):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ def report(host: str, *verdicts: dict[str, Any], **fields: Any) -> dict[str, Any
         "host": host,
         "node": host.split(".")[0],
         "boot_id": BOOT,
-        "run_at": 1764450000.0,
+        "run_at": time.time(),  # fresh: older than three schedule periods is stale
         "mode": "converge",
         "grace_seconds": 900.0,
         "grace_runs": 3,
@@ -119,18 +120,19 @@ def test_fleet_view_puts_a_breaker_and_a_failed_destroy_first(capsys, fleet):
     assert rc == 1  # two nodes need a person
     lines = out.splitlines()
     assert lines[0] == "4 host(s), 2 need a person, 0 unreadable report(s)"
-    assert lines[1].split()[:3] == ["HOST", "NODE", "KIND"]
-    hosts = [line.split()[0] for line in lines[2:-1]]
+    assert lines[1].startswith("inventory: none recorded here")  # reports written by hand
+    assert lines[2].split()[:3] == ["HOST", "NODE", "KIND"]
+    hosts = [line.split()[0] for line in lines[3:-1]]
     assert hosts == ["m-breaker", "z-failed", "z-failed", "a-quiet", "b-leaking"]
-    assert "breaker: would destroy 5 of 5 partitions" in lines[2]
-    assert "1 destroy-failed" in lines[3]
+    assert "breaker: would destroy 5 of 5 partitions" in lines[3]
+    assert "1 destroy-failed" in lines[4]
     assert lines[-1].split() == ["total", "2", "1", "0", "1", "1", "0", "1", "0", "0", "5"]
     assert "\x1b[" not in out  # not a terminal: no colour
 
 
 def test_fleet_view_columns_are_aligned(capsys, fleet):
     _, out, _ = run(capsys, "report", str(fleet))
-    table = out.splitlines()[1:]
+    table = out.splitlines()[2:]
     header = table[0]
     for title in ("HELD", "FAILED", "BREAKER"):
         end = header.index(title) + len(title)  # counts are right-aligned under their title
@@ -163,7 +165,7 @@ def test_schema_invalid_report_is_listed_as_unreadable(capsys, fleet):
     rc, out, _ = run(capsys, "report", str(fleet))
     assert rc == 1
     assert out.splitlines()[0].endswith("2 unreadable report(s)")
-    rows = {line.split()[0]: line for line in out.splitlines()[2:]}
+    rows = {line.split()[0]: line for line in out.splitlines()[3:]}
     assert "unreadable report: not a run report: at (top): 'verdicts'" in rows["broken.json"]
     assert "unreadable report: not JSON" in rows["truncated.json"]
     assert "notes.txt" not in out
@@ -175,7 +177,7 @@ def test_a_quiet_fleet_exits_0(capsys, tmp_path):
     directory = write_reports(tmp_path, report("n1", verdict("100", "held")), report("n2"))
     rc, out, _ = run(capsys, "report", str(directory))
     assert rc == 0, out
-    rows = [line.split() for line in out.splitlines()[2:-1]]
+    rows = [line.split() for line in out.splitlines()[3:-1]]
     assert [r[:3] for r in rows] == [["n1", "n1", "ascend-vnpu"], ["n2", "n2", "-"]]
 
 
@@ -196,8 +198,9 @@ def test_a_drained_node_says_so_and_an_unfinished_drain_needs_a_person(capsys, t
     )
     rc, out, _ = run(capsys, "report", str(directory))
     assert rc == 1, out
-    rows = out.splitlines()[2:-1]
-    assert rows[0].startswith("n2") and rows[0].endswith("drain not finished")
+    rows = out.splitlines()[3:-1]
+    assert rows[0].startswith("n2")
+    assert rows[0].endswith("drain not finished: run drain.py again, or undrain.py")
     assert "converge, draining" in rows[0]
     assert "converge, drained" in rows[1] and rows[1].startswith("n1")
     assert "drain" not in rows[2]
@@ -247,7 +250,7 @@ def test_colour_only_when_stdout_is_a_terminal(capsys, monkeypatch, fleet):
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     _, out, _ = run(capsys, "report", str(fleet))
     lines = out.splitlines()
-    assert lines[2].startswith("\x1b[31mm-breaker") and lines[-2].startswith("b-leaking")
+    assert lines[3].startswith("\x1b[31mm-breaker") and lines[-2].startswith("b-leaking")
     monkeypatch.setenv("NO_COLOR", "1")
     assert "\x1b[" not in run(capsys, "report", str(fleet))[1]
 
@@ -546,10 +549,10 @@ def test_a_relative_reports_dir_is_taken_from_the_current_dir_outside_pyinfras_c
 ):
     from operations import converge
 
-    converge.inventory_dir.cache_clear()
+    converge.inventory_arg.cache_clear()
     monkeypatch.chdir(tmp_path)
     try:
         assert reports_dir("reports") == tmp_path / "reports"
         assert reports_dir("/srv/fleet") == Path("/srv/fleet")
     finally:
-        converge.inventory_dir.cache_clear()
+        converge.inventory_arg.cache_clear()

@@ -1,0 +1,182 @@
+"""
+Issue 19: the fleet view sees what is missing. Hand-built reports and the inventory a run records
+(`<dir>/.inventory.json`, written here by the same code a run uses, from a real pyinfra
+`Inventory`): stale reports, hosts with no report, reports of hosts gone, drains not finished.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from pyinfra.api import Inventory
+from unit.test_cli import BOOT, report, run, verdict, write_reports
+
+from enforcer import fleet
+from operations import converge
+
+MINUTE = 60.0
+
+
+def record(directory: Path, **periods: str | None) -> None:
+    """The inventory a run records: host -> its enforcer_schedule_period (None: unset)."""
+    hosts = [(h, fleet.threshold(p)) for h, p in periods.items()]
+    converge.write_atomically(
+        directory / fleet.INVENTORY, json.dumps(fleet.inventory_record("/ops/inventory.py", hosts))
+    )
+
+
+def aged(host: str, minutes: float, *verdicts: dict, **fields: object) -> dict:
+    return report(host, *verdicts, run_at=time.time() - minutes * MINUTE, **fields)
+
+
+def needs(out: str) -> dict[str, list[str]]:
+    view = json.loads(out)
+    found = {r["host"]: r["needs"] for r in view["rows"]}
+    return found | {m["host"]: m["needs"] for m in view["missing"]}
+
+
+def test_a_report_older_than_three_schedule_periods_needs_a_person(capsys, tmp_path):
+    directory = write_reports(tmp_path, aged("node1", 1), aged("node2", 16))
+    record(directory, node1=None, node2=None)
+    rc, out, _ = run(capsys, "report", str(directory))
+    assert rc == 1, out
+    head, judged, *_ = out.splitlines()
+    assert head == "2 host(s), 1 need a person, 0 unreadable report(s)"
+    assert judged.startswith("inventory: 2 host(s) of /ops/inventory.py (")
+    assert judged.endswith("stale after 15m (3 x enforcer_schedule_period 5min, the default)")
+    row = next(line for line in out.splitlines() if line.startswith("node2"))
+    assert "report 16m old, stale after 15m: no run has reached node2 since" in row
+    assert needs(run(capsys, "report", str(directory), "--json")[1])["node1"] == []
+
+
+def test_each_host_is_judged_by_its_own_schedule_period(capsys, tmp_path):
+    directory = write_reports(tmp_path, aged("daily", 120), aged("often", 120))
+    record(directory, daily="1d", often="30min")
+    rc, out, _ = run(capsys, "report", str(directory), "--json")
+    assert rc == 1
+    found = needs(out)
+    assert found["daily"] == []
+    assert found["often"][0].startswith("report 2h old, stale after 90m")
+    assert json.loads(out)["stale_after"] == [
+        "90m (3 x enforcer_schedule_period 30min) for 1 host(s)",
+        "3d (3 x enforcer_schedule_period 1d) for 1 host(s)",
+    ]
+
+
+def test_stale_after_applies_to_every_host_and_a_bad_span_is_a_usage_error(capsys, tmp_path):
+    directory = write_reports(tmp_path, aged("daily", 120))
+    record(directory, daily="1d")
+    rc, out, _ = run(capsys, "report", str(directory), "--stale-after", "1h")
+    assert rc == 1 and "stale after 60m (--stale-after)" in out.splitlines()[1]
+    for bad in ("0s", "7 min", "-1h", "1w"):
+        rc, _, err = run(capsys, "report", str(directory), "--stale-after", bad)
+        assert rc == 2 and "--stale-after" in err, bad
+
+
+def test_a_host_of_the_inventory_with_no_report_needs_a_person(capsys, tmp_path):
+    directory = write_reports(tmp_path, aged("node1", 1))
+    record(directory, node1=None, node2=None)
+    rc, out, _ = run(capsys, "report", str(directory))
+    assert rc == 1
+    assert out.splitlines()[0] == "2 host(s), 1 need a person, 0 unreadable report(s)"
+    row = next(line for line in out.splitlines() if line.startswith("node2"))
+    assert "no report: in the inventory (/ops/inventory.py) but no run has kept one here" in row
+    view = json.loads(run(capsys, "report", str(directory), "--json")[1])
+    assert [m["host"] for m in view["missing"]] == ["node2"]
+    assert view["inventory"]["hosts"] == ["node1", "node2"]
+
+
+def test_a_report_of_a_host_gone_from_the_inventory_needs_a_person(capsys, tmp_path):
+    directory = write_reports(tmp_path, aged("node1", 1), aged("retired", 1))
+    record(directory, node1=None)
+    rc, out, _ = run(capsys, "report", str(directory), "--json")
+    assert rc == 1
+    assert needs(out)["retired"] == [
+        f"not in the inventory (/ops/inventory.py): a retired host? remove {directory}/retired.json"
+    ]
+
+
+def test_without_a_recorded_inventory_only_staleness_is_judged_by_the_default(capsys, tmp_path):
+    directory = write_reports(tmp_path, aged("node1", 1), aged("node2", 20))
+    rc, out, _ = run(capsys, "report", str(directory), "--json")
+    assert rc == 1
+    assert needs(out) == {"node1": [], "node2": [needs(out)["node2"][0]]}
+    assert needs(out)["node2"][0].startswith("report 20m old, stale after 15m")
+
+
+def test_an_unreadable_inventory_record_is_listed_and_the_reports_are_still_judged(
+    capsys, tmp_path
+):
+    directory = write_reports(tmp_path, aged("node1", 1))
+    (directory / fleet.INVENTORY).write_text('{"version": 1}')
+    rc, out, _ = run(capsys, "report", str(directory), "--json")
+    assert rc == 1
+    view = json.loads(out)
+    assert [u["file"] for u in view["unreadable"]] == [".inventory.json"]
+    assert view["rows"][0]["needs"] == [] and view["inventory"] is None
+
+
+def test_a_drain_not_finished_is_listed_beside_the_hosts_report_and_dry_ones_are_not(
+    capsys, tmp_path
+):
+    marker = {
+        "version": 1,
+        "state": "draining",
+        "by": "ops@ctl",
+        "started_at": time.time(),
+        "drained_at": None,
+        "boot_id": BOOT,
+        "cordoned": False,
+        "destroyed": [],
+    }
+    directory = write_reports(tmp_path, aged("node3", 1))
+    write_reports(directory / fleet.DRAINS, report("node3", verdict("100", "held"), drain=marker))
+    write_reports(directory / fleet.DRY, report("node9", mode="dry"))
+    record(directory, node3=None)
+    rc, out, _ = run(capsys, "report", str(directory), "--json")
+    assert rc == 1
+    rows = {r["file"]: r for r in json.loads(out)["rows"]}
+    assert set(rows) == {"node3.json", "drain/node3.json"}  # dry/ is not the fleet's
+    drain = rows["drain/node3.json"]
+    assert drain["mode"] == "converge, draining" and drain["counts"]["held"] == 1
+    assert drain["needs"] == ["drain not finished: run drain.py again, or undrain.py"]
+    assert rows["node3.json"]["needs"] == []
+
+
+@pytest.mark.parametrize(
+    ("period", "seconds", "why"),
+    [
+        (None, 900, "3 x enforcer_schedule_period 5min, the default"),
+        ("2h", 21600, "3 x enforcer_schedule_period 2h"),
+        ("soon", 900, "3 x the default enforcer_schedule_period 5min: the host's is not a period"),
+        (300, 900, "3 x the default enforcer_schedule_period 5min: the host's is not a period"),
+    ],
+)
+def test_the_threshold_is_three_schedule_periods(period, seconds, why):
+    assert fleet.threshold(period) == fleet.Threshold(seconds, why)
+
+
+def test_a_run_records_every_host_whose_reports_go_to_that_directory_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # outside pyinfra's CLI a relative reports dir is the cwd's
+    converge.inventory_arg.cache_clear()
+    inventory = Inventory(
+        (
+            [
+                "node1",
+                ("node2", {"enforcer_schedule_period": "1d"}),
+                ("elsewhere", {"enforcer_reports_dir": str(tmp_path / "other")}),
+            ],
+            {},
+        )
+    )
+    converge.record_inventory(inventory, tmp_path / "reports")
+    kept = tmp_path / "reports" / fleet.INVENTORY
+    recorded = fleet.read_inventory(kept.parent)
+    assert recorded is not None and recorded.source == "the pyinfra API"
+    assert recorded.hosts == {"node1": fleet.threshold(None), "node2": fleet.threshold("1d")}
+    kept.unlink()
+    converge.record_inventory(inventory, tmp_path / "reports")  # the same run: once
+    assert not kept.exists()
