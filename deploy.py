@@ -4,8 +4,6 @@ Converge: destroy the partitions proven orphaned on each host, keep everything e
     pyinfra inventory.py deploy.py [-y] [--dry] [--data enforcer_mode=plan]
 """
 
-from pyinfra import host
+from enforcer.deploys import converge
 
-from operations.converge import converge
-
-converge(host)
+converge()

@@ -7,8 +7,6 @@ the node drained (operations/drain.py says how, enforcer/drain.py what it decide
     pyinfra inventory.py undrain.py --limit node3     # when the maintenance is done
 """
 
-from pyinfra import host
+from enforcer.deploys import drain
 
-from operations.drain import drain
-
-drain(host)
+drain()

@@ -8,8 +8,6 @@ Scheduled convergence: install (or remove) a systemd service and timer that conv
     pyinfra inventory.py schedule.py --data enforcer_schedule=absent   # remove it
 """
 
-from pyinfra import host
+from enforcer.deploys import schedule
 
-from operations.schedule import schedule
-
-schedule(host)
+schedule()

@@ -4,8 +4,6 @@ The end of a drain: uncordon the node (with enforcer_drain_cordon) and remove it
     pyinfra inventory.py undrain.py --limit node3 [-y]
 """
 
-from pyinfra import host
+from enforcer.deploys import undrain
 
-from operations.drain import undrain
-
-undrain(host)
+undrain()
