@@ -2,10 +2,9 @@
 Converge: destroy the partitions proven orphaned on each host, keep everything else.
 
     pyinfra inventory.py deploy.py [-y] [--dry] [--data enforcer_mode=plan]
+    pyinfra inventory.py enforcer.deploys.converge ...   # the same, from the installed package
 """
 
-from pyinfra import host
+from enforcer.deploys import converge
 
-from operations.converge import converge
-
-converge(host)
+converge()

@@ -4,11 +4,10 @@ exit, destroy every partition that is not pinned, held or claimed, verify none i
 the node drained (operations/drain.py says how, enforcer/drain.py what it decides).
 
     pyinfra inventory.py drain.py --limit node3 [-y] [--data enforcer_drain_cordon=true]
+    pyinfra inventory.py enforcer.deploys.drain ...   # the same, from the installed package
     pyinfra inventory.py undrain.py --limit node3     # when the maintenance is done
 """
 
-from pyinfra import host
+from enforcer.deploys import drain
 
-from operations.drain import drain
-
-drain(host)
+drain()

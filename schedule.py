@@ -6,10 +6,9 @@ Scheduled convergence: install (or remove) a systemd service and timer that conv
     pyinfra @local schedule.py --data enforcer_schedule_on=control \\
         --data enforcer_schedule_inventory=$PWD/inventory.py   # this control node converges them
     pyinfra inventory.py schedule.py --data enforcer_schedule=absent   # remove it
+    pyinfra inventory.py enforcer.deploys.schedule ...   # the same, from the installed package
 """
 
-from pyinfra import host
+from enforcer.deploys import schedule
 
-from operations.schedule import schedule
-
-schedule(host)
+schedule()

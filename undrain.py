@@ -2,10 +2,9 @@
 The end of a drain: uncordon the node (with enforcer_drain_cordon) and remove its drain marker.
 
     pyinfra inventory.py undrain.py --limit node3 [-y]
+    pyinfra inventory.py enforcer.deploys.undrain ...   # the same, from the installed package
 """
 
-from pyinfra import host
+from enforcer.deploys import undrain
 
-from operations.drain import undrain
-
-undrain(host)
+undrain()

@@ -24,14 +24,13 @@ from typing import Any
 
 import jsonschema
 
+import schemas
 from enforcer.policy import DEFAULTS, SPAN, seconds
 
 DRY, DRAINS, INVENTORY = "dry", "drain", ".inventory.json"
 PERIODS = 3  # a report is stale after this many schedule periods without a newer one
 PERIOD_KEY = "enforcer_schedule_period"
-SCHEMA = json.loads(
-    (Path(__file__).parent.parent / "schemas" / "fleet-inventory.schema.json").read_text()
-)
+SCHEMA = schemas.load("fleet-inventory")
 
 
 class FleetError(ValueError):

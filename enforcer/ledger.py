@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 
+import schemas
+
 VERSION = 2
-SCHEMA = json.loads((Path(__file__).parent.parent / "schemas" / "ledger.schema.json").read_text())
+SCHEMA = schemas.load("ledger")
 
 
 @dataclass(frozen=True)

@@ -24,17 +24,16 @@ import numbers
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
+import schemas
 from enforcer.model import Partition
 from enforcer.shell import PATH as SHELL_PATH
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "host-data.schema.json"
-SCHEMA: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
+SCHEMA: dict[str, Any] = schemas.load("host-data")
 HOST_DATA_KEYS: tuple[str, ...] = tuple(SCHEMA["properties"])
 DEFAULTS: dict[str, Any] = {
     key: spec["default"] for key, spec in SCHEMA["properties"].items() if "default" in spec

@@ -6,10 +6,10 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 
 import jsonschema
 
+import schemas
 from enforcer.advertised import desired
 from enforcer.claims import exact_claims
 from enforcer.contract import live_claims, stuck_claims, stuck_owners
@@ -29,7 +29,7 @@ from enforcer.model import (
 )
 from enforcer.policy import Policy
 
-SCHEMA = json.loads((Path(__file__).parent.parent / "schemas" / "report.schema.json").read_text())
+SCHEMA = schemas.load("report")
 
 
 def build(

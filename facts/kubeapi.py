@@ -24,14 +24,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import urllib3
 import yaml
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from enforcer.model import OwnerRecord, Pod, SourceHealth
 from facts.cri import Sandbox
+
+# The optional `kubernetes` extra. Without it this source is `unavailable`, saying how to
+# install it, and a cordon fails saying so: never a crash of a run that does not ask the API.
+try:
+    import urllib3
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+except ImportError as error:
+    MISSING: str | None = (
+        f"the kubernetes client is not installed ({error}): "
+        "pip install 'partition-enforcer[kubernetes]' on the control node"
+    )
+else:
+    MISSING = None
 
 SOURCE = "kubernetes-api"
 PAGE_SIZE = 500
@@ -225,6 +236,9 @@ def _unlisted_reason(missing: list[Sandbox], node_name: str) -> str:
 
 
 def _configuration(kubeconfig: str | None) -> client.Configuration:
+    """The client's configuration; every request starts here, so a missing client fails here."""
+    if MISSING:
+        raise _Failure(MISSING)
     cfg = client.Configuration()
     where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
     try:

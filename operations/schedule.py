@@ -1,7 +1,8 @@
 """
 Scheduled convergence: a systemd service (`Type=oneshot`, running `pyinfra -y <inventory>
-<deploy.py>`) and a timer that starts it every period, installed or removed idempotently by
-`schedule.py`. A second run with the same host data changes nothing.
+enforcer.deploys.converge`) and a timer that starts it every period, installed or removed
+idempotently by `schedule.py` (enforcer.deploys.schedule). A second run with the same host
+data changes nothing.
 
 Where it runs (`enforcer_schedule_on`):
 
@@ -9,7 +10,8 @@ Where it runs (`enforcer_schedule_on`):
   schedule.py writes the host's own host data into an inventory on the node (one `@local` host:
   pyinfra's local connector; `enforcer_schedule_inventory`, default
   /etc/partition-enforcer/inventory.py) and the unit runs pyinfra against it, there. The node
-  needs this project installed: by default at the paths it has on the control node.
+  needs this project installed (`pip install partition-enforcer`): by default in a virtualenv
+  at the path it has on the control node.
 - `control`: the host is a control node whose unit converges the whole inventory
   `enforcer_schedule_inventory` (a file on it, required: nothing is written there) over SSH.
   Run schedule.py against that one host, usually `pyinfra @local schedule.py`.
@@ -26,7 +28,7 @@ the host and the key):
 | `enforcer_schedule_persistent` | `true` | `Persistent=`: a run missed while off runs at boot |
 | `enforcer_schedule_timeout` | `30min` | `TimeoutStartSec=`: a run that takes longer is killed |
 | `enforcer_schedule_inventory` | node: /etc/partition-enforcer/inventory.py | the inventory run |
-| `enforcer_schedule_deploy` | this checkout's deploy.py | deploy file run (and its dir the cwd) |
+| `enforcer_schedule_deploy` | `enforcer.deploys.converge` | `module.function`, or a .py file |
 | `enforcer_schedule_pyinfra` | the pyinfra beside this Python | the pyinfra executable run |
 
 Why OnCalendar=: `Persistent=` only applies to calendar timers, and a run missed while the
@@ -88,7 +90,9 @@ from enforcer.policy import (
     under,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+# The packaged deploy (enforcer/deploys.py): installed with the package, found by the pyinfra
+# beside it, at no path of a checkout.
+DEPLOY = "enforcer.deploys.converge"
 SERVICE = "partition-enforcer.service"
 TIMER = "partition-enforcer.timer"
 UNIT_DIR = "/etc/systemd/system"
@@ -98,6 +102,8 @@ NODE_INVENTORY = "/etc/partition-enforcer/inventory.py"
 BREAKER = "enforcer_breaker"
 
 UNIT_PATH = shell.PATH  # letters, digits and . _ / + @ : = - : no space, quote, ;, $, %, \
+# A deploy function pyinfra imports (`module.function`); a name ending in .py would be a file.
+FUNCTION = re.compile(r"^(?!.*\.py$)[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 CALENDAR = re.compile(r"^\*-\*-\* [0-9*/:]+ UTC$")
 
 
@@ -126,13 +132,15 @@ class Schedule:
         return under(self.rootfs, f"{UNIT_DIR}/{unit}")
 
     def service_text(self) -> str:
+        # A deploy file runs from its directory (its imports beside it); a packaged one from /.
+        workdir = None if FUNCTION.fullmatch(self.deploy) else str(Path(self.deploy).parent)
         return render_unit(
             "partition-enforcer.service.j2",
             on=self.on,
             pyinfra=self.pyinfra,
             inventory=self.inventory,
             deploy=self.deploy,
-            workdir=str(Path(self.deploy).parent),
+            workdir=workdir,
             timeout=self.timeout,
         )
 
@@ -222,10 +230,12 @@ def schedule_from_host_data(host_name: str, data: dict[str, Any]) -> Schedule:
         )
     paths = {
         "enforcer_schedule_pyinfra": d.get("enforcer_schedule_pyinfra", default_pyinfra()),
-        "enforcer_schedule_deploy": d.get("enforcer_schedule_deploy", str(REPO / "deploy.py")),
+        "enforcer_schedule_deploy": d.get("enforcer_schedule_deploy", DEPLOY),
         "enforcer_schedule_inventory": inventory or NODE_INVENTORY,
     }
     for key, value in paths.items():
+        if key == "enforcer_schedule_deploy" and FUNCTION.fullmatch(str(value)):
+            continue
         if problem := _unit_path_problem(value):
             raise PolicyError(host_name, key, problem)
     return Schedule(
@@ -288,6 +298,13 @@ def unit_path(value: object) -> UnitValue:
     return UnitValue(value)
 
 
+def deploy_ref(value: object) -> UnitValue:
+    """A deploy pyinfra runs: a packaged function (`module.function`), or a deploy file."""
+    if isinstance(value, str) and FUNCTION.fullmatch(value):
+        return UnitValue(value)
+    return unit_path(value)
+
+
 def span(value: object) -> UnitValue:
     if not isinstance(value, str) or not SPAN.fullmatch(value):
         raise shell.UnsafeValue(f"refusing time span {str(value)[:80]!r} in a unit file")
@@ -319,7 +336,9 @@ UNIT_ENV = jinja2.Environment(
     keep_trailing_newline=True,
     autoescape=False,
 )
-UNIT_ENV.filters.update(unit_path=unit_path, span=span, calendar=calendar, flag=flag)
+UNIT_ENV.filters.update(
+    unit_path=unit_path, deploy_ref=deploy_ref, span=span, calendar=calendar, flag=flag
+)
 
 
 def render_unit(template: str, **values: object) -> str:

@@ -2266,6 +2266,7 @@ def _write_tool(root: Path, tool: str, module: str) -> None:
     site (-S: the simulator needs only the standard library) a call costs half as much, and every
     node read makes several: a fleet on one machine pays for them all.
     """
+    # The folder holding enforcer/: a checkout, or the site-packages of an installed wheel.
     source = shlex.quote(str(Path(__file__).resolve().parents[2]))
     script = (
         "#!/bin/sh\n"

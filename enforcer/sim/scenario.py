@@ -8,7 +8,6 @@ checkpoint entries, then holder processes for `held` vNPUs.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -17,9 +16,9 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, ValidationError
 
+import schemas
 from enforcer.sim.node import SimNode, ToolError
 
-SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "scenario.schema.json"
 DEFAULT_HOLD_SECONDS = 3600
 
 
@@ -46,7 +45,7 @@ def _key_path(error: ValidationError) -> str:
 
 
 def validate(doc: Any) -> None:
-    schema = json.loads(SCHEMA.read_text())
+    schema = schemas.load("scenario")
     errors = sorted(Draft202012Validator(schema).iter_errors(doc), key=lambda e: e.json_path)
     if errors:
         raise ScenarioError([f"{_key_path(e)}: {e.message}" for e in errors])

@@ -804,7 +804,7 @@ def start_time(pid: int, procfs: Path = Path("/proc")) -> int:
 
 
 def _python_argv(*args: str) -> tuple[list[str], dict[str, str]]:
-    source = str(Path(__file__).resolve().parents[2])
+    source = str(Path(__file__).resolve().parents[2])  # holds enforcer/: checkout or site-packages
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
     return [sys.executable, "-S", "-m", "enforcer.sim.vgpu", *args], env

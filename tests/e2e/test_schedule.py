@@ -117,9 +117,11 @@ def test_first_run_installs_both_units_enabled_and_a_second_run_changes_nothing(
     first = scheduled.run()
     assert first.rc == 0, first.output
     service, timer = scheduled.unit(SERVICE), scheduled.unit(TIMER)
-    assert f"ExecStart={PYINFRA} -y {NODE_INVENTORY} {REPO}/deploy.py" in _lines(service)
-    for line in ("Type=oneshot", "Nice=10", "TimeoutStartSec=30min", f"WorkingDirectory={REPO}"):
+    # The packaged deploy, from the root: no path of this checkout in the unit.
+    assert f"ExecStart={PYINFRA} -y {NODE_INVENTORY} enforcer.deploys.converge" in _lines(service)
+    for line in ("Type=oneshot", "Nice=10", "TimeoutStartSec=30min"):
         assert line in _lines(service)
+    assert not [line for line in _lines(service) if line.startswith("WorkingDirectory=")]
     for line in (
         "OnCalendar=*-*-* *:00/5:00 UTC",
         "RandomizedDelaySec=1min",
@@ -151,7 +153,7 @@ def test_a_changed_period_changes_the_timer_only(scheduled):
     scheduled.configure(enforcer_schedule_period="15min")
     again = scheduled.run()
     assert again.rc == 0, again.output
-    assert again.changed() == {f"Install {TIMER} (every 15min)"}, again.output
+    assert again.changed() == {f"schedule | Install {TIMER} (every 15min)"}, again.output
     assert "OnCalendar=*-*-* *:00/15:00 UTC" in _lines(scheduled.unit(TIMER))
     assert scheduled.unit(SERVICE).read_bytes() == service
     scheduled.run().assert_no_changes()
@@ -161,7 +163,7 @@ def test_absent_removes_both_units_and_a_second_absent_run_changes_nothing(sched
     assert scheduled.run().rc == 0
     removed = scheduled.run("--data", "enforcer_schedule=absent")
     assert removed.rc == 0, removed.output
-    assert removed.statuses()[f"Disable {TIMER}"] == "Success"
+    assert removed.statuses()[f"schedule | Disable {TIMER}"] == "Success"
     for path in (scheduled.unit(SERVICE), scheduled.unit(TIMER), scheduled.wants):
         assert not os.path.lexists(path), path
     assert not (scheduled.rootfs / NODE_INVENTORY.lstrip("/")).exists()
@@ -173,7 +175,8 @@ def test_control_node_runs_the_inventory_given_and_writes_no_node_inventory(sche
     scheduled.configure(enforcer_schedule_on="control", enforcer_schedule_inventory=str(fleet))
     run = scheduled.run()
     assert run.rc == 0, run.output
-    assert f"ExecStart={PYINFRA} -y {fleet} {REPO}/deploy.py" in _lines(scheduled.unit(SERVICE))
+    deploy = "enforcer.deploys.converge"
+    assert f"ExecStart={PYINFRA} -y {fleet} {deploy}" in _lines(scheduled.unit(SERVICE))
     assert not (scheduled.rootfs / "etc" / "partition-enforcer").exists()
     assert os.path.islink(scheduled.wants)
     scheduled.run().assert_no_changes()
@@ -249,7 +252,7 @@ def test_the_node_inventory_converges_the_node_and_never_lifts_the_breaker(seed_
     assert run.rc == 0, run.output
     rootfs = seed_node.path / "rootfs"
     service = _lines(rootfs / "etc" / "systemd" / "system" / SERVICE)
-    workdir = next(line.split("=", 1)[1] for line in service if line.startswith("Working"))
+    workdir = "/"  # systemd's for a system unit without WorkingDirectory=
     argv = next(line.split("=", 1)[1] for line in service if line.startswith("ExecStart=")).split()
     assert argv[2] == NODE_INVENTORY
     argv[2] = str(rootfs / NODE_INVENTORY.lstrip("/"))  # the node's path, seen from here
@@ -287,6 +290,10 @@ HOSTILE = [
     ("enforcer_schedule_deploy", "/opt/pe/deploy.sh"),
     ("enforcer_schedule_deploy", "/opt/$(id).py"),
     ("enforcer_schedule_deploy", "/opt/pe/../../etc/deploy.py"),
+    ("enforcer_schedule_deploy", "deploy.py"),  # relative: a file, from no known directory
+    ("enforcer_schedule_deploy", "enforcer.deploys.converge;reboot"),
+    ("enforcer_schedule_deploy", "enforcer.deploys.converge --data enforcer_breaker=off"),
+    ("enforcer_schedule_deploy", "enforcer..converge"),
     ("enforcer_schedule_inventory", "/etc/pe/inventory.py -y"),
     ("enforcer_schedule_inventory", "/etc/pe/'inventory'.py"),
     ("enforcer_schedule_inventory", "/etc/../root/inventory.py"),
@@ -302,6 +309,17 @@ def test_hostile_schedule_values_are_refused_naming_the_key(key, value):
     message = str(caught.value)
     assert message.startswith(f"host gpu-node-7: host data {key}: expected "), message
     assert len(message) < 600
+
+
+def test_a_deploy_file_runs_from_its_directory_and_a_packaged_deploy_from_the_root():
+    data = {"enforcer_node_name": "gpu-node-7"}
+    packaged = schedule_from_host_data("gpu-node-7", data).service_text()
+    given = {**data, "enforcer_schedule_deploy": "/opt/pe/deploy.py"}
+    file = schedule_from_host_data("gpu-node-7", given).service_text()
+    assert re.search(r"^ExecStart=\S+ -y \S+ enforcer\.deploys\.converge$", packaged, re.M)
+    assert "WorkingDirectory=" not in packaged
+    assert re.search(r"^ExecStart=\S+ -y \S+ /opt/pe/deploy\.py$", file, re.M)
+    assert "\nWorkingDirectory=/opt/pe\n" in file
 
 
 def test_a_node_that_converges_itself_reads_its_own_node_name_when_none_is_set():
@@ -331,6 +349,7 @@ def test_hostile_values_through_the_cli_fail_before_anything_is_written(schedule
         {"pyinfra": "/usr/bin/pyinfra\nExecStartPre=/bin/sh"},
         {"inventory": "/etc/x.py;reboot"},
         {"deploy": "/opt/%n/deploy.py"},
+        {"deploy": "enforcer.deploys.converge\nExecStartPre=/bin/sh"},
         {"timeout": "30min\n[Install]"},
         {"on": "node", "workdir": "/opt/a b"},
     ],

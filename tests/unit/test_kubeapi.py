@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -359,3 +361,32 @@ def test_a_failed_list_is_never_read_as_no_pods():
     )
     listed = PodList(True, "1 pods listed", (ApiPod("u", "a", "b", "n1", "Running", False),), 0)
     assert for_node(listed, "n1")[2].status == "ok"
+
+
+# Without the optional client (`pip install partition-enforcer` alone), as a fresh interpreter
+# sees it: a module set to None in sys.modules raises ImportError when imported.
+WITHOUT_CLIENT = """
+import json, sys
+sys.modules["kubernetes"] = None
+from facts import kubeapi
+listed = kubeapi.list_pods(None)
+_, _, health = kubeapi.for_node(listed, "node3")
+try:
+    kubeapi.set_unschedulable(None, "node3", True)
+except kubeapi.CordonError as error:
+    cordon = str(error)
+print(json.dumps([health.status, health.reason, kubeapi.node_registered(None, "node3"), cordon]))
+"""
+
+
+def test_without_the_kubernetes_client_the_source_is_unavailable_saying_how_to_install_it():
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_CLIENT], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    status, reason, registered, cordon = json.loads(done.stdout)
+    install = "pip install 'partition-enforcer[kubernetes]'"
+    assert status == "unavailable"
+    assert install in reason and "kubernetes" in reason
+    assert registered[0] is None and install in registered[1]
+    assert install in cordon
