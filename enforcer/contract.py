@@ -206,7 +206,10 @@ def proven_over_time(entry: Entry, policy: Policy, now: float) -> str | None:
     runs, span = entry.streak_runs, now - entry.streak_start
     if runs >= policy.grace_runs and span >= policy.grace_seconds:
         return None
-    return f"candidate for {runs}/{policy.grace_runs} runs, {span:.0f}/{policy.grace_seconds:.0f} s"
+    return (
+        f"candidate: {runs} of {policy.grace_runs} runs, "
+        f"{span:.0f} s of the {policy.grace_seconds:.0f} s grace"
+    )
 
 
 def not_implausible(

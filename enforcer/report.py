@@ -222,14 +222,14 @@ def table(report: dict) -> str:
     for v in report["verdicts"]:
         p, streak = v["partition"], v["streak"]
         status = v["status"]
-        if status in ("orphan", "destroy-failed") and mode not in ("converge", "drain"):
-            status += " (would destroy)"
+        if status in ("orphan", "destroy-failed"):
+            status += " (destroying now)" if mode in ("converge", "drain") else " (would destroy)"
         rows.append(
             (
                 f"{p['kind']} {p['accelerator']} {p['id']}",
                 p["profile"] or "-",
                 status,
-                f"{streak['runs']} runs/{streak['seconds']:.0f}s" if streak["runs"] else "-",
+                f"{streak['runs']} runs, {streak['seconds']:.0f} s" if streak["runs"] else "-",
                 v["reason"],
             )
         )

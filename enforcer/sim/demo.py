@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from enforcer.policy import DEFAULTS
 from enforcer.report import table
 from enforcer.sim import hygon_story, mig_story, ppu_story, scenario, vgpu_story
 from enforcer.sim.namespace import mount_proc_driver
@@ -27,6 +28,7 @@ from enforcer.sim.node import SimNode
 from enforcer.sim.show import render_summary
 
 REPO = Path(__file__).resolve().parents[2]
+STATE_DIR = DEFAULTS["enforcer_state_dir"]
 SEED = REPO / "enforcer" / "sim" / "scenarios" / "seed-310p.yaml"
 INFER_B = "5c0e7f3a-91d2-4b8e-a6f1-3d7b2e9c4a20"
 TRAIN_C = "e1b94c6d-2a7f-4e35-8d0c-7f6a5b3e2d91"
@@ -82,11 +84,39 @@ def main(node_dir: str, runs: int = 5) -> int:
     print(f"vNPU {made} (vir04) created for train-c")
     print(render_summary(node, node.state()))
     SimNode(node_path).unhold_all()
-    mig(node_path.with_name(f"{node_path.name}-h100"), runs)
-    thead(node_path.with_name(f"{node_path.name}-ppu"), runs)
-    hygon(node_path.with_name(f"{node_path.name}-dcu"), runs)
-    vm_host(node_path.with_name(f"{node_path.name}-vmhost"), runs)
+    others = [
+        node_path.with_name(f"{node_path.name}-{k}") for k in ("h100", "ppu", "dcu", "vmhost")
+    ]
+    for story, path in zip((mig, thead, hygon, vm_host), others, strict=True):
+        story(path, runs)
+    summary([node_path, *others])
     return 0
+
+
+def summary(nodes: list[Path]) -> None:
+    """What the runs did on each node, from its audit log and last report; then what next."""
+    say("summary: destroyed, and kept with the reason")
+    for node in nodes:
+        state = node / "rootfs" / STATE_DIR.lstrip("/")
+        log = state / "audit.jsonl"  # none: no run proved anything
+        audit = log.read_text().splitlines() if log.exists() else []
+        events = [json.loads(line) for line in audit]
+        gone = [e["partition"] for e in events if e["event"] == "destroyed"]
+        print(f"{node.name}: destroyed {', '.join(_named(p) for p in gone) or 'nothing'}")
+        report = json.loads((state / "report.json").read_text())
+        for v in report["verdicts"]:
+            if v["status"] not in ("destroyed", "orphan"):
+                reason = v["reason"] if len(v["reason"]) <= 90 else v["reason"][:87] + "..."
+                print(f"  kept {_named(v['partition'])}: {v['status']}: {reason}")
+    print(
+        f"\nNext: why one was kept, `enforcer explain {nodes[0].name}/rootfs{STATE_DIR}/"
+        "report.json 100`;\n      on a node of yours, read-only first: `pyinfra <node> "
+        "enforcer.deploys.converge --dry`\n      (README.md, A first run on one node)."
+    )
+
+
+def _named(p: dict) -> str:
+    return f"{p['kind']} {p['id']}"
 
 
 def mig(node_path: Path, runs: int) -> None:

@@ -370,9 +370,9 @@ def test_not_pinned_host_data_pin_is_never_touched():
 
 def test_proven_over_time_needs_both_runs_and_seconds():
     v, _ = runs(lambda i: node(vnpu(102)), 2, step=1000)
-    assert status(v, 102) == "pending" and "2/3 runs" in v["102"].reason
+    assert status(v, 102) == "pending" and "2 of 3 runs" in v["102"].reason
     v, _ = runs(lambda i: node(vnpu(102)), 5, step=60)  # 5 runs but 240 s of 600
-    assert status(v, 102) == "pending" and "240/600 s" in v["102"].reason
+    assert status(v, 102) == "pending" and "240 s of the 600 s grace" in v["102"].reason
     v, _ = runs(lambda i: node(vnpu(102)), 3, step=300)
     assert proven(v, 102)
 
