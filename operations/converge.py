@@ -338,7 +338,7 @@ def inventory_source() -> str:
     inventory = inventory_arg()
     if inventory and Path(inventory).is_file():
         return str(Path(inventory).resolve())
-    return inventory or "the pyinfra API"
+    return inventory or fleet.API
 
 
 def report_file_name(host_name: str) -> str:
