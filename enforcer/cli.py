@@ -4,7 +4,8 @@ The `enforcer` command: what the runs said, for people (tables) and machines (`-
     enforcer report DIR [--stale-after SPAN]  the fleet view: where are we leaking, who is silent?
     enforcer explain REPORT PARTITION         why this verdict: reason, evidence, streak, owners
     enforcer ledger show [STATE_DIR_OR_FILE]  one node's ledger: the candidate streaks
-    enforcer validate INVENTORY               every host's enforcer_* host data, every error
+    enforcer validate INVENTORY               every host's enforcer_* host data, every error (as the
+                                              deploys check it, schedule.py's cross-key checks too)
     enforcer sim ...                          the simulator (python -m enforcer.sim ...)
 
 Exit codes: 0 ok; 1 findings or a failed check (a node that needs a person, a report that cannot
@@ -497,12 +498,15 @@ def load_inventory(path: Path, data: dict[str, Any], group_data: Sequence[str]) 
 def host_errors(host: Any) -> list[tuple[PolicyError, bool]]:
     """
     Every bad key of one host's enforcer_* host data, with its first error, and whether the
-    key is one the run sets itself (the node name defaults to the host's name).
-    `policy_from_host_data` stops at the first error: the key it names is set aside and the
-    rest checked again, until they pass. Keys the schema does not know are checked too (the run
-    ignores them: a typo, and the error says which key was meant).
+    key is one the run sets itself (the node name defaults to the host's name). The checks are
+    the deploys' own: the policy's (every deploy) and the schedule's, which check keys against
+    each other (schedule.py: a period the timer can keep, shorter than the observation gap).
+    Each stops at the first error: the key it names is set aside and the rest checked again,
+    until they pass. Keys the schema does not know are checked too (the run ignores them: a
+    typo, and the error says which key was meant).
     """
     from operations.converge import host_data
+    from operations.schedule import schedule_from_host_data
 
     data = host_data(host)
     defaulted = "enforcer_node_name" not in host.data.dict()
@@ -511,6 +515,7 @@ def host_errors(host: Any) -> list[tuple[PolicyError, bool]]:
     while True:
         try:
             policy_from_host_data(host.name, data)
+            schedule_from_host_data(host.name, data)
             return errors
         except PolicyError as error:
             errors.append((error, defaulted and error.key == "enforcer_node_name"))

@@ -2,10 +2,11 @@
 The packaged deploys (pyinfra's `@deploy`): what deploy.py, drain.py, undrain.py and schedule.py
 run, importable from the installed package. No file of this repository is needed:
 
-    pyinfra inventory.py enforcer.deploys.converge [-y] [--dry]
-    pyinfra inventory.py enforcer.deploys.drain --limit node3 [-y]
-    pyinfra inventory.py enforcer.deploys.undrain --limit node3 [-y]
-    pyinfra inventory.py enforcer.deploys.schedule [-y]
+    pyinfra inventory.py enforcer.deploys.converge -y
+    pyinfra inventory.py enforcer.deploys.converge --dry
+    pyinfra inventory.py enforcer.deploys.drain --limit node3 -y
+    pyinfra inventory.py enforcer.deploys.undrain --limit node3 -y
+    pyinfra inventory.py enforcer.deploys.schedule -y
 
 or a deploy file of two lines:
 

@@ -16,6 +16,7 @@ Report file names never start with a dot (operations.converge.report_file_name),
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -43,6 +44,9 @@ class Threshold:
 
     seconds: float
     why: str
+
+
+API = "the pyinfra API"  # the inventory of a run that pyinfra's CLI did not start
 
 
 @dataclass(frozen=True)
@@ -122,8 +126,15 @@ def host_needs(
 def missing_need(inventory: Inventory, host: str) -> str:
     return (
         f"no report: in the inventory ({inventory.source}) but no run has kept one here; "
-        f"is it up, and does pyinfra reach it? (deploy.py --limit {host})"
+        f"is it up, and does pyinfra reach it? ({converge_one(inventory, host)})"
     )
+
+
+def converge_one(inventory: Inventory, host: str) -> str:
+    """The command that converges `host` alone, runnable as printed (no prompt: -y)."""
+    if inventory.source == API:
+        return f"deploy.py --limit {shlex.quote(host)}, from your program"
+    return shlex.join(["pyinfra", inventory.source, "deploy.py", "--limit", host, "-y"])
 
 
 def applied(host: str, inventory: Inventory | None, override: Threshold | None) -> Threshold:

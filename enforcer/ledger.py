@@ -61,6 +61,9 @@ class Ledger:
     # Pods that keep partitions they do not use and are not running: since when, on the node's
     # clock (enforcer.contract.waiting_owners).
     waiting: dict[str, float] = field(default_factory=dict)
+    # Running totals behind the metrics' counters (enforcer.metrics), counter -> kind -> count
+    # (`counted`): they outlive every entry and a new boot; a ledger set aside starts them again.
+    totals: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class LedgerError(ValueError):
@@ -93,6 +96,7 @@ def load(text: str | None) -> Ledger:
         containers=dict(data["containers"]),
         report_digest=data.get("report_digest", ""),  # absent before it existed: a new report
         waiting=dict(data.get("waiting", {})),  # absent before it existed: nobody waits yet
+        totals={name: dict(kinds) for name, kinds in data.get("totals", {}).items()},  # from 0
     )
 
 
@@ -109,6 +113,7 @@ def dump(ledger: Ledger) -> str:
         "containers": dict(sorted(ledger.containers.items())),
         "report_digest": ledger.report_digest,
         "waiting": dict(sorted(ledger.waiting.items())),
+        "totals": {name: dict(sorted(k.items())) for name, k in sorted(ledger.totals.items())},
     }
     jsonschema.validate(data, SCHEMA)
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
@@ -128,6 +133,35 @@ def substance(ledger: Ledger) -> dict[str, Any]:
         for name in VOLATILE_ENTRY:
             del entry[name]
     return data
+
+
+# The running totals (Ledger.totals) and what each counts.
+DESTROYS = "destroys"  # destroys a run started: an entry's destroy_attempts grew
+DESTROY_FAILURES = "destroy_failures"  # attempts the next run found the partition still listed
+
+
+def counted(previous: Ledger, next_ledger: Ledger) -> Ledger:
+    """
+    `next_ledger` with `previous`'s running totals and this run's: each destroy it starts, and
+    each destroy of the run before that it finds failed. An attempt is judged once, by the run
+    after it (every such run is recorded: a destroy or a streak always changes the ledger), and
+    only if that run lists its partition; unlisted, its outcome is `destroyed` or unknown.
+    """
+    totals = {name: dict(kinds) for name, kinds in previous.totals.items()}
+
+    def add(name: str, entry: Entry) -> None:
+        kind = entry.key.split("/", 1)[0]
+        totals.setdefault(name, {})[kind] = totals.get(name, {}).get(kind, 0) + 1
+
+    for identity, entry in next_ledger.entries.items():
+        before = previous.entries.get(identity)
+        if entry.destroy_attempts > (before.destroy_attempts if before else 0):
+            add(DESTROYS, entry)
+        listed = entry.last_observed == next_ledger.last_run
+        tried = before is not None and before.last_attempt is not None
+        if listed and tried and before.last_attempt == previous.last_run:
+            add(DESTROY_FAILURES, entry)
+    return replace(next_ledger, totals=totals)
 
 
 def why_record(previous: Ledger | None, next_ledger: Ledger, consumed: int = 0) -> str:

@@ -7,23 +7,62 @@ A run that changes nothing writes nothing (docs/INTERNALS.md), so the values are
 last run that changed something; every node read touches the file, so node_exporter's
 `node_textfile_mtime_seconds{file="partition-enforcer.prom"}` says when the enforcer last read
 the node: alert on its age.
+
+Counters (`_total`) are the node's running totals, kept in its ledger (enforcer.ledger.counted),
+so they only grow from run to run; they start again from 0 only with the ledger (a new node, a
+ledger set aside), which `rate()` and `increase()` take as a counter reset.
+`partition_enforcer_info{version, mode} 1` says which release wrote the file, in which mode.
 """
 
 from __future__ import annotations
 
 import tempfile
 from collections import Counter
+from collections.abc import Iterator, Mapping
+from importlib.metadata import version
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+from prometheus_client import CollectorRegistry, Gauge, Info, write_to_textfile
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from enforcer.ledger import DESTROY_FAILURES, DESTROYS
 
 FILE = "partition-enforcer.prom"
 PREFIX = "partition_enforcer"
+VERSION = version("partition-enforcer")
+COUNTERS = {
+    DESTROYS: "Destroys started, by kind (converge runs; a drain's are in the audit log).",
+    DESTROY_FAILURES: "Destroys the next run found still listed, by partition kind.",
+}
 
 
-def render(report: dict) -> str:
-    """The textfile of one run report (schemas/report.schema.json)."""
+class Totals(Collector):
+    """The ledger's running totals as counters; 0 for a kind seen and not counted (so that
+    `increase()` sees its first count)."""
+
+    def __init__(self, totals: Mapping[str, Mapping[str, int]], kinds: set[str]):
+        self.totals, self.kinds = totals, kinds
+
+    def collect(self) -> Iterator[Metric]:
+        kinds = sorted(self.kinds.union(*self.totals.values()))
+        for name, doc in COUNTERS.items():
+            counted = self.totals.get(name, {})
+            family = CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=("kind",))
+            for kind in kinds:
+                family.add_metric((kind,), counted.get(kind, 0))
+            yield family
+
+
+def render(report: dict, totals: Mapping[str, Mapping[str, int]] | None = None) -> str:
+    """The textfile of one run report (schemas/report.schema.json) and the node's running
+    totals (enforcer.ledger.Ledger.totals; None: none counted yet)."""
     registry = CollectorRegistry()
+    Info(PREFIX, "The release that wrote this file, and the run's mode.", registry=registry).info(
+        {"version": VERSION, "mode": report["mode"]}
+    )
+    kinds = {v["partition"]["kind"] for v in report["verdicts"]}
+    registry.register(Totals(totals or {}, kinds))
 
     def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
         return Gauge(f"{PREFIX}_{name}", doc, labels, registry=registry)
@@ -33,14 +72,6 @@ def render(report: dict) -> str:
         Counter((v["partition"]["kind"], v["status"]) for v in report["verdicts"]).items()
     ):
         verdicts.labels(kind, status).set(n)
-    destroys = gauge("destroys", "Destroys the last run started (converge mode).", ("kind",))
-    failures = gauge("destroy_failures", "Partitions still listed after a destroy.", ("kind",))
-    for v in report["verdicts"]:
-        kind = v["partition"]["kind"]
-        if v["status"] == "orphan" and report["mode"] == "converge":
-            destroys.labels(kind).inc()
-        if v["status"] == "destroy-failed":
-            failures.labels(kind).inc()
     failed = gauge(
         "source_failed", "A source that did not answer ok.", ("source", "scope", "status")
     )

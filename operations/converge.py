@@ -171,6 +171,7 @@ def converge(host) -> None:
     ledger, note = ledger_of(obs)
     marker, obs = drain_marker(obs)
     verdicts, next_ledger = decide(obs, ledger, policy, obs.now)
+    next_ledger = ledgers.counted(ledger, next_ledger)  # the metrics' running totals
     mode = "dry" if dry else policy.mode
     report = reports.build(
         host.name,
@@ -204,7 +205,7 @@ def converge(host) -> None:
         audit=audit.lines(report),
         audit_max_bytes=policy.audit_max_bytes,
         audit_keep=policy.audit_keep,
-        metrics=metrics.render(report),
+        metrics=metrics.render(report, next_ledger.totals),
     )
     if policy.mode == "converge":
         enforce.destroy_orphans(
@@ -337,7 +338,7 @@ def inventory_source() -> str:
     inventory = inventory_arg()
     if inventory and Path(inventory).is_file():
         return str(Path(inventory).resolve())
-    return inventory or "the pyinfra API"
+    return inventory or fleet.API
 
 
 def report_file_name(host_name: str) -> str:

@@ -7,6 +7,7 @@ CLI converged: it passes on a healthy node and fails, naming the problem, on eac
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import subprocess
 import sys
@@ -36,10 +37,14 @@ class Verified:
     failed: set[str]
 
 
-def verify(node, *args: str) -> Verified:
-    """`pytest tests/verify --hosts=local:// --enforcer-rootfs=<node>/rootfs`, in a process."""
+def verify(node, *args: str, user: str | None = None) -> Verified:
+    """`pytest tests/verify --hosts=local:// --enforcer-rootfs=<node>/rootfs`, in a process (as
+    `user`, when given)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "tests/verify"]
+    if user:
+        gid = pwd.getpwnam(user).pw_gid
+        argv = ["setpriv", f"--reuid={user}", f"--regid={gid}", "--clear-groups", *argv]
     argv += ["--hosts=local://", f"--enforcer-rootfs={node.path / 'rootfs'}", *args]
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     output = done.stdout + done.stderr
@@ -168,3 +173,12 @@ def test_no_heartbeat_fails_the_checks_that_need_it(seed_node):
     result = verify(seed_node)
     assert result.rc == 1 and result.failed == CHECKS, result.output
     assert "ledger.json does not exist: has the enforcer run on this node?" in result.output
+
+
+def test_a_user_who_cannot_read_the_state_dir_is_told_permission_denied_not_missing(seed_node):
+    converge(seed_node)  # the state dir is root's, 0700
+    result = verify(seed_node, user="nobody")
+    assert result.rc == 1 and result.failed == CHECKS, result.output
+    assert "ledger.json: permission denied: nobody cannot enter /" in result.output
+    assert "run with --sudo, or as a user who can read it" in result.output
+    assert "does not exist" not in result.output

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -347,6 +348,25 @@ def _listening(address: str) -> bool:
         return False
 
 
+def commands(root: Path, names: list[str]) -> dict[str, list[str]]:
+    """What a person runs against the fleet in `root`, from the repository (README.md prints
+    them for `make fleet`, whose root is `fleet`): each runs as printed, no prompt."""
+    config = str(root / "ssh_config")
+    hosts = ",".join(f"ssh://{name}" for name in names)
+    return {
+        "converge": ["pyinfra", str(root / "inventory.py"), "deploy.py", "-y"],
+        "ssh": ["ssh", "-F", config, names[0]],
+        # --sudo: a node reached as a non-root user cannot read the state dir (0700 root)
+        "verify": [
+            "pytest",
+            "tests/verify",
+            f"--ssh-config={config}",
+            "--sudo",
+            f"--hosts={hosts}",
+        ],
+    }
+
+
 @contextlib.contextmanager
 def fleet(root: Path | str, n: int, host_data: dict[str, Any] | None = None) -> Iterator[Fleet]:
     with Fleet(root, roster(n), host_data) as running:
@@ -364,8 +384,8 @@ def main(argv: list[str]) -> int:
     with fleet(root, int(argv[0])) as running:
         for node in running.nodes.values():
             print(f"{node.name}  {node.address}  {node.spec.story:5} login {node.spec.user}")
-        print(f"\n  pyinfra {running.inventory} deploy.py\n  ssh -F {running.ssh_config} node1")
-        print(f"  pytest tests/verify --ssh-config={running.ssh_config} --hosts=ssh://node1\n")
+        said = commands(root, list(running.nodes)).values()
+        print("", *(f"  {shlex.join(argv)}" for argv in said), "", sep="\n")
         print("Ctrl-C stops the fleet.", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             while True:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from fleet.conftest import PYINFRA, REPO, logins, pyinfra, report, statuses
-from fleet.harness import OPERATOR
+from fleet.harness import OPERATOR, commands
 
 from enforcer import ledger as ledgers
 from enforcer.sim.demo import infer_b_starts
@@ -171,24 +171,35 @@ def _wait_for(condition, timeout: float = 30.0) -> None:
 
 def test_testinfra_verification_over_ssh_passes_on_the_fleet_and_names_a_stalled_node(fleet):
     converge_until_settled(fleet)
-    hosts = ",".join(f"ssh://{name}" for name in fleet.nodes)
-    passed = verify(fleet, f"--hosts={hosts}")
+    passed = verify(fleet)
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert f"{6 * len(fleet.nodes)} passed" in passed.stdout, passed.stdout
 
     heartbeat = fleet.nodes["node4"].state_dir / "last-read"  # the enforcer stopped there
     epoch, boot = heartbeat.read_text().split()
     heartbeat.write_text(f"{int(epoch) - 7200} {boot}\n")
-    failed = verify(fleet, f"--hosts={hosts}")
+    failed = verify(fleet)
     assert failed.returncode == 1, failed.stdout
     assert re.search(r"FAILED .*test_.*\[ssh://node4\]", failed.stdout), failed.stdout
     assert not re.search(r"FAILED .*\[ssh://node[1235]\]", failed.stdout), failed.stdout
 
 
-def verify(fleet, *args: str) -> subprocess.CompletedProcess[str]:
-    """`pytest tests/verify` as users run it: testinfra over ssh, with sudo for the operator."""
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "tests/verify"]
-    argv += [f"--ssh-config={fleet.ssh_config}", "--sudo", *args]
+def test_verification_without_sudo_says_permission_denied_on_a_node_reached_as_non_root(fleet):
+    converge_until_settled(fleet)
+    denied = verify(fleet, "--hosts=ssh://node3", sudo=False)  # reached as `operator`
+    assert denied.returncode == 1, denied.stdout
+    said = f"ssh://node3: /var/lib/partition-enforcer/ledger.json: permission denied: {OPERATOR}"
+    assert f"{said} cannot enter /var/lib/partition-enforcer: run with --sudo" in denied.stdout
+    assert "does not exist" not in denied.stdout, denied.stdout
+
+
+def verify(fleet, *args: str, sudo: bool = True) -> subprocess.CompletedProcess[str]:
+    """`pytest tests/verify` as the harness and README.md print it for the fleet (testinfra over
+    ssh, with sudo for the operator), with `args` after it."""
+    command = commands(fleet.root, list(fleet.nodes))["verify"]
+    assert command[0] == "pytest"
+    argv = [sys.executable, "-m", *command, "-p", "no:cacheprovider", "-rA", *args]
+    argv = argv if sudo else [a for a in argv if a != "--sudo"]
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
 
 

@@ -7,6 +7,8 @@ import json
 from prometheus_client.parser import text_string_to_metric_families
 
 from enforcer import audit, metrics
+from enforcer import ledger as ledgers
+from enforcer.ledger import Entry, Ledger
 
 
 def verdict(vid: str, status: str) -> dict:
@@ -74,3 +76,55 @@ def test_metrics_say_breaker_failed_sources_and_no_success():
     labels = (("scope", "node"), ("source", "cri"), ("status", "unreadable"))
     assert found[("partition_enforcer_source_failed", labels)] == 1
     assert found[("partition_enforcer_last_run_timestamp_seconds", ())] == 1_764_450_000.0
+
+
+def test_counters_are_the_ledgers_running_totals_with_a_zero_for_each_kind_seen():
+    totals = {"destroys": {"ascend-vnpu": 7}, "destroy_failures": {"nvidia-mig": 2}}
+    text = metrics.render(report("converge", None, verdict("101", "held")), totals)
+    found = values(text)
+    assert found[("partition_enforcer_destroys_total", (("kind", "ascend-vnpu"),))] == 7
+    assert found[("partition_enforcer_destroys_total", (("kind", "nvidia-mig"),))] == 0
+    assert found[("partition_enforcer_destroy_failures_total", (("kind", "nvidia-mig"),))] == 2
+    assert found[("partition_enforcer_destroy_failures_total", (("kind", "ascend-vnpu"),))] == 0
+    assert "# TYPE partition_enforcer_destroys_total counter" in text
+    assert "_created" not in text  # a total kept in the ledger has no creation time here
+    info = (("mode", "converge"), ("version", metrics.VERSION))
+    assert found[("partition_enforcer_info", info)] == 1
+
+
+KEY = "ascend-vnpu/npu:0:0/101"
+
+
+def entry(attempts: int, last_attempt: float | None, observed: float) -> dict[str, Entry]:
+    return {
+        f"{KEY}[...]@boot": Entry(
+            KEY, 100.0, observed, destroy_attempts=attempts, last_attempt=last_attempt
+        )
+    }
+
+
+def test_a_destroy_counts_when_started_and_fails_when_the_next_run_still_lists_it():
+    first = Ledger(last_run=100.0, entries=entry(0, None, 100.0))
+    destroying = ledgers.counted(first, Ledger(last_run=200.0, entries=entry(1, 200.0, 200.0)))
+    assert destroying.totals == {"destroys": {"ascend-vnpu": 1}}
+    still_listed = ledgers.counted(
+        destroying, Ledger(last_run=300.0, entries=entry(1, 200.0, 300.0))
+    )
+    assert still_listed.totals == {
+        "destroys": {"ascend-vnpu": 1},
+        "destroy_failures": {"ascend-vnpu": 1},
+    }
+    later = ledgers.counted(still_listed, Ledger(last_run=400.0, entries=entry(1, 200.0, 400.0)))
+    assert later.totals == still_listed.totals  # an attempt is judged once, by the run after it
+    unlisted = ledgers.counted(destroying, Ledger(last_run=300.0, entries=entry(1, 200.0, 200.0)))
+    assert unlisted.totals == destroying.totals  # gone, or not seen: not a failure
+    forgotten = ledgers.counted(still_listed, Ledger(last_run=500.0))
+    assert forgotten.totals == still_listed.totals  # the entry ended, the totals did not
+
+
+def test_totals_survive_the_ledger_file_and_an_older_ledger_reads_as_none_counted():
+    kept = Ledger(node="n", boot_id="b", totals={"destroys": {"mdev": 3}})
+    assert ledgers.load(ledgers.dump(kept)).totals == {"destroys": {"mdev": 3}}
+    old = json.loads(ledgers.dump(kept))
+    del old["totals"]
+    assert ledgers.load(json.dumps(old)).totals == {}

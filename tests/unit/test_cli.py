@@ -17,8 +17,10 @@ import pytest
 
 from enforcer import ledger as ledgers
 from enforcer.cli import main, short_identity
+from enforcer.policy import PolicyError
 from enforcer.report import SCHEMA
 from operations.converge import keep_report, report_file_name, reports_dir
+from operations.schedule import schedule_from_host_data
 
 ENFORCER = str(Path(sys.executable).with_name("enforcer"))
 BOOT = "0b6c1a7e-5d2f-4c3a-9e8b-7f1d2c3b4a59"
@@ -471,6 +473,26 @@ def test_validate_lists_every_error_of_every_host_at_once(tmp_path):
         "enforcer_grace_runs",
         "enforcer_rootfs",
     ]
+
+
+def test_validate_refuses_the_schedule_data_schedule_py_refuses_with_its_words(tmp_path):
+    hosts = {
+        "n1": {"enforcer_schedule_period": "7min"},  # no calendar timer elapses every 7 min
+        "n2": {"enforcer_max_observation_gap_seconds": 60},  # below 5min + 1min of delay
+        "n3": {"enforcer_schedule_on": "control"},  # and no inventory for its unit to converge
+        "n4": {"enforcer_schedule_period": "15min", "enforcer_max_observation_gap_seconds": 1200},
+    }
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f"hosts = {list(hosts.items())!r}\n")
+    done = enforcer("validate", str(inventory), "--json", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = {h["host"]: [e["text"] for e in h["errors"]] for h in json.loads(done.stdout)["hosts"]}
+    for name in ("n1", "n2", "n3"):
+        with pytest.raises(PolicyError) as refused:  # what schedule.py says, word for word
+            schedule_from_host_data(name, hosts[name])
+        assert said[name] == [str(refused.value)], done.stdout
+    assert "got '7min'" in said["n1"][0] and "(60)" in said["n2"][0], done.stdout
+    assert said["n4"] == []
 
 
 def test_validate_a_good_inventory_exits_0_and_a_missing_one_2(tmp_path):

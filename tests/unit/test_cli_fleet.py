@@ -84,6 +84,7 @@ def test_a_host_of_the_inventory_with_no_report_needs_a_person(capsys, tmp_path)
     assert out.splitlines()[0] == "2 host(s), 1 need a person, 0 unreadable report(s)"
     row = next(line for line in out.splitlines() if line.startswith("node2"))
     assert "no report: in the inventory (/ops/inventory.py) but no run has kept one here" in row
+    assert row.endswith("(pyinfra /ops/inventory.py deploy.py --limit node2 -y)"), row
     view = json.loads(run(capsys, "report", str(directory), "--json")[1])
     assert [m["host"] for m in view["missing"]] == ["node2"]
     assert view["inventory"]["hosts"] == ["node1", "node2"]

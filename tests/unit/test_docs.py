@@ -1,6 +1,7 @@
 """
 The reference in docs/ stays true to the code: docs/HOST-DATA.md is the schema rendered (and the
 schema says what every key means), and every function and test docs/CONTRACT.md names exists.
+Every deploy command printed for a person runs as printed.
 """
 
 from __future__ import annotations
@@ -90,3 +91,22 @@ def test_every_test_the_contract_page_names_exists():
         ):
             missing.append(f"{path}::{name}{family}")
     assert missing == []
+
+
+# A deploy command: `pyinfra <inventory> <deploy file or packaged deploy> ...`, in a code block
+# (indented) or a code span.
+COMMAND = re.compile(r"^\s{4,}(pyinfra \S.*)$|`(pyinfra [^`]+)`", re.M)
+DEPLOY = re.compile(r"\s(\S+\.py|enforcer\.deploys\.\w+)(\s|$)")
+PRINTED = ["README.md", "docs/*.md", "*.py", "enforcer/**/*.py", "tests/fleet/harness.py"]
+
+
+def test_every_printed_deploy_command_runs_without_stopping_at_the_prompt():
+    """pyinfra asks "Press enter to execute" unless given -y (or --dry, which executes nothing)."""
+    stops = []
+    for path in sorted({f for pattern in PRINTED for f in ROOT.glob(pattern)}):
+        for found in COMMAND.finditer(path.read_text()):
+            command = found[1] or found[2]
+            words = command.split()
+            if DEPLOY.search(command) and "-y" not in words and "--dry" not in words:
+                stops.append(f"{path.relative_to(ROOT)}: {command}")
+    assert stops == []
