@@ -67,7 +67,6 @@ import pprint
 import re
 import sys
 from dataclasses import dataclass
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +88,7 @@ from enforcer.policy import (
     seconds,
     under,
 )
+from operations.put import put_text
 
 # The packaged deploy (enforcer/deploys.py): installed with the package, found by the pyinfra
 # beside it, at no path of a checkout.
@@ -400,23 +400,20 @@ def schedule(host) -> None:
 
 
 def _install(s: Schedule, live: bool) -> None:
-    service = files.put(
-        name=f"Install {SERVICE}",
-        src=StringIO(s.service_text()),
-        dest=s.unit_file(SERVICE),
-        mode="644",
+    service = put_text(
+        name=f"Install {SERVICE}", path=s.unit_file(SERVICE), text=s.service_text(), mode="644"
     )
-    timer = files.put(
+    timer = put_text(
         name=f"Install {TIMER} (every {s.period})",
-        src=StringIO(s.timer_text()),
-        dest=s.unit_file(TIMER),
+        path=s.unit_file(TIMER),
+        text=s.timer_text(),
         mode="644",
     )
     if s.node_data is not None:
-        files.put(
+        put_text(
             name="Write this node's inventory (@local, its host data)",
-            src=StringIO(s.inventory_text()),
-            dest=under(s.rootfs, s.inventory),
+            path=under(s.rootfs, s.inventory),
+            text=s.inventory_text(),
             mode="600",
         )
     unit_enabled(name=f"Enable {TIMER}", unit=TIMER, rootfs=s.rootfs, enabled=True)
