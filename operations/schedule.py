@@ -9,12 +9,14 @@ Where it runs (`enforcer_schedule_on`):
 - `node` (the default): every host converges itself, for fleets that outgrow one control node.
   schedule.py writes the host's own host data into an inventory on the node (one `@local` host:
   pyinfra's local connector; `enforcer_schedule_inventory`, default
-  /etc/partition-enforcer/inventory.py) and the unit runs pyinfra against it, there. The node
-  needs this project installed (`pip install partition-enforcer`): by default in a virtualenv
-  at the path it has on the control node.
+  /etc/partition-enforcer/inventory.py) and the unit runs pyinfra against it, there. First it
+  puts the product on the node (`enforcer_schedule_install`, operations/venv.py): a virtualenv
+  at `enforcer_schedule_venv` (/opt/partition-enforcer/venv), from the control node's
+  wheelhouse (enforcer/wheelhouse.py) sent over the SSH session, or from the node's own index;
+  the unit runs its pyinfra. `none`: the node has it already (`enforcer_schedule_pyinfra`).
 - `control`: the host is a control node whose unit converges the whole inventory
   `enforcer_schedule_inventory` (a file on it, required: nothing is written there) over SSH.
-  Run schedule.py against that one host, usually `pyinfra @local schedule.py`.
+  Run schedule.py against that one host, usually `pyinfra @local schedule.py -y`.
 
 Host data (schemas/host-data.schema.json; bad values are refused before anything runs, naming
 the host and the key):
@@ -29,7 +31,16 @@ the host and the key):
 | `enforcer_schedule_timeout` | `30min` | `TimeoutStartSec=`: a run that takes longer is killed |
 | `enforcer_schedule_inventory` | node: /etc/partition-enforcer/inventory.py | the inventory run |
 | `enforcer_schedule_deploy` | `enforcer.deploys.converge` | `module.function`, or a .py file |
-| `enforcer_schedule_pyinfra` | the pyinfra beside this Python | the pyinfra executable run |
+| `enforcer_schedule_pyinfra` | the venv's, or (`none`) the one beside this Python | run |
+| `enforcer_schedule_install` | node: `wheelhouse`; control: `none` | or `index` (above) |
+| `enforcer_schedule_venv` | `/opt/partition-enforcer/venv` | the node's virtualenv |
+| `enforcer_schedule_python` | `python3` | the node's Python that makes it |
+| `enforcer_schedule_wheelhouse` | ~/.cache/partition-enforcer/wheelhouse | control node's cache |
+
+No SFTP: pyinfra's `files.put` opens an SFTP channel, which a node's sshd may not offer. Units,
+the node's inventory and the wheelhouse go through the shell (operations/put.py, put-file.sh.j2,
+as the ledger does; the wheelhouse on the command's standard input), so the connection needs
+only commands (and sudo, for a non-root login).
 
 Why OnCalendar=: `Persistent=` only applies to calendar timers, and a run missed while the
 machine was off should happen at boot. So the period must map to a calendar expression with an
@@ -67,7 +78,6 @@ import pprint
 import re
 import sys
 from dataclasses import dataclass
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +99,9 @@ from enforcer.policy import (
     seconds,
     under,
 )
+from enforcer.wheelhouse import default_cache
+from operations.put import put_text
+from operations.venv import installed
 
 # The packaged deploy (enforcer/deploys.py): installed with the package, found by the pyinfra
 # beside it, at no path of a checkout.
@@ -97,6 +110,7 @@ SERVICE = "partition-enforcer.service"
 TIMER = "partition-enforcer.timer"
 UNIT_DIR = "/etc/systemd/system"
 NODE_INVENTORY = "/etc/partition-enforcer/inventory.py"
+VENV = DEFAULTS["enforcer_schedule_venv"]
 # Keys that never go into a node's inventory: the schedule's own, and the breaker, which is
 # lifted for one run by hand (`--data enforcer_breaker=off`), never for every scheduled run.
 BREAKER = "enforcer_breaker"
@@ -126,6 +140,10 @@ class Schedule:
     inventory: str
     rootfs: str
     node_data: dict[str, Any] | None  # node: the host data its inventory carries
+    install: str = "none"  # node: "wheelhouse" or "index" puts the product in `venv`
+    venv: str = VENV
+    python: str = "python3"
+    wheelhouse: str = ""  # the control node's cache (enforcer/wheelhouse.py)
 
     def unit_file(self, unit: str) -> str:
         """Where a unit file goes: under rootfs."""
@@ -220,6 +238,8 @@ def schedule_from_host_data(host_name: str, data: dict[str, Any]) -> Schedule:
             f"enforcer_max_observation_gap_seconds ({gap:g}), got {period!r} + {delay!r}: every "
             "streak would restart at every run and nothing would ever be destroyed",
         )
+    install = d.get("enforcer_schedule_install", "wheelhouse" if on == "node" else "none")
+    _check_install(host_name, install, on, given, policy.paths.rootfs)
     inventory = d.get("enforcer_schedule_inventory")
     if inventory is None and on == "control":
         raise PolicyError(
@@ -228,8 +248,11 @@ def schedule_from_host_data(host_name: str, data: dict[str, Any]) -> Schedule:
             "expected the inventory file the control node's unit converges (an absolute path "
             "ending in .py), got nothing: it is required with enforcer_schedule_on: control",
         )
+    venv = d["enforcer_schedule_venv"]
+    pyinfra = f"{venv}/bin/pyinfra" if install != "none" else default_pyinfra()
     paths = {
-        "enforcer_schedule_pyinfra": d.get("enforcer_schedule_pyinfra", default_pyinfra()),
+        "enforcer_schedule_venv": venv,
+        "enforcer_schedule_pyinfra": d.get("enforcer_schedule_pyinfra", pyinfra),
         "enforcer_schedule_deploy": d.get("enforcer_schedule_deploy", DEPLOY),
         "enforcer_schedule_inventory": inventory or NODE_INVENTORY,
     }
@@ -251,7 +274,41 @@ def schedule_from_host_data(host_name: str, data: dict[str, Any]) -> Schedule:
         inventory=paths["enforcer_schedule_inventory"],
         rootfs=policy.paths.rootfs,
         node_data=node_data,
+        install=install,
+        venv=venv,
+        python=d["enforcer_schedule_python"],
+        wheelhouse=d.get("enforcer_schedule_wheelhouse") or str(default_cache()),
     )
+
+
+def _check_install(host_name: str, install: str, on: str, given: dict, rootfs: str) -> None:
+    """The product goes onto a node converging itself, at its own root, in our virtualenv."""
+    key = "enforcer_schedule_install"
+    if install == "none":
+        return
+    if on != "node":
+        raise PolicyError(
+            host_name,
+            key,
+            f"expected none with enforcer_schedule_on: control (its unit runs the control "
+            f"node's own pyinfra), got {install!r}",
+        )
+    if rootfs != "/":
+        raise PolicyError(
+            host_name,
+            key,
+            f"expected none with enforcer_rootfs {rootfs} (a virtualenv works only at the path "
+            f"it was made at, and the unit sees it without {rootfs}), got {install!r}: install "
+            "the product there yourself and name its pyinfra (enforcer_schedule_pyinfra)",
+        )
+    if "enforcer_schedule_pyinfra" in given:
+        raise PolicyError(
+            host_name,
+            "enforcer_schedule_pyinfra",
+            f"expected it unset with enforcer_schedule_install {install} (the unit runs "
+            "enforcer_schedule_venv's pyinfra); set enforcer_schedule_install: none to run "
+            f"{given['enforcer_schedule_pyinfra']!r}",
+        )
 
 
 def default_pyinfra() -> str:
@@ -400,23 +457,28 @@ def schedule(host) -> None:
 
 
 def _install(s: Schedule, live: bool) -> None:
-    service = files.put(
-        name=f"Install {SERVICE}",
-        src=StringIO(s.service_text()),
-        dest=s.unit_file(SERVICE),
-        mode="644",
+    if s.install != "none":  # before the unit that runs it
+        installed(
+            name=f"Install partition-enforcer in {s.venv} ({s.install})",
+            venv=s.venv,
+            python=s.python,
+            how=s.install,
+            cache=s.wheelhouse,
+        )
+    service = put_text(
+        name=f"Install {SERVICE}", path=s.unit_file(SERVICE), text=s.service_text(), mode="644"
     )
-    timer = files.put(
+    timer = put_text(
         name=f"Install {TIMER} (every {s.period})",
-        src=StringIO(s.timer_text()),
-        dest=s.unit_file(TIMER),
+        path=s.unit_file(TIMER),
+        text=s.timer_text(),
         mode="644",
     )
     if s.node_data is not None:
-        files.put(
+        put_text(
             name="Write this node's inventory (@local, its host data)",
-            src=StringIO(s.inventory_text()),
-            dest=under(s.rootfs, s.inventory),
+            path=under(s.rootfs, s.inventory),
+            text=s.inventory_text(),
             mode="600",
         )
     unit_enabled(name=f"Enable {TIMER}", unit=TIMER, rootfs=s.rootfs, enabled=True)
@@ -446,6 +508,15 @@ def _remove(s: Schedule, live: bool) -> None:
         files.file(
             name="Remove this node's inventory",
             path=under(s.rootfs, s.inventory),
+            present=False,
+        )
+    if s.install != "none":
+        installed(
+            name=f"Remove partition-enforcer's {s.venv}",
+            venv=s.venv,
+            python=s.python,
+            how=s.install,
+            cache=s.wheelhouse,
             present=False,
         )
     if live:

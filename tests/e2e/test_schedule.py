@@ -58,7 +58,9 @@ class Scheduled:
         self.configure()
 
     def configure(self, **data: object) -> None:
-        write_inventory(self.inventory, self.tmp, **data)  # rootfs: <tmp>/rootfs
+        # rootfs <tmp>/rootfs: no virtualenv can be made for it, the unit runs this pyinfra
+        data = {"enforcer_schedule_install": "none", **data}
+        write_inventory(self.inventory, self.tmp, **data)
 
     @property
     def rootfs(self) -> Path:
@@ -248,7 +250,8 @@ def _epoch(stamp: str) -> int:
 def test_the_node_inventory_converges_the_node_and_never_lifts_the_breaker(seed_node, systemctl):
     """The unit's own command (ExecStart=, WorkingDirectory=) converges the simulated node."""
     seed_node.configure(enforcer_breaker="off")
-    run = run_schedule(seed_node.inventory)  # the seed node's host data, rootfs <node>/rootfs
+    # the seed node's host data, rootfs <node>/rootfs
+    run = run_schedule(seed_node.inventory, "--data", "enforcer_schedule_install=none")
     assert run.rc == 0, run.output
     rootfs = seed_node.path / "rootfs"
     service = _lines(rootfs / "etc" / "systemd" / "system" / SERVICE)
@@ -298,14 +301,24 @@ HOSTILE = [
     ("enforcer_schedule_inventory", "/etc/pe/'inventory'.py"),
     ("enforcer_schedule_inventory", "/etc/../root/inventory.py"),
     ("enforcer_schedule_on", "both"),
+    ("enforcer_schedule_venv", "/opt/pe venv"),
+    ("enforcer_schedule_venv", "/opt/pe/../venv"),
+    ("enforcer_schedule_venv", "/opt/pe/venv/"),
+    ("enforcer_schedule_venv", "opt/pe/venv"),
+    ("enforcer_schedule_python", "python3 -I"),
+    ("enforcer_schedule_python", "$(reboot)"),
+    ("enforcer_schedule_install", "pip"),
     ("enforcer_schedule", "removed"),
 ]
 
 
 @pytest.mark.parametrize(("key", "value"), HOSTILE, ids=[f"{k}={v!r:.30}" for k, v in HOSTILE])
 def test_hostile_schedule_values_are_refused_naming_the_key(key, value):
+    data = {"enforcer_node_name": "gpu-node-7", key: value}
+    if key == "enforcer_schedule_pyinfra":  # a pyinfra of one's own: nothing installed
+        data["enforcer_schedule_install"] = "none"
     with pytest.raises(PolicyError) as caught:
-        schedule_from_host_data("gpu-node-7", {"enforcer_node_name": "gpu-node-7", key: value})
+        schedule_from_host_data("gpu-node-7", data)
     message = str(caught.value)
     assert message.startswith(f"host gpu-node-7: host data {key}: expected "), message
     assert len(message) < 600
@@ -458,3 +471,44 @@ def test_on_a_node_running_systemd_the_timer_is_reloaded_started_and_stopped(
     assert not [p for p in units.rglob("*") if not p.is_dir()]  # units and symlink gone
     schedule(enforcer_schedule="absent").assert_no_changes()
     assert calls() == []
+
+
+def test_a_node_converging_itself_runs_the_pyinfra_of_the_virtualenv_schedule_py_installs():
+    s = schedule_from_host_data("gpu-node-7", {"enforcer_node_name": "gpu-node-7"})
+    assert (s.install, s.venv) == ("wheelhouse", "/opt/partition-enforcer/venv")
+    assert re.search(
+        r"^ExecStart=/opt/partition-enforcer/venv/bin/pyinfra -y /etc/partition-enforcer/"
+        r"inventory\.py enforcer\.deploys\.converge$",
+        s.service_text(),
+        re.M,
+    )
+    assert "enforcer_schedule_install" not in s.node_data  # the node's own run installs nothing
+    control = {"enforcer_schedule_on": "control", "enforcer_schedule_inventory": "/etc/fleet.py"}
+    assert schedule_from_host_data("cp", control).install == "none"  # the control node's own
+
+
+@pytest.mark.parametrize(
+    ("data", "key", "says"),
+    [
+        (
+            {"enforcer_schedule_on": "control", "enforcer_schedule_install": "wheelhouse"},
+            "enforcer_schedule_install",
+            "expected none with enforcer_schedule_on: control",
+        ),
+        (
+            {"enforcer_rootfs": "/host"},
+            "enforcer_schedule_install",
+            "expected none with enforcer_rootfs /host (a virtualenv works only at the path",
+        ),
+        (
+            {"enforcer_schedule_pyinfra": "/usr/local/bin/pyinfra"},
+            "enforcer_schedule_pyinfra",
+            "expected it unset with enforcer_schedule_install wheelhouse",
+        ),
+    ],
+)
+def test_what_cannot_be_installed_is_refused_saying_what_to_set(data, key, says):
+    data = {"enforcer_node_name": "gpu-node-7", "enforcer_schedule_inventory": "/etc/f.py", **data}
+    with pytest.raises(PolicyError) as caught:
+        schedule_from_host_data("gpu-node-7", data)
+    assert str(caught.value).startswith(f"host gpu-node-7: host data {key}: {says}"), caught.value

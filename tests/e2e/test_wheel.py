@@ -177,7 +177,10 @@ def test_the_installed_schedule_deploy_writes_a_unit_that_converges_with_the_pac
 ):
     _need("systemctl")
     with NodeNamespace(tmp_path / "node") as ns:
-        node = InstalledNode(ns, venv, tmp_path / "node", tmp_path)
+        # rootfs <node>/rootfs: the unit runs this venv's pyinfra, nothing is installed
+        node = InstalledNode(
+            ns, venv, tmp_path / "node", tmp_path, enforcer_schedule_install="none"
+        )
         node.deploy("schedule")
         units = node.path / "rootfs" / "etc" / "systemd" / "system"
         assert (units / "timers.target.wants" / TIMER).is_symlink()

@@ -2,7 +2,8 @@
 A fleet of simulated nodes on one machine, reached the way users reach theirs: the real `pyinfra`
 CLI over SSH (paramiko) to a real sshd per node.
 
-Each node has its own loopback address (127.0.0.11, 127.0.0.12, ...; sshd listens there on port
+Each node has its own loopback address (127.0.0.11, 127.0.0.12, ...; ENFORCER_FLEET_FIRST=21
+starts at 127.0.0.21, so that two fleets share a machine; sshd listens there on port
 22), its own hostname (UTS namespace), its own /proc (PID namespace: the fd scan sees only the
 node's processes) and its own mounts: the simulated node's /var/lib (kubelet, state dir, marker
 trees), /run (lock, sshd's privilege separation dir), /dev and /home are bind-mounted at their real
@@ -43,6 +44,7 @@ OPERATOR_UID = 4242
 TOOLS_ON_PATH = "/usr/local/sbin"  # on root's PATH over SSH and on sudo's secure_path
 # What the node's own /dev needs besides the simulated device nodes.
 HOST_DEVICES = ("null", "zero", "random", "urandom", "tty")
+FIRST = int(os.environ.get("ENFORCER_FLEET_FIRST", "11"))  # the first node's 127.0.0.<n>
 PREREQUISITES = ("unshare", "mount", "pkill", "ssh-keygen", "sudo", SSHD)
 
 
@@ -144,7 +146,7 @@ class Fleet:
             (self.root / "keys").mkdir(parents=True, mode=0o700)
             _keygen(self.key)
             for i, spec in enumerate(self.specs):
-                self.nodes[spec.name] = self._start(spec, f"127.0.0.{11 + i}")
+                self.nodes[spec.name] = self._start(spec, f"127.0.0.{FIRST + i}")
             self._write_client_files()
         except BaseException:
             self.__exit__()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from enforcer import ledger as ledgers
 from enforcer.sim.demo import infer_b_starts
 
 ENFORCER = Path(sys.executable).with_name("enforcer")
+IMPORTED = "import enforcer; print(enforcer.__file__)"
 RUNS_TO_DESTROY = 3  # enforcer_grace_runs (default), grace_seconds 0 in the fleet's host data
 
 
@@ -252,3 +254,81 @@ def test_drain_over_ssh_verifies_a_free_node_and_fails_a_held_one_as_root_throug
     undrained = pyinfra(fleet, *limits, deploy="undrain.py")
     assert undrained.rc == 0, undrained.output
     assert not (free.state_dir / "drain.json").exists() and not marker.exists()
+
+
+def test_schedule_installs_the_product_over_ssh_without_sftp_and_a_second_run_changes_nothing(
+    fleet, tmp_path
+):
+    """The nodes' sshd has no sftp subsystem. node4 is reached as root, node3 through sudo: each
+    gets the control node's wheelhouse over the SSH session, a virtualenv under /opt, and a
+    unit that runs its pyinfra."""
+    nodes = [fleet.nodes["node4"], fleet.nodes["node3"]]
+    venv = "/opt/partition-enforcer/venv"
+    inventory = "/var/lib/partition-enforcer-schedule/inventory.py"  # the node's own /var/lib
+    cache = tmp_path / "wheelhouse"  # the control node's
+    for node in nodes:
+        assert "Subsystem" not in (node.path / "sshd_config").read_text()
+    # The node's /etc/systemd/system and /opt: temp dirs in its own mount namespace only.
+    mounts = {node.name: _private(node, tmp_path, "/etc/systemd/system", "/opt") for node in nodes}
+    data = ("--data", f"enforcer_schedule_inventory={inventory}")
+    data += ("--data", f"enforcer_schedule_wheelhouse={cache}")
+    limits = ("--limit", "node4", "--limit", "node3")
+    try:
+        first = pyinfra(fleet, *limits, *data, deploy="schedule.py")
+        assert first.rc == 0, first.output
+        for node in nodes:
+            units, opt = mounts[node.name]
+            assert f"[{node.name}] Success" in first.output, first.output
+            link = opt / "partition-enforcer" / "venv"
+            assert link.is_symlink() and re.fullmatch(r"venv\.[0-9a-f]{16}", os.readlink(link))
+            service = (units / "partition-enforcer.service").read_text().splitlines()
+            (execstart,) = [line for line in service if line.startswith("ExecStart=")]
+            argv = execstart.removeprefix("ExecStart=").split()
+            assert argv == [f"{venv}/bin/pyinfra", "-y", inventory, "enforcer.deploys.converge"]
+            assert "sftp" not in (node.path / "sshd.log").read_text()
+
+            # The unit's command, in the node, converges it with the installed product alone.
+            done = node.ns.run(argv, cwd="/")
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert report(node)["host"] == "@local"  # this run's, not the fleet's (node3, node4)
+            where = node.ns.run([f"{venv}/bin/python", "-c", IMPORTED], cwd="/")
+            assert where.stdout.startswith(venv), where.stdout  # not this checkout
+
+        state = {n.name: _tree(mounts[n.name][1]) for n in nodes}
+        second = pyinfra(fleet, *limits, *data, deploy="schedule.py")
+        assert second.rc == 0, second.output
+        for node in nodes:
+            assert f"[{node.name}] No changes" in second.output, second.output
+            assert f"[{node.name}] Success" not in second.output, second.output
+            assert _tree(mounts[node.name][1]) == state[node.name]
+
+        # A node that cannot make the virtualenv is told why, before anything is sent.
+        missing = ("--data", "enforcer_schedule_python=/usr/bin/no-python3")
+        missing += ("--data", "enforcer_schedule_venv=/opt/elsewhere/venv")
+        refused = pyinfra(fleet, "--limit", "node4", *data, *missing, deploy="schedule.py")
+        assert refused.rc != 0
+        assert "the node has no Python '/usr/bin/no-python3'" in refused.output, refused.output
+        assert not (mounts["node4"][1] / "elsewhere").exists()
+    finally:
+        for node in nodes:
+            for target in ("/opt", "/etc/systemd/system"):
+                node.ns.run(["umount", target])
+
+
+def _private(node, tmp_path: Path, *targets: str) -> tuple[Path, ...]:
+    dirs = []
+    for target in targets:
+        d = tmp_path / node.name / target.strip("/").replace("/", "-")
+        d.mkdir(parents=True)
+        done = node.ns.run(["mount", "--bind", str(d), target])
+        assert done.returncode == 0, done.stderr
+        dirs.append(d)
+    return tuple(dirs)
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and link under root (not into the venv): its mtime and size."""
+    return {
+        str(p.relative_to(root)): (p.lstat().st_mtime_ns, p.lstat().st_size)
+        for p in root.rglob("*")
+    }
