@@ -51,6 +51,8 @@ def test_schema_is_valid_draft_2020_12_and_names_every_key_of_the_table():
         "enforcer_schedule_randomized_delay", "enforcer_schedule_persistent",
         "enforcer_schedule_timeout", "enforcer_schedule_inventory", "enforcer_schedule_deploy",
         "enforcer_schedule_pyinfra",  # issue 6's scheduled convergence (schedule.py)
+        "enforcer_schedule_install", "enforcer_schedule_venv", "enforcer_schedule_python",
+        "enforcer_schedule_wheelhouse",  # issue 19's node mode that installs itself
         "enforcer_drain_cordon", "enforcer_drain_timeout_seconds",
         "enforcer_drain_poll_seconds",  # issue 6's pre-maintenance drain (drain.py)
     }  # fmt: skip
