@@ -1,7 +1,7 @@
 """
 Claims: owner records -> claims (the adapters), owners' liveness, and count-aware protection.
 
-Ascend device plugins record ownership in different conventions (../shared/RECORD-FORMATS.md):
+Ascend device plugins record ownership in different conventions (tests/samples/RECORD-FORMATS.md):
 
 - Huawei's plugin names the real vNPU: `huawei.com/AscendReal: Ascend310P-2c-100-0_1`, static
   device ids `Ascend310P-2c-<vnpu>-<phy>`, or an allocate response with

@@ -349,6 +349,11 @@ def decide(
     }
 
     index = Index.of(obs, policy)
+    reconfiguring = {
+        g.accelerator: f"GPU {g.index}: MIG mode {g.mig_pending} at its next reset (pending)"
+        for g in obs.gpus
+        if g.mig_pending
+    }
     verdicts: list[Verdict] = []
     entries: dict[str, Entry] = {}
     for p, identity in zip(obs.partitions, identities, strict=True):
@@ -360,6 +365,11 @@ def decide(
             if now - before.last_observed > policy.max_observation_gap_seconds:
                 entry = entry.restarted()
         verdict, entry = _judge(p, index, policy, protected, names, stuck, entry, now)
+        if p.accelerator in reconfiguring:
+            note = reconfiguring[p.accelerator]
+            verdict = replace(
+                verdict, reason=f"{verdict.reason}; {note}", evidence=(*verdict.evidence, note)
+            )
         if verdict.status in ("pending", "orphan", "destroy-failed") and p.key in passed_over:
             notes = passed_over[p.key]
             reason = "; ".join((verdict.reason, *notes))

@@ -66,6 +66,9 @@ class Gpu:
     name: str
     mig: bool  # MIG mode enabled: it can carry GPU instances
     kind: str = MIG  # the kind of its partitions
+    # The MIG mode set to take effect at its next reset ("Enabled*"/"Disabled*" in nvidia-smi's
+    # MIG M. cell), "" when none is pending: someone is reconfiguring it.
+    mig_pending: str = ""
 
     @property
     def accelerator(self) -> str:

@@ -112,8 +112,8 @@ def observe_mig(r: _Reader, wanted: bool, vendor: Vendor = NVIDIA, procfs: str =
     table = r.read(tool, tool, lambda s: vendor.parse_smi(s.stdout), kind)
     if listed is None or gis is None or cis is None or table is None:
         return NOTHING
-    modes = {row.index: row.mig_mode == "Enabled" for row in table.gpus}
-    gpus = [Gpu(g.index, g.uuid, g.name, modes.get(g.index, False), kind) for g in listed[0]]
+    rows = {row.index: row for row in table.gpus}
+    gpus = [_gpu(g, rows.get(g.index), kind) for g in listed[0]]
     minors = _access_minors(r, procfs) if vendor is THEAD and gis else {}
     partitions = []
     for gpu in gpus:
@@ -129,6 +129,15 @@ def observe_mig(r: _Reader, wanted: bool, vendor: Vendor = NVIDIA, procfs: str =
     if minors is not None:
         places = {m: (p, gi) for (p, gi, _), m in minors.items()}
     return MigRead(gpus, partitions, table.processes, places)
+
+
+def _gpu(listed: nvidia.Gpu, row: nvidia.GpuRow | None, kind: str) -> Gpu:
+    """A GPU of `-L`, with its MIG mode from the table's row (none: not in MIG mode)."""
+    if row is None:
+        return Gpu(listed.index, listed.uuid, listed.name, False, kind)
+    on = row.mig_mode == "Enabled"
+    pending = ("Disabled" if on else "Enabled") if row.mig_pending else ""
+    return Gpu(listed.index, listed.uuid, listed.name, on, kind, pending)
 
 
 def _nvidia_places(r: _Reader, partitions: list[Partition]) -> dict | None:

@@ -7,7 +7,7 @@ facts.nvidia (same rules: cells by their `|`, headers by their text, ASCII digit
 outside the layout raises ParseError) and return its types where the data is the same.
 
 The only public ppu-smi output is the T-Head SAIL PPU-SMI reference (PPU-SMI 1.28, driver 2.1.0),
-copied into ../shared/samples/ppu-smi_*: a vendor document, not a capture, with some values
+copied into tests/samples/ppu-smi_*: a vendor document, not a capture, with some values
 hand-edited. tests/unit/test_parse_ppu.py says what was decided about each. What no public text
 shows is marked UNVERIFIED here: above all what ppu-smi prints when there is nothing to list. For
 that, nvidia-smi's own words are accepted (any other wording fails closed).

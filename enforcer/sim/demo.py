@@ -23,7 +23,7 @@ from pathlib import Path
 from enforcer.policy import DEFAULTS
 from enforcer.report import table
 from enforcer.sim import hygon_story, mig_story, ppu_story, scenario, vgpu_story
-from enforcer.sim.namespace import mount_proc_driver
+from enforcer.sim.namespace import mount_proc_driver, unmount_proc_driver
 from enforcer.sim.node import SimNode
 from enforcer.sim.show import render_summary
 
@@ -140,6 +140,7 @@ def mig(node_path: Path, runs: int) -> None:
             say(f"llm-b's container runs and opens GI {gis['b']}")
         time.sleep(1)
     node.unhold_all()
+    unmount_proc_driver(node_path)  # the next node has no NVIDIA driver
 
 
 def thead(node_path: Path, runs: int) -> None:
@@ -159,6 +160,7 @@ def thead(node_path: Path, runs: int) -> None:
         print("GPU instances now:", sorted(int(g["id"]) for g in node.ppu_instances(0)))
         time.sleep(1)
     node.unhold_all()
+    unmount_proc_driver(node_path)  # the next node has no PPU driver
 
 
 def hygon(node_path: Path, runs: int) -> None:

@@ -14,7 +14,7 @@ Supported (the only part of hy-smi the enforcer runs):
 Options may come in any order after `virtual`. Memory sizes are MiB; vDCU numbers are node-wide,
 the lowest free at create, reused after a destroy; a destroy removes every vDCU of its DCU.
 
-What public text shows (../shared/samples/hy-smi_*, copies in documentation, not captures):
+What public text shows (tests/samples/hy-smi_*, copies in documentation, not captures):
 
 - the listing layout, printed here exactly so: `Device N:` / `Virtual Device N:`, then one-space
   indented `Actual Device: N`, `Compute units: N`, `Global memory: N bytes` (the dynamia-ai blog's

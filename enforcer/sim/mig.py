@@ -6,7 +6,7 @@ processes, and `nvidia_smi.py` renders them.
 
 Profiles (`PROFILES`): names, ids, memory, engines and placements are those `nvidia-smi mig -lgip`
 and `-lgipp` print on an H100 80GB HBM3 and an H200 141GB with driver 580.173.02 (the
-prickle-exporter captures and the H100 walkthrough `-lgipp` in /work/shared/samples). BAR1 per GI
+prickle-exporter captures and the H100 walkthrough `-lgipp` in tests/samples). BAR1 per GI
 is 6185 MiB (H100) / 14809 MiB (H200) per memory slice, as the captured MIG tables show for 1g
 and 3g GIs (3g = 4 slices = 4 x 6185); other sizes are that rule extrapolated.
 
@@ -540,7 +540,7 @@ def bar1_mib(gpu: Mapping[str, Any], gp: GiProfile) -> int:
 # A PPU is stored like a GPU (same keys, `"vendor": "thead"`, in the state's own "ppus" list) so
 # that the bookkeeping above (find_profile, free_count, gi_at, ci_at, mig_uuid) serves it too;
 # what differs is here. The public source is the T-Head SAIL PPU-SMI reference (PPU-SMI 1.28),
-# /work/shared/samples/ppu-smi_*: a vendor document with hand edits, not a capture.
+# tests/samples/ppu-smi_*: a vendor document with hand edits, not a capture.
 #
 # GI profiles (`ppu_model`), from its `mig -lgip` of a 96 GiB PPU-ZW810E: ids 0..3 are 1g..8g,
 # 8 memory slices of memory/8 each, named "<slices>g<GiB>gb" (1g12gb .. 8g96gb), CUs 8 per slice,

@@ -337,6 +337,17 @@ def mount_proc_driver(node_dir: Path) -> None:
         raise OSError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
 
 
+def unmount_proc_driver(node_dir: Path) -> None:
+    """Undo mount_proc_driver, so that the next node of the namespace shows no driver of it."""
+    if not (node_dir / PROC_DRIVER).is_dir():
+        return
+    if os.getpid() != 1:
+        raise OSError(f"not in the node's namespace (pid {os.getpid()}): refusing to unmount")
+    done = subprocess.run(["umount", "/proc/driver"], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise OSError(f"umount /proc/driver exited {done.returncode}: {done.stderr.strip()}")
+
+
 def _enter_pod(node: SimNode, pid: int, uid: str) -> None:
     """Make /proc/<pid>/cgroup name the pod's container: a bind mount, in this namespace only."""
     if os.getpid() != 1:  # the agent is PID 1 of its namespace; anywhere else is not ours

@@ -5,7 +5,7 @@ run through `<node>/bin/ppu-smi` (SimNode.create(..., ppus=[PPU])). The PPUs liv
 section: profiles, ids, capacity).
 
 The only public ppu-smi output is the T-Head SAIL PPU-SMI reference (PPU-SMI 1.28, driver 2.1.0)
-in /work/shared/samples/ppu-smi_*: a vendor document with hand-edited values, not a capture. What
+in tests/samples/ppu-smi_*: a vendor document with hand-edited values, not a capture. What
 it shows is printed byte for byte (tests/unit/test_sim_ppu.py compares): the default table's
 banner, PPU rows and Processes table; the `-L` lines; `mig -lgi`, `-lci`, `-lgip`, `-lgipp`,
 `-lcip` layouts; the success lines of `-cgi`, `-cgi -C`, `-cci`, `-dci`, `-dgi`. Every output is

@@ -1,5 +1,5 @@
 """
-The vGPU story on a simulated VM host (hypeman's layout, ../shared/RECORD-FORMATS.md section 4):
+The vGPU story on a simulated VM host (hypeman's layout, tests/samples/RECORD-FORMATS.md section 4):
 a Tesla T4 whose mdevs hypeman assigns to VMs, and an A40 whose SR-IOV VFs carry NVIDIA's
 vendor-VFIO vGPUs. The VMM's own cleanup failed the ways the vGPU issue lists:
 

@@ -1,6 +1,6 @@
 """
 decide() on MIG GPU instances: the stories of the MIG issue, each a test named after it, and the
-claim adapters on real record shapes (../shared/RECORD-FORMATS.md §3 and §5).
+claim adapters on real record shapes (tests/samples/RECORD-FORMATS.md §3 and §5).
 """
 
 from __future__ import annotations

@@ -13,8 +13,10 @@ from pathlib import Path
 from samples import sample
 from unit.test_snapshot import b64, node_read
 
+from enforcer.contract import decide
+from enforcer.ledger import Ledger
 from enforcer.model import MIG, Observation, SourceHealth
-from enforcer.policy import NodePaths
+from enforcer.policy import NodePaths, policy_from_host_data
 from facts.snapshot import observe, parse_sections
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -265,3 +267,16 @@ def test_a_mig_node_whose_nvidia_smi_is_not_on_path_is_told_not_taken_for_no_mig
         **tool, **{"nvidia-driver": ("0", "/srv/n1/run/nvidia/driver/usr/bin/nvidia-smi\n", "")}
     )
     assert [h for h in alone.health if h.status != "ok"] == []
+
+
+def test_a_pending_mig_mode_change_is_said_on_its_gpus_partitions():
+    """`Disabled*`: MIG is on now and goes off at the GPU's next reset (R610's MIG M. cell)."""
+    table = sample(f"nvidia-smi_default_{MIXED}")
+    pending = table.replace("              Enabled |", "            Disabled* |", 1)
+    assert pending != table
+    obs = read(**{"nvidia-smi": ("0", pending, "")})
+    assert [(g.mig, g.mig_pending) for g in obs.gpus] == [(True, "Disabled")]
+    assert read().gpus[0].mig_pending == ""
+    verdicts, _ = decide(obs, Ledger(), policy_from_host_data("h100", {}), obs.now)
+    note = "GPU 0: MIG mode Disabled at its next reset (pending)"
+    assert verdicts and all(note in v.evidence and note in v.reason for v in verdicts)
