@@ -1,0 +1,40 @@
+"""
+Behaviour is unchanged (issue 20): on the bench nodes, decide()'s verdicts, the ledgers it
+writes, the run reports and the destroy commands of the orphans are byte for byte the golden
+copy in bench/golden (`python bench/compare.py --record` rewrites it after a change that means
+to change behaviour).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+compare = load("compare")
+
+
+@pytest.mark.parametrize("size", compare.SIZES)
+def test_bench_node_decides_and_writes_what_the_golden_copy_says(size: int) -> None:
+    assert compare.difference(size) == ""
+
+
+def test_the_golden_copy_holds_every_verdict_but_breaker() -> None:
+    text = compare.golden_path(100).read_text()
+    statuses = ("held", "claimed", "pinned", "pending", "orphan", "inconclusive")
+    for status in (*statuses, "destroyed", "destroy-failed"):
+        assert f'"status": "{status}"' in text, status
+    assert "nvidia-smi" in text and "npu-smi" in text  # destroy commands of both kinds
