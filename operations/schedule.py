@@ -32,7 +32,7 @@ the host and the key):
 | `enforcer_schedule_inventory` | node: /etc/partition-enforcer/inventory.py | the inventory run |
 | `enforcer_schedule_deploy` | `enforcer.deploys.converge` | `module.function`, or a .py file |
 | `enforcer_schedule_pyinfra` | the venv's, or (`none`) the one beside this Python | run |
-| `enforcer_schedule_install` | node: `wheelhouse`; control: `none` | or `index` (above) |
+| `enforcer_schedule_install` | node at rootfs `/`: `wheelhouse`; else `none` | or `index` (above) |
 | `enforcer_schedule_venv` | `/opt/partition-enforcer/venv` | the node's virtualenv |
 | `enforcer_schedule_python` | `python3` | the node's Python that makes it |
 | `enforcer_schedule_wheelhouse` | ~/.cache/partition-enforcer/wheelhouse | control node's cache |
@@ -238,7 +238,11 @@ def schedule_from_host_data(host_name: str, data: dict[str, Any]) -> Schedule:
             f"enforcer_max_observation_gap_seconds ({gap:g}), got {period!r} + {delay!r}: every "
             "streak would restart at every run and nothing would ever be destroyed",
         )
-    install = d.get("enforcer_schedule_install", "wheelhouse" if on == "node" else "none")
+    # Unset: install where a virtualenv can work and nobody named a pyinfra of their own (a
+    # rootfs that is not / is a chroot or a simulated node, as before this key).
+    installs = on == "node" and policy.paths.rootfs == "/"
+    installs = installs and "enforcer_schedule_pyinfra" not in given
+    install = d.get("enforcer_schedule_install", "wheelhouse" if installs else "none")
     _check_install(host_name, install, on, given, policy.paths.rootfs)
     inventory = d.get("enforcer_schedule_inventory")
     if inventory is None and on == "control":

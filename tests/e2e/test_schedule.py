@@ -485,6 +485,9 @@ def test_a_node_converging_itself_runs_the_pyinfra_of_the_virtualenv_schedule_py
     assert "enforcer_schedule_install" not in s.node_data  # the node's own run installs nothing
     control = {"enforcer_schedule_on": "control", "enforcer_schedule_inventory": "/etc/fleet.py"}
     assert schedule_from_host_data("cp", control).install == "none"  # the control node's own
+    # Unset, nothing is installed where a virtualenv cannot work or a pyinfra is named.
+    for own in ({"enforcer_rootfs": "/host"}, {"enforcer_schedule_pyinfra": "/usr/bin/pyinfra"}):
+        assert schedule_from_host_data("gpu-node-7", own).install == "none", own
 
 
 @pytest.mark.parametrize(
@@ -496,12 +499,15 @@ def test_a_node_converging_itself_runs_the_pyinfra_of_the_virtualenv_schedule_py
             "expected none with enforcer_schedule_on: control",
         ),
         (
-            {"enforcer_rootfs": "/host"},
+            {"enforcer_rootfs": "/host", "enforcer_schedule_install": "wheelhouse"},
             "enforcer_schedule_install",
             "expected none with enforcer_rootfs /host (a virtualenv works only at the path",
         ),
         (
-            {"enforcer_schedule_pyinfra": "/usr/local/bin/pyinfra"},
+            {
+                "enforcer_schedule_pyinfra": "/usr/local/bin/pyinfra",
+                "enforcer_schedule_install": "wheelhouse",
+            },
             "enforcer_schedule_pyinfra",
             "expected it unset with enforcer_schedule_install wheelhouse",
         ),
