@@ -17,6 +17,14 @@ paths of this machine, no PIDs):
   (a vNPU gets the device-node inode the node read would add, the observation a fixed claim
   digest: the bench has neither, and the guard needs both).
 
+Then, per simulated node of `make demo` (seed 310P, MIG H100, T-Head PPU, Hygon DCU, vGPU VM
+host), its node read captured once by bench/capture_node_reads.py (bench/golden/node-reads,
+machine-specific parts replaced with placeholders) goes through parse_sections and observe()
+with the node's host data under NODE_ROOT, then one decide() with a grace of one run: the dump
+(golden/node-<name>.txt) holds the partitions' identities, the whole Observation as canonical
+JSON, the verdicts and, for each orphan, the destroy script as operations.enforce.destroy_orphans
+renders it (a DCU's orphaned vDCUs in one script). `--nodes` picks some.
+
 Sizes up to FULL_TEXT are stored whole, so a difference shows as a diff; larger ones (too big
 to commit comfortably) are stored as one SHA-256 per section, so a difference shows which run
 and section changed.
@@ -30,21 +38,23 @@ import hashlib
 import json
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+from capture_node_reads import HOST_DATA, NODE_ROOT, READS  # noqa: E402
 from decide import Node  # noqa: E402
 
 from enforcer import ledger as ledgers  # noqa: E402
 from enforcer import report  # noqa: E402
 from enforcer.contract import decide  # noqa: E402
 from enforcer.ledger import Ledger  # noqa: E402
-from enforcer.model import VNPU, Observation, Verdict  # noqa: E402
-from enforcer.policy import Policy  # noqa: E402
-from operations.enforce import destroy_command  # noqa: E402
+from enforcer.model import HYGON, VNPU, Observation, Partition, Verdict  # noqa: E402
+from enforcer.policy import Policy, policy_from_host_data  # noqa: E402
+from facts.snapshot import observe, parse_sections  # noqa: E402
+from operations.enforce import destroy_command, destroy_dcu  # noqa: E402
 
 GOLDEN = ROOT / "bench" / "golden"
 SIZES = (10, 100, 1_000)
@@ -119,13 +129,81 @@ def golden_path(n: int) -> Path:
     return GOLDEN / f"bench-{n}.txt"
 
 
+# --- the node reads: observe() and one decide() on each simulated node's captured read ----------
+
+NODE_GRACE = {"enforcer_grace_runs": 1, "enforcer_grace_seconds": 0}  # one run proves an orphan
+
+
+def node_policy(name: str) -> Policy:
+    """The node's host data (bench/capture_node_reads.py) under NODE_ROOT, grace of one run."""
+    data = {**HOST_DATA[name](Path(NODE_ROOT)), **NODE_GRACE}
+    return policy_from_host_data(str(data["enforcer_node_name"]), data)
+
+
+def canonical(value: object) -> object:
+    """Dataclasses as dicts, every tuple, list and set sorted by its canonical JSON."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: canonical(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, dict):
+        return {str(k): canonical(v) for k, v in value.items()}
+    if isinstance(value, tuple | list | set | frozenset):
+        items = [canonical(v) for v in value]
+        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
+    return value
+
+
+def node_sections(name: str) -> Iterator[tuple[str, str]]:
+    """(title, canonical text): the observation of the captured read, verdicts, destroys."""
+    policy = node_policy(name)
+    lines = (READS / f"{name}.txt").read_text().splitlines()
+    obs = observe(
+        parse_sections(lines), policy.node_name, policy.paths, policy.claim_sources, policy.kinds
+    )
+    identities = sorted(p.identity(obs.boot_id) for p in obs.partitions)
+    yield "identities", "\n".join(json.dumps(i, sort_keys=True) for i in identities)
+    yield "observation", json.dumps(canonical(obs), indent=1, sort_keys=True)
+    verdicts, _ = decide(obs, Ledger(), policy, obs.now)
+    yield "verdicts", "\n".join(verdict_line(v, obs.boot_id) for v in verdicts)
+    yield "destroys", "\n".join(node_destroys(verdicts, obs, policy))
+
+
+def node_destroys(verdicts: list[Verdict], obs: Observation, policy: Policy) -> Iterator[str]:
+    """As operations.enforce.destroy_orphans renders them: a DCU's orphaned vDCUs in one script."""
+    whole: dict[str, list[Partition]] = {}
+    for v in verdicts:
+        if v.is_orphan and v.partition.kind == HYGON:
+            whole.setdefault(v.partition.accelerator, []).append(v.partition)
+        elif v.is_orphan:
+            yield f"# {v.partition.key}"
+            yield destroy_command(v, obs, policy.paths).rstrip("\n")
+    for accelerator, vdcus in whole.items():
+        yield f"# {accelerator}: {' '.join(p.key for p in vdcus)}"
+        yield destroy_dcu(vdcus, obs, policy.paths).rstrip("\n")
+
+
+def node_dump(name: str) -> str:
+    return "".join(f"=== {title}\n{text}\n" for title, text in node_sections(name))
+
+
+def node_golden_path(name: str) -> Path:
+    return GOLDEN / f"node-{name}.txt"
+
+
+def node_difference(name: str, lines: int = 40) -> str:
+    """The first `lines` lines of the diff from the node's golden copy to now; "" if none."""
+    return _diff(node_golden_path(name), node_dump(name), lines)
+
+
 def difference(n: int, lines: int = 40) -> str:
     """The first `lines` lines of the unified diff from the golden copy to now; "" if none."""
-    path = golden_path(n)
+    return _diff(golden_path(n), dump(n), lines)
+
+
+def _diff(path: Path, now: str, lines: int) -> str:
     want = path.read_text() if path.exists() else ""
     diff = difflib.unified_diff(
         want.splitlines(keepends=True),
-        dump(n).splitlines(keepends=True),
+        now.splitlines(keepends=True),
         f"golden/{path.name}",
         f"now/{path.name}",
         n=1,
@@ -135,7 +213,8 @@ def difference(n: int, lines: int = 40) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
+    parser.add_argument("--nodes", nargs="*", default=list(HOST_DATA), choices=list(HOST_DATA))
     parser.add_argument("--record", action="store_true", help="rewrite the golden files")
     args = parser.parse_args(argv)
     differ = False
@@ -148,6 +227,15 @@ def main(argv: list[str] | None = None) -> int:
         diff = difference(n)
         differ |= bool(diff)
         print(f"size {n}: {'DIFFERENT' if diff else 'identical'}")
+        print(diff, end="")
+    for name in args.nodes:
+        if args.record:
+            node_golden_path(name).write_text(node_dump(name))
+            print(f"recorded {node_golden_path(name).relative_to(ROOT)}")
+            continue
+        diff = node_difference(name)
+        differ |= bool(diff)
+        print(f"node {name}: {'DIFFERENT' if diff else 'identical'}")
         print(diff, end="")
     return int(differ)
 

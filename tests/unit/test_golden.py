@@ -1,8 +1,9 @@
 """
 Behaviour is unchanged (issue 20): on the bench nodes, decide()'s verdicts, the ledgers it
-writes, the run reports and the destroy commands of the orphans are byte for byte the golden
-copy in bench/golden (`python bench/compare.py --record` rewrites it after a change that means
-to change behaviour).
+writes, the run reports and the destroy commands of the orphans, and what observe() and one
+decide() make of the captured reads of the simulated nodes (bench/golden/node-reads), are byte
+for byte the golden copy in bench/golden (`python bench/compare.py --record` rewrites it after a
+change that means to change behaviour).
 """
 
 from __future__ import annotations
@@ -38,3 +39,18 @@ def test_the_golden_copy_holds_every_verdict_but_breaker() -> None:
     for status in (*statuses, "destroyed", "destroy-failed"):
         assert f'"status": "{status}"' in text, status
     assert "nvidia-smi" in text and "npu-smi" in text  # destroy commands of both kinds
+
+
+@pytest.mark.parametrize("node", list(compare.HOST_DATA))
+def test_a_simulated_nodes_read_observes_and_decides_what_the_golden_copy_says(node: str) -> None:
+    """The captured node read (bench/golden/node-reads) through observe(), decide(), destroys."""
+    assert compare.node_difference(node) == ""
+
+
+def test_the_node_read_golden_copies_destroy_an_orphan_of_every_kind_but_vnpu() -> None:
+    """vNPU destroys are in the bench's golden copy: the seed node's zombies are claimed."""
+    text = "".join(compare.node_golden_path(n).read_text() for n in compare.HOST_DATA)
+    for kind in ("nvidia-mig", "thead-ppu", "mdev", "nvidia-vfio"):
+        assert f"\n# {kind}/" in text, kind
+    assert "\n# dcu:0000:3f:00.0: hygon-vdcu/" in text  # a DCU's vDCUs destroyed together
+    assert "/tmp/" not in text and str(compare.ROOT) not in text
