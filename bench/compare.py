@@ -102,11 +102,10 @@ def sections(n: int) -> Iterator[tuple[str, str]]:
     policy = node.policy()
     for run in range(1, RUNS + 1):
         obs = node.observation(run)
-        verdicts, next_ledger = decide(obs, ledger, policy, obs.now)
+        decision = decide(obs, ledger, policy, obs.now)
+        verdicts, next_ledger = decision.verdicts, decision.ledger
         note = ledgers.why_record(ledger, next_ledger)
-        built = report.build(
-            "bench-node", obs, verdicts, "converge", note, policy=policy, ledger=next_ledger
-        )
+        built = report.build("bench-node", obs, decision, "converge", note, policy=policy)
         yield f"run {run} verdicts", "\n".join(verdict_line(v, obs.boot_id) for v in verdicts)
         yield f"run {run} ledger", ledgers.dump(next_ledger).rstrip("\n")
         yield f"run {run} report", json.dumps(built, indent=1, sort_keys=True)
@@ -162,7 +161,7 @@ def node_sections(name: str) -> Iterator[tuple[str, str]]:
     identities = sorted(p.identity(obs.boot_id) for p in obs.partitions)
     yield "identities", "\n".join(json.dumps(i, sort_keys=True) for i in identities)
     yield "observation", json.dumps(canonical(obs), indent=1, sort_keys=True)
-    verdicts, _ = decide(obs, Ledger(), policy, obs.now)
+    verdicts = decide(obs, Ledger(), policy, obs.now).verdicts
     yield "verdicts", "\n".join(verdict_line(v, obs.boot_id) for v in verdicts)
     yield "destroys", "\n".join(node_destroys(verdicts, obs, policy))
 

@@ -266,7 +266,7 @@ def prepared(n: int, pods: int) -> tuple[Observation, Ledger, Policy]:
     policy = node.policy()
     for run in range(1, 5):
         obs = node.observation(run)
-        _, ledger = decide(obs, ledger, policy, obs.now)
+        ledger = decide(obs, ledger, policy, obs.now).ledger
     return node.observation(5), ledger, policy
 
 
@@ -284,7 +284,7 @@ def timed(
             gc.disable()
         try:
             start = time.perf_counter()
-            verdicts, _ = decide(obs, ledger, policy, obs.now)
+            verdicts = decide(obs, ledger, policy, obs.now).verdicts
             best = min(best, time.perf_counter() - start)
         finally:
             gc.enable()

@@ -1,5 +1,6 @@
 """
-Claims: owner records -> claims (the adapters), owners' liveness, and count-aware protection.
+Claims: owner records -> claims (the adapters), and count-aware protection (owners' liveness:
+enforcer.liveness).
 
 Ascend device plugins record ownership in different conventions (tests/samples/RECORD-FORMATS.md):
 
@@ -50,7 +51,7 @@ adapter understands claims every partition of the vendor, and asks a person (`_u
 
 vGPUs (mdevs, vendor-VFIO VFs) are claimed by a VMM's instance records (`vm-metadata`): a record
 names its vGPU exactly (mdev UUID, VF address). Its owner is the VM, alive while its hypervisor
-process is the one the record names (`vm_liveness`).
+process is the one the record names (`enforcer.liveness.vm_liveness`).
 """
 
 from __future__ import annotations
@@ -73,10 +74,8 @@ from enforcer.model import (
     Claim,
     Holder,
     Instance,
-    Observation,
     OwnerRecord,
     Partition,
-    Pod,
 )
 
 # Huawei's template resources and vNPU names carry the template's specs after the cores:
@@ -225,53 +224,6 @@ def vm_records(instances: Iterable[Instance]) -> tuple[OwnerRecord, ...]:
         for vm in instances
         if vm.devices
     )
-
-
-def vm_liveness(vm: Instance, obs: Observation) -> Pod:
-    """
-    Whether a VM's hypervisor is the process its record names: that PID exists and is not a
-    zombie (one /proc cannot inspect counts as alive), started when the record says (a PID reused
-    after a VMM restart did not), in this boot, and listens on the recorded control socket (a
-    listening unix socket bound there, with the accept flag, among the PID's fds). A record with
-    no PID yet is a VM booting: alive. What the read did not show is not evidence: alive.
-    """
-
-    def said(state: str, detail: str) -> Pod:
-        return Pod(vm.owner_uid, VM_METADATA, state, vm.name or vm.id, "", detail)  # type: ignore[arg-type]
-
-    if vm.pid is None:
-        return said("alive", "no hypervisor PID yet: booting")
-    pid = vm.pid
-    if vm.boot_id is not None and vm.boot_id != obs.boot_id:
-        return said("ended", f"hypervisor pid {pid} was recorded in boot {vm.boot_id}")
-    proc = obs.processes.get(pid)
-    if proc is None:
-        return said("alive", f"hypervisor pid {pid} was not read: counts as alive")
-    if proc.state == "denied":
-        return said("alive", f"hypervisor pid {pid} cannot be inspected (EPERM): counts as alive")
-    if proc.state in ("gone", "Z", "X"):
-        return said(
-            "ended", f"hypervisor pid {pid} is {'gone' if proc.state == 'gone' else 'a zombie'}"
-        )
-    if vm.start_time is not None and proc.start_time != vm.start_time:
-        why = f"started at tick {proc.start_time}, the record says {vm.start_time}"
-        return said("ended", f"pid {pid} is not its hypervisor: {why} (a reused PID)")
-    if vm.socket is not None:
-        if proc.sockets is None:
-            return said("alive", f"hypervisor pid {pid}'s fds cannot be read: counts as alive")
-        if not proc.sockets & obs.listening.get(vm.socket, frozenset()):
-            why = f"it does not listen on {vm.socket}"
-            return said("ended", f"pid {pid} is not its hypervisor: {why} (a reused PID)")
-    return said(
-        "alive",
-        f"hypervisor pid {pid} alive" + (f", listening on {vm.socket}" if vm.socket else ""),
-    )
-
-
-def stuck_seconds(vm: Instance, now: float, after: float) -> float | None:
-    """How long a VM has claimed a vGPU with no hypervisor PID, when longer than `after`."""
-    age = now - vm.written_at
-    return age if vm.pid is None and vm.devices and age > after else None
 
 
 def _mig_claims(record: OwnerRecord) -> list[Claim]:
@@ -509,20 +461,6 @@ def _device_wide(
     )
 
 
-def owner_liveness(uid: str, pods: Sequence[Pod]) -> tuple[bool, str]:
-    """
-    Alive when any source says so; dead only when a source proves it ended and none says alive.
-    No source knowing it is not evidence of death: a pod admitted by kubelet may still be coming.
-    """
-    said = [p for p in pods if p.uid == uid]
-    alive = [p for p in said if p.state == "alive"]
-    if alive:
-        return True, "; ".join(f"{p.source}: {p.detail or 'alive'}" for p in alive)
-    if said:
-        return False, "; ".join(f"{p.source}: {p.detail or 'ended'}" for p in said)
-    return True, "no source has seen it yet: it may still be coming"
-
-
 def exact_claims(
     partitions: Sequence[Partition], claims: Sequence[Claim]
 ) -> tuple[dict[str, list[Claim]], list[Claim]]:
@@ -698,9 +636,6 @@ __all__ = [
     "VNPU",
     "claims_from_records",
     "exact_claims",
-    "owner_liveness",
     "protect",
-    "stuck_seconds",
-    "vm_liveness",
     "vm_records",
 ]

@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonschema
 
-from enforcer.contract import decide, failed_sources
+from enforcer.contract import Decision, decide, failed_sources
 from enforcer.ledger import Ledger
 from enforcer.model import Observation, Partition, Verdict
 from enforcer.policy import DEFAULTS, Policy
@@ -47,16 +47,25 @@ def settings(data: Mapping[str, Any]) -> Settings:
     )
 
 
-def verdicts(obs: Observation, ledger: Ledger, policy: Policy) -> list[Verdict]:
+def decision(obs: Observation, ledger: Ledger, policy: Policy) -> Decision:
     """
-    A verdict for every listed partition: pinned, blocking (BLOCKING) or free (`orphan` or
-    `destroy-failed`, to destroy). The ledger is read, never written: a drain records no streaks.
+    The drain's decision: a verdict for every listed partition, pinned, blocking (BLOCKING) or
+    free (`orphan` or `destroy-failed`, to destroy). The ledger is read, never written: a drain
+    records no streaks, and so its report says no stuck owner (none is timed) and no drift.
     """
     waived = replace(policy, grace_seconds=0.0, grace_runs=1, breaker=False, mode="plan")
-    judged, _ = decide(obs, ledger, waived, obs.now)
-    return [
-        replace(v, reason=FREE) if v.is_orphan else v for v in judged if v.status != "destroyed"
+    judged = decide(obs, ledger, waived, obs.now)
+    found = [
+        replace(v, reason=FREE) if v.is_orphan else v
+        for v in judged.verdicts
+        if v.status != "destroyed"
     ]
+    return replace(judged, verdicts=found, stuck_owners={}, drift=[])
+
+
+def verdicts(obs: Observation, ledger: Ledger, policy: Policy) -> list[Verdict]:
+    """The drain's verdicts (`decision`)."""
+    return decision(obs, ledger, policy).verdicts
 
 
 def unread(obs: Observation, policy: Policy) -> list[str]:

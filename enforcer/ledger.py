@@ -59,7 +59,7 @@ class Ledger:
     # something new (a source unreadable, a verdict changed) is recorded even if no entry changed.
     report_digest: str = ""
     # Pods that keep partitions they do not use and are not running: since when, on the node's
-    # clock (enforcer.contract.waiting_owners).
+    # clock (enforcer.liveness.waiting_owners).
     waiting: dict[str, float] = field(default_factory=dict)
     # Running totals behind the metrics' counters (enforcer.metrics), counter -> kind -> count
     # (`counted`): they outlive every entry and a new boot; a ledger set aside starts them again.

@@ -10,10 +10,7 @@ from collections.abc import Sequence
 import jsonschema
 
 import schemas
-from enforcer.advertised import desired
-from enforcer.claims import exact_claims
-from enforcer.contract import live_claims, stuck_claims, stuck_owners
-from enforcer.ledger import Ledger
+from enforcer.contract import Decision
 from enforcer.model import (
     HYGON,
     MDEV,
@@ -35,23 +32,19 @@ SCHEMA = schemas.load("report")
 def build(
     host: str,
     obs: Observation,
-    verdicts: Sequence[Verdict],
+    decision: Decision,
     mode: str,
     ledger_note: str,
-    drift: Sequence[str] = (),
     *,
     policy: Policy,
     drain: dict | None = None,
-    ledger: Ledger | None = None,
 ) -> dict:
-    """`drift`: declared partitions (static geometry) that are not there. `drain`: the node's
-    drain marker (enforcer.drain), when it is drained or being drained. `ledger`: the run's
-    next ledger, which says since when pods have waited (stuck owners)."""
+    """The report of `decision` (contract.decide), made of `obs`. `drain`: the node's drain
+    marker (enforcer.drain), when it is drained or being drained."""
+    verdicts = decision.verdicts
     breaker = next((v.reason for v in verdicts if v.status == "breaker"), None)
-    claims = live_claims(obs)
-    named, dangling = exact_claims(obs.partitions, claims)
     # A verdict about a partition no longer listed has no claims: its key may be a successor's.
-    claims_of = {p: named.get(p.key, []) for p in obs.partitions}
+    claims_of = {p: decision.exact.get(p.key, []) for p in obs.partitions}
     names = {p.uid: f"{p.namespace}/{p.name}" for p in obs.pods if p.name}
     names |= {vm.owner_uid: vm.name for vm in obs.instances if vm.name}
     report = {
@@ -71,16 +64,16 @@ def build(
         ],
         "summary": dict(sorted(Counter(v.status for v in verdicts).items())),
         "drain": drain,
-        "drift": list(drift),
+        "drift": list(decision.drift),
         "verdicts": [
             _verdict(v, obs.boot_id, claims_of.get(v.partition, []), names) for v in verdicts
         ],
-        "dangling_claims": [_dangling(c, names) for c in dangling if _judged(c, obs)],
-        "stuck_claims": _stuck(obs, policy, names),
-        "unrecognised": _unrecognised(obs, claims, names),
+        "dangling_claims": [_dangling(c, names) for c in decision.dangling if _judged(c, obs)],
+        "stuck_claims": _stuck(obs, decision.stuck_claims, names),
+        "unrecognised": _unrecognised(obs, decision, names),
         "stuck_owners": [
             {"owner": _owner(uid, names), "why": why, "seconds": round(age, 1)}
-            for uid, (why, age) in sorted(stuck_owners(obs, policy, ledger or Ledger()).items())
+            for uid, (why, age) in sorted(decision.stuck_owners.items())
         ],
     }
     jsonschema.validate(report, SCHEMA)
@@ -110,9 +103,8 @@ LISTINGS = {
 }
 
 
-def _stuck(obs: Observation, policy: Policy, names: dict[str, str]) -> list[dict]:
+def _stuck(obs: Observation, stuck: dict[str, float], names: dict[str, str]) -> list[dict]:
     """VMs that have claimed vGPUs with no hypervisor PID for too long (vm_stuck_seconds)."""
-    stuck = stuck_claims(obs, policy)
     return [
         {
             "owner": _owner(vm.owner_uid, names),
@@ -125,7 +117,7 @@ def _stuck(obs: Observation, policy: Policy, names: dict[str, str]) -> list[dict
     ]
 
 
-def _unrecognised(obs: Observation, claims: Sequence[Claim], names: dict[str, str]) -> list[str]:
+def _unrecognised(obs: Observation, decision: Decision, names: dict[str, str]) -> list[str]:
     """
     Live owners' records and advertised devices no adapter understood, that keep partitions of
     a kind the node has: kept all the same (fail closed), for a person to write their adapter.
@@ -133,10 +125,10 @@ def _unrecognised(obs: Observation, claims: Sequence[Claim], names: dict[str, st
     kinds = {p.kind for p in obs.partitions}
     lines = {
         f"pod {names.get(c.owner_uid, c.owner_uid)} ({c.source}): {c.record}"
-        for c in claims
+        for c in decision.claims
         if c.unrecognised and c.kind in kinds
     }
-    return sorted(lines) + list(desired(obs.partitions, obs.advertised).unrecognised)
+    return sorted(lines) + list(decision.desired.unrecognised)
 
 
 def _judged(c: Claim, obs: Observation) -> bool:

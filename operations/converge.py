@@ -21,11 +21,11 @@ import click
 import pyinfra
 from pyinfra.api.exceptions import DeployError
 
-from enforcer import audit, fleet, metrics
+from enforcer import audit, fleet, metrics, streaks
 from enforcer import drain as drains
 from enforcer import ledger as ledgers
 from enforcer import report as reports
-from enforcer.contract import decide, drift
+from enforcer.contract import decide
 from enforcer.model import DRAIN_MARKER, NODE, Observation, OwnerRecord, Pod, SourceHealth
 from enforcer.policy import DEFAULTS, HOST_DATA_KEYS, Policy, PolicyError, policy_from_host_data
 from facts import cri, kubeapi, nodename
@@ -94,7 +94,7 @@ def api_source(
     """
     The kubernetes-api source for this node, its health saying whether the API agrees with the
     node (kubeapi.agreement: one GET of the Node, the CRI's sandboxes against the list) and
-    which node name was asked. Not ok, its silence proves nothing (contract._absent_from_api);
+    which node name was asked. Not ok, its silence proves nothing (liveness._absent_from_api);
     required, every partition of the node is inconclusive (rule 1).
     """
     pods, records, health = kubeapi.for_node(pod_list, node.name)
@@ -133,7 +133,7 @@ def ledger_of(obs: Observation) -> tuple[ledgers.Ledger, str]:
         ledger = ledgers.load(obs.ledger_text)
     except ledgers.LedgerError as error:
         return ledgers.Ledger(), f"set aside: {error}"
-    return ledger, _restart_note(ledger, obs)
+    return ledger, streaks.restart_note(ledger, obs)
 
 
 def drain_marker(obs: Observation) -> tuple[dict | None, Observation]:
@@ -146,22 +146,6 @@ def drain_marker(obs: Observation) -> tuple[dict | None, Observation]:
         return None, replace(obs, health=(*obs.health, bad))
 
 
-def _restart_note(ledger: ledgers.Ledger, obs: Observation) -> str:
-    """Say so when every streak restarts (rule 5): a new boot, or the clock went backwards."""
-    attempted = sum(1 for e in ledger.entries.values() if e.destroy_attempts)
-    if obs.boot_id and ledger.boot_id and ledger.boot_id != obs.boot_id:
-        return (
-            f"new boot (was {ledger.boot_id}): every streak restarts; {len(ledger.entries)} "
-            f"entries of the last boot ended, {attempted} with destroy attempts"
-        )
-    if ledger.last_run is not None and obs.now < ledger.last_run:
-        return (
-            f"clock went backwards ({ledger.last_run:.0f} -> {obs.now:.0f}): every streak "
-            f"restarts; destroy attempts kept ({attempted} entries)"
-        )
-    return "ok"
-
-
 def converge(host) -> None:
     policy = host_policy(host)
     dry = "--dry" in sys.argv  # pyinfra does not tell a deploy
@@ -170,20 +154,10 @@ def converge(host) -> None:
         print(f"{host.name}: {said.reason}", flush=True)
     ledger, note = ledger_of(obs)
     marker, obs = drain_marker(obs)
-    verdicts, next_ledger = decide(obs, ledger, policy, obs.now)
-    next_ledger = ledgers.counted(ledger, next_ledger)  # the metrics' running totals
+    decision = decide(obs, ledger, policy, obs.now)
+    next_ledger = ledgers.counted(ledger, decision.ledger)  # the metrics' running totals
     mode = "dry" if dry else policy.mode
-    report = reports.build(
-        host.name,
-        obs,
-        verdicts,
-        mode,
-        note,
-        drift(obs, policy),
-        policy=policy,
-        drain=marker,
-        ledger=next_ledger,
-    )
+    report = reports.build(host.name, obs, decision, mode, note, policy=policy, drain=marker)
     print(reports.table(report), flush=True)
     keep_in_fleet_view(host, report)
     if any(h.source == "node" and h.status != "ok" for h in obs.health):
@@ -210,7 +184,7 @@ def converge(host) -> None:
     if policy.mode == "converge":
         enforce.destroy_orphans(
             name="Destroy partitions proven orphaned",
-            verdicts=verdicts,
+            verdicts=decision.verdicts,
             obs=obs,
             paths=policy.paths,
             _continue_on_error=True,

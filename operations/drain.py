@@ -29,7 +29,8 @@ from pyinfra.operations import python
 from enforcer import audit
 from enforcer import drain as drains
 from enforcer import report as reports
-from enforcer.model import Observation, Verdict
+from enforcer.contract import Decision
+from enforcer.model import Observation
 from enforcer.policy import NodePaths, Policy
 from enforcer.shell import render
 from facts import kubeapi, nodename
@@ -65,10 +66,11 @@ def drain(host) -> None:
     if settings.cordon and not _cordoned(host, policy, True, dry):
         return
     timeout = 0 if dry else settings.timeout_seconds  # --dry: one read, what it would do now
-    started, obs, found, waiting = wait_until_free(host, policy, timeout, settings.poll_seconds)
+    started, obs, decision, waiting = wait_until_free(host, policy, timeout, settings.poll_seconds)
+    found = decision.verdicts
     previous, obs = drain_marker(obs)
     report = reports.build(
-        host.name, obs, found, "dry" if dry else "drain", ledger_of(obs)[1], policy=policy
+        host.name, obs, decision, "dry" if dry else "drain", ledger_of(obs)[1], policy=policy
     )
     print(reports.table(report), flush=True)
     free = [v for v in found if v.is_orphan]
@@ -145,23 +147,24 @@ def _forget(host, name: str) -> None:
 
 def wait_until_free(
     host, policy: Policy, timeout: float, poll: float
-) -> tuple[float, Observation, list[Verdict], list[str]]:
+) -> tuple[float, Observation, Decision, list[str]]:
     """
     Read the node every `poll` seconds until nothing blocks a drain or `timeout` seconds have
     passed; say what is waited for when it changes. Returns the node's clock at the first read,
-    the last read, its verdicts, and what still blocks (empty: the node is free of everything
-    but pinned partitions).
+    the last read, its decision (drains.decision), and what still blocks (empty: the node is
+    free of everything but pinned partitions).
     """
     started = time.monotonic()
     said, said_at, first = None, 0.0, None
     while True:
         obs = read_node(host, policy, list_pods=kubeapi.list_pods)
         first = obs.now if first is None else first
-        found = drains.verdicts(obs, ledger_of(obs)[0], policy)
+        decision = drains.decision(obs, ledger_of(obs)[0], policy)
+        found = decision.verdicts
         waiting = drains.unread(obs, policy) + [drains.line(v) for v in drains.blocking(found)]
         waited = time.monotonic() - started
         if not waiting or waited >= timeout:
-            return first, obs, found, waiting
+            return first, obs, decision, waiting
         if waiting != said or time.monotonic() - said_at >= PROGRESS_SECONDS:
             print(f"{host.name}: drain: waited {waited:.0f}/{timeout:.0f} s for:", flush=True)
             print(_listed(waiting), flush=True)

@@ -18,7 +18,8 @@ def test_clock_backwards_restarts_streaks_and_keeps_destroy_attempts():
     attempts = {i: e.destroy_attempts for i, e in ledger.entries.items()}
     assert set(attempts.values()) == {2}
     obs = node(vnpu(101), now=T0 - 86400)  # 102 was destroyed meanwhile
-    verdicts, after = decide(obs, ledger, policy(), obs.now)
+    decision = decide(obs, ledger, policy(), obs.now)
+    verdicts, after = decision.verdicts, decision.ledger
     v = {x.partition.id: x for x in verdicts}
     assert v["101"].status == "pending" and v["101"].streak_runs == 1
     assert after.entries[vnpu(101).identity(BOOT)].destroy_attempts == 2
@@ -33,7 +34,7 @@ def test_clock_backwards_with_an_unreadable_listing_forgets_no_attempt():
         for h in node().health
     )
     obs = replace(node(now=T0 - 3600), health=broken)
-    _, after = decide(obs, ledger, policy(), obs.now)
+    after = decide(obs, ledger, policy(), obs.now).ledger
     assert after.entries[vnpu(101).identity(BOOT)].destroy_attempts == 1
 
 

@@ -518,8 +518,9 @@ def test_hostile_record_values_parse_as_data():
 def test_hostile_record_values_reach_the_node_only_base64_encoded():
     obs = observe(node_read(hostile_records()), "n1", PATHS, ["kubelet-checkpoint", "cri"])
     policy = policy_from_host_data("n1", {"enforcer_rootfs": "/srv/n1"})
-    verdicts, next_ledger = decide(obs, ledgers.Ledger(), policy, obs.now)
-    report = json.dumps(reports.build("n1", obs, verdicts, "converge", "missing", policy=policy))
+    decision = decide(obs, ledgers.Ledger(), policy, obs.now)
+    verdicts, next_ledger = decision.verdicts, decision.ledger
+    report = json.dumps(reports.build("n1", obs, decision, "converge", "missing", policy=policy))
     ledger = ledgers.dump(next_ledger)
     assert MARK in report  # the evidence names the hostile records
     script = render(

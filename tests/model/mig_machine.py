@@ -1051,7 +1051,8 @@ class MigLifecycle(RuleBasedStateMachine):
             except ledgers.LedgerError as error:
                 self.violation("model", f"the ledger written last run cannot be read: {error}")
                 ledger = ledgers.Ledger()
-        verdicts, next_ledger = decide(obs, ledger, self.driver.policy, self.now)
+        decision = decide(obs, ledger, self.driver.policy, self.now)
+        verdicts, next_ledger = decision.verdicts, decision.ledger
         expected = self.contract.run(self, self.now)
         orphans = [v for v in verdicts if v.is_orphan]
         got = {self._place(v) for v in orphans}

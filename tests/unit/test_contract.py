@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from enforcer.contract import decide, live_claims
+from enforcer.contract import decide
 from enforcer.ledger import Ledger, dump, load
+from enforcer.liveness import live_claims
 from enforcer.model import (
     NO_CONTAINER,
     NODE,
@@ -86,7 +87,8 @@ def runs(obs_at, n: int, step: float = 300.0, pol=None, ledger: Ledger | None = 
     start = ledger.last_run + step if ledger.last_run else T0  # a later call goes on in time
     for i in range(n):
         obs = replace(obs_at(i), now=start + i * step)
-        verdicts, ledger = decide(obs, load(dump(ledger)), pol, obs.now)
+        decision = decide(obs, load(dump(ledger)), pol, obs.now)
+        verdicts, ledger = decision.verdicts, decision.ledger
     return {v.partition.id: v for v in verdicts}, ledger
 
 
@@ -249,7 +251,8 @@ def test_not_claimed_appearance_is_counted_in_runs_so_a_clock_jump_moves_nothing
         containers = (ctr("pod-b"),) if i >= 1 else ()
         now += -86_400 if i == 2 else 300
         obs = node(*parts, now=now, records=(hami("pod-b"),), containers=containers)
-        verdicts, ledger = decide(obs, load(dump(ledger)), pol, now)
+        decision = decide(obs, load(dump(ledger)), pol, now)
+        verdicts, ledger = decision.verdicts, decision.ledger
         v = {x.partition.id: x for x in verdicts}
         assert i == 0 or status(v, 104) == "claimed"
     assert proven(v, 102)
@@ -392,7 +395,7 @@ def test_proven_over_time_restarts_when_the_boot_id_changes():
 def test_proven_over_time_restarts_when_the_clock_goes_backwards():
     _, ledger = runs(lambda i: node(vnpu(102)), 2)
     obs = node(vnpu(102), now=T0 - 50)
-    verdicts, _ = decide(obs, ledger, policy(), obs.now)
+    verdicts = decide(obs, ledger, policy(), obs.now).verdicts
     assert verdicts[0].status == "pending" and verdicts[0].streak_runs == 1
 
 
@@ -504,7 +507,8 @@ def test_verified_after_a_successor_at_a_destroyed_vnpus_place_starts_a_streak_o
     _, ledger = runs(lambda i: node(vnpu(102)), 3)
     gone = (vnpu(102).identity(BOOT),)  # recorded on the node by the verified destroy
     obs = node(vnpu(102), now=ledger.last_run + 300, destroyed=gone)
-    verdicts, ledger = decide(obs, ledger, policy(), obs.now)
+    decision = decide(obs, ledger, policy(), obs.now)
+    verdicts, ledger = decision.verdicts, decision.ledger
     assert [(v.status, v.streak_runs) for v in verdicts] == [("pending", 1), ("destroyed", 0)]
     entry = ledger.entries[vnpu(102).identity(BOOT)]
     assert entry.destroy_attempts == 0 and entry.streak_runs == 1

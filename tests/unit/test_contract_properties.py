@@ -102,7 +102,8 @@ def test_nothing_held_claimed_pinned_or_unread_is_ever_proven_orphaned(node, n_r
     ledger = Ledger()
     for run in range(n_runs):
         obs = observation(parts, held, claimed, broken, 1_800_000_000.0 + run * step)
-        verdicts, ledger = decide(obs, load(dump(ledger)), policy, obs.now)
+        decision = decide(obs, load(dump(ledger)), policy, obs.now)
+        verdicts, ledger = decision.verdicts, decision.ledger
         for v in verdicts:
             if v.status != "orphan":
                 continue
@@ -120,12 +121,14 @@ def test_true_orphans_are_proven_once_the_grace_window_has_passed(ids, step):
     ledger, seen = Ledger(), []
     for run in range(3):
         obs = observation(parts, set(), set(), set(), 1_800_000_000.0 + run * step)
-        verdicts, ledger = decide(obs, load(dump(ledger)), policy, obs.now)
+        decision = decide(obs, load(dump(ledger)), policy, obs.now)
+        verdicts, ledger = decision.verdicts, decision.ledger
         seen.append({v.status for v in verdicts})
     assert seen == [{"pending"}, {"pending"}, {"orphan"}]
     # The destroys ran: the next listing no longer shows them, and that confirms them.
     obs = observation([], set(), set(), set(), 1_800_000_000.0 + 3 * step)
-    verdicts, ledger = decide(obs, load(dump(ledger)), policy, obs.now)
+    decision = decide(obs, load(dump(ledger)), policy, obs.now)
+    verdicts, ledger = decision.verdicts, decision.ledger
     assert sorted(int(v.partition.id) for v in verdicts if v.status == "destroyed") == sorted(ids)
     assert not ledger.entries
 
@@ -134,5 +137,5 @@ def test_an_unreadable_required_source_never_lets_anything_through():
     parts = [vnpu(100, 0)]
     policy = policy_from_host_data("n1", {"enforcer_grace_runs": 1, "enforcer_grace_seconds": 0})
     obs = observation(parts, set(), set(), {"kubelet-checkpoint"}, 1e9)
-    verdicts, _ = decide(obs, Ledger(), policy, obs.now)
+    verdicts = decide(obs, Ledger(), policy, obs.now).verdicts
     assert [v.status for v in verdicts] == ["inconclusive"]

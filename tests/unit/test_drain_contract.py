@@ -35,7 +35,7 @@ def test_proven_over_time_is_waived_by_the_drain_and_only_there():
     drained = drain_verdicts(obs)
     assert {v.status for v in drained.values()} == {"orphan"}
     assert drained["101"].reason == drains.FREE
-    converged, _ = decide(obs, Ledger(), policy(), T0)  # the same node in a converge run
+    converged = decide(obs, Ledger(), policy(), T0).verdicts  # the same node in a converge run
     assert {v.status for v in converged} == {"pending"}
 
 
@@ -43,7 +43,7 @@ def test_not_implausible_is_waived_by_the_drain_and_only_there():
     many = node(*(vnpu(100 + i) for i in range(6)))
     assert all(v.is_orphan for v in drain_verdicts(many).values())
     zero_grace = policy(grace_runs=1, grace_seconds=0)
-    converged, _ = decide(many, Ledger(), zero_grace, T0)
+    converged = decide(many, Ledger(), zero_grace, T0).verdicts
     assert {v.status for v in converged} == {"breaker"}
 
 
@@ -99,7 +99,7 @@ def test_remaining_is_every_listed_partition_but_the_pinned():
 
 
 def test_a_partition_destroyed_before_is_no_verdict_of_the_drain():
-    _, ledger = decide(node(vnpu(101)), Ledger(), policy(grace_runs=1, grace_seconds=0), T0)
+    ledger = decide(node(vnpu(101)), Ledger(), policy(grace_runs=1, grace_seconds=0), T0).ledger
     later = node(now=T0 + 60)  # 101 no longer listed: its entry is "destroyed"
     assert drains.verdicts(later, ledger, policy()) == []
 
@@ -175,8 +175,8 @@ def test_no_marker_file_is_no_drain():
 
 def report_of(marker):
     obs = node(vnpu(101))
-    verdicts, _ = decide(obs, Ledger(), policy(), T0)
-    return reports.build("n1", obs, verdicts, "converge", "ok", policy=policy(), drain=marker)
+    decision = decide(obs, Ledger(), policy(), T0)
+    return reports.build("n1", obs, decision, "converge", "ok", policy=policy(), drain=marker)
 
 
 def test_a_drained_node_is_said_first_in_the_table_and_in_the_metrics():
@@ -193,7 +193,7 @@ def test_a_drained_node_is_said_first_in_the_table_and_in_the_metrics():
 
 def test_the_drains_destroys_are_in_the_audit_log_and_its_table_says_no_would():
     obs = node(vnpu(101))
-    found = drains.verdicts(obs, Ledger(), policy())
+    found = drains.decision(obs, Ledger(), policy())
     report = reports.build("n1", obs, found, "drain", "ok", policy=policy())
     events = audit.events(report)
     assert [(e["event"], e["mode"], e["partition"]["id"]) for e in events] == [

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from unit.test_contract import BOOT, hami, node, policy, runs, status, vnpu
+from unit.test_contract import BOOT, T0, hami, node, policy, runs, status, vnpu
 from unit.test_mig_contract import GPU, OK, alive, gi, mig_uuid
 
 from enforcer.claims import claims_from_records
 from enforcer.cli import needs_a_person
+from enforcer.contract import Decision, decide
+from enforcer.ledger import dump, load
 from enforcer.model import MDEV, MIG, VFIO, VNPU, Advertised, Observation, OwnerRecord, Pod
 from enforcer.report import build
 
@@ -32,6 +34,15 @@ def mig_node(*partitions, records=(), advertised=(), pods=()) -> Observation:
         health=OK,
         advertised=tuple(advertised),
     )
+
+
+def decided(obs: Observation, n: int, pol=None) -> tuple[dict, Observation, Decision]:
+    """`runs` of `obs`: the last run's verdicts by id, its observation and its decision."""
+    pol = pol or policy()
+    _, ledger = runs(lambda i: obs, n - 1, pol=pol)
+    last = replace(obs, now=ledger.last_run + 300.0 if ledger.last_run else T0)
+    decision = decide(last, load(dump(ledger)), pol, last.now)
+    return {v.partition.id: v for v in decision.verdicts}, last, decision
 
 
 def nvidia_entry(uid: str, resource: str, ids, devices=(), envs=()) -> OwnerRecord:
@@ -106,19 +117,17 @@ def test_not_desired_slots_advertise_no_partition_so_leaks_are_still_reclaimed()
     advertised = tuple(Advertised(CHECKPOINT, r, d) for r, d in slots)
     verdicts, _ = runs(lambda i: node(vnpu(101), advertised=advertised), 3)
     assert status(verdicts, 101) == "orphan"
-    report = build(
-        "n1", node(vnpu(101), advertised=advertised), [], "converge", "ok", policy=policy()
-    )
+    _, obs, decision = decided(node(vnpu(101), advertised=advertised), 1)
+    report = build("n1", obs, decision, "converge", "ok", policy=policy())
     assert report["unrecognised"] == []
 
 
 def test_not_desired_an_advertised_id_not_understood_keeps_its_vendors_partitions_and_asks():
     odd = Advertised(CHECKPOINT, "huawei.com/Ascend310P-8c", "vnpu#101@chip0")
-    obs = node(vnpu(101), vnpu(102), advertised=(odd,))
-    verdicts, _ = runs(lambda i: obs, 4)
+    verdicts, obs, decision = decided(node(vnpu(101), vnpu(102), advertised=(odd,)), 4)
     assert [status(verdicts, v) for v in (101, 102)] == ["pinned", "pinned"]
     assert "not understood" in verdicts["101"].reason
-    report = build("n1", obs, list(verdicts.values()), "converge", "ok", policy=policy())
+    report = build("n1", obs, decision, "converge", "ok", policy=policy())
     assert report["unrecognised"] == [
         "kubelet-checkpoint advertises huawei.com/Ascend310P-8c vnpu#101@chip0: not understood"
     ]
@@ -171,10 +180,10 @@ def test_not_claimed_an_unrecognised_record_claims_every_partition_of_its_vendor
     assert kinds_and_scopes(record) == [(k, "device-wide", None, True) for k in (MIG, MDEV, VFIO)]
     gis = all_1g(2)
     obs = mig_node(*gis, records=[record], pods=[alive(A, "a")])
-    verdicts, _ = runs(lambda i: obs, 4)
+    verdicts, obs, decision = decided(obs, 4)
     assert (status(verdicts, 7), status(verdicts, 8)) == ("claimed", "claimed")
     assert "unrecognised record: nvidia.com/mig-shared, slice-a" in verdicts["7"].reason
-    report = build("n1", obs, list(verdicts.values()), "converge", "ok", policy=policy())
+    report = build("n1", obs, decision, "converge", "ok", policy=policy())
     assert report["unrecognised"] == [
         f"pod default/a (kubelet-checkpoint): checkpoint {A}/main nvidia.com/mig-shared: "
         "unrecognised record: nvidia.com/mig-shared, slice-a"
@@ -261,17 +270,8 @@ def test_not_claimed_a_request_of_no_partition_vendor_keeps_nothing():
 
 def stuck_report(obs: Observation, n: int, **data) -> tuple[dict, dict]:
     pol = policy(**data)
-    verdicts, ledger = runs(lambda i: obs, n, pol=pol)
-    report = build(
-        "n1",
-        replace(obs, now=ledger.last_run),
-        list(verdicts.values()),
-        "converge",
-        "ok",
-        policy=pol,
-        ledger=ledger,
-    )
-    return verdicts, report
+    verdicts, last, decision = decided(obs, n, pol)
+    return verdicts, build("n1", last, decision, "converge", "ok", policy=pol)
 
 
 def test_not_claimed_a_stale_checkpoint_entry_keeps_its_gi_and_is_reported_once_stuck():

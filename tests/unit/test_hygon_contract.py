@@ -181,6 +181,7 @@ def test_not_claimed_a_hygon_mig_record_keeps_every_vdcu_of_the_dcu_its_pci_bus_
 def test_a_pod_given_a_whole_dcu_is_no_dangling_claim():
     """A DRM node names a DCU, not a vDCU: a pod on a DCU without vDCUs needs nobody."""
     obs = dcu_node(vdcu(0, 0), records=(checkpoint(POD_B, 1),), pods=(Pod(POD_B, "cri", "alive"),))
-    verdicts, _ = decide(obs, Ledger(), sources(), T0)
-    found = build("n1", obs, verdicts, "converge", "ok", policy=sources())
+    found = build(
+        "n1", obs, decide(obs, Ledger(), sources(), T0), "converge", "ok", policy=sources()
+    )
     assert found["dangling_claims"] == []

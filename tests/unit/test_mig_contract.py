@@ -89,7 +89,8 @@ def runs(obs_at, n: int, step: float = 300.0, pol=None, ledger: Ledger | None = 
     verdicts = []
     for i in range(n):
         obs = replace(obs_at(i), now=start + i * step)
-        verdicts, ledger = decide(obs, load(dump(ledger)), pol, obs.now)
+        decision = decide(obs, load(dump(ledger)), pol, obs.now)
+        verdicts, ledger = decision.verdicts, decision.ledger
     # A partition listed now comes before an entry's "destroyed" verdict under the same key.
     return {v.partition.key: v for v in reversed(verdicts)}, ledger
 

@@ -277,6 +277,6 @@ def test_a_pending_mig_mode_change_is_said_on_its_gpus_partitions():
     obs = read(**{"nvidia-smi": ("0", pending, "")})
     assert [(g.mig, g.mig_pending) for g in obs.gpus] == [(True, "Disabled")]
     assert read().gpus[0].mig_pending == ""
-    verdicts, _ = decide(obs, Ledger(), policy_from_host_data("h100", {}), obs.now)
+    verdicts = decide(obs, Ledger(), policy_from_host_data("h100", {}), obs.now).verdicts
     note = "GPU 0: MIG mode Disabled at its next reset (pending)"
     assert verdicts and all(note in v.evidence and note in v.reason for v in verdicts)

@@ -113,7 +113,8 @@ def runs(obs: Observation, n: int, pol=None, ledger: Ledger | None = None, step:
     verdicts = []
     for i in range(n):
         now = start + i * step
-        verdicts, ledger = decide(replace(obs, now=now), load(dump(ledger)), pol, now)
+        decision = decide(replace(obs, now=now), load(dump(ledger)), pol, now)
+        verdicts, ledger = decision.verdicts, decision.ledger
     return {v.partition.key: v for v in reversed(verdicts)}, ledger
 
 
