@@ -57,8 +57,7 @@ def live_claims(obs: Observation) -> list[Claim]:
     The claims of the node's owner records whose owners are alive or may still be coming, by
     every source (owner_liveness), the API's silence about an owner included.
     """
-    alive = _alive(_pods(obs))
-    return [c for c in claims_from_records(_records(obs)) if alive(c.owner_uid)]
+    return Owners.of(obs, Ledger()).claims
 
 
 def _records(obs: Observation) -> tuple[OwnerRecord, ...]:
