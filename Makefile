@@ -19,7 +19,7 @@ $(READY): pyproject.toml
 # destroyed.
 demo: $(READY)
 	rm -rf $(NODE) $(NODE)-h100 $(NODE)-ppu $(NODE)-dcu $(NODE)-vmhost
-	$(BIN)/python -m enforcer.sim.namespace -- $(BIN)/python -m enforcer.sim.demo $(NODE)
+	$(BIN)/python -m simulator.namespace -- $(BIN)/python -m simulator.demo $(NODE)
 
 lint: $(READY)
 	$(BIN)/ruff check .

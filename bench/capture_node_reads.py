@@ -24,13 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
 from enforcer.policy import NodePaths, policy_from_host_data  # noqa: E402
-from enforcer.sim import hygon_story, mig_story, ppu_story, scenario, vgpu_story  # noqa: E402
-from enforcer.sim.namespace import NodeNamespace  # noqa: E402
 from facts.snapshot import NodeSnapshot  # noqa: E402
+from simulator import hygon_story, mig_story, ppu_story, scenario, vgpu_story  # noqa: E402
+from simulator.namespace import NodeNamespace  # noqa: E402
 
 READS = ROOT / "bench" / "golden" / "node-reads"
 NODE_ROOT = "/bench-node"  # the simulated node's folder, in the fixtures and in compare.py
-SEED = ROOT / "enforcer" / "sim" / "scenarios" / "seed-310p.yaml"
+SEED = ROOT / "simulator" / "scenarios" / "seed-310p.yaml"
 
 
 def seed_host_data(node: Path) -> dict[str, object]:

@@ -4,8 +4,9 @@ The structure measures of issue 20: `python bench/structure.py` prints them for 
 Definitions:
 
 - Product files: every file (Python, templates, schemas) under the packages PACKAGES, and the
-  top-level *.py (the pyinfra deploy files). __pycache__ is skipped. enforcer/sim (the
-  simulator, which the redesign moves out) is counted as its own row.
+  top-level *.py (the pyinfra deploy files). __pycache__ is skipped. The simulator (SIM, the
+  top-level package `simulator/`, not shipped in the wheel) is measured with them, as its own
+  row: its files, lines and import cycles count, and "files a kind touches" shows it apart.
 - Largest files: the product's Python files with the most lines.
 - Import cycles: the strongly connected components of more than one module (or a module that
   imports itself) of the graph of imports between product modules. Every `import` and
@@ -13,7 +14,7 @@ Definitions:
   a dependency someone reading or moving the module must follow. `from pkg import name` is an
   edge to pkg.name when that is a module, else to pkg.
 - Files a kind touches: for each partition kind constant of enforcer/model.py (KINDS), the
-  product files (tests not; enforcer/sim counted apart) that name the kind: a Python file that
+  product files (tests not; the simulator counted apart) that name the kind: a Python file that
   uses the constant in code (`HYGON`: a name, an attribute or an imported name; comments do not
   count) or has its value as a string (`"hygon-vdcu"`); any other file (templates, schemas)
   that contains its value or the kind's tool (TOOLS: `hy-smi`) as a word.
@@ -32,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("enforcer", "facts", "operations", "schemas")
-SIM = "enforcer/sim"
+SIM = "simulator"  # the simulated node: outside the product, measured beside it
 KINDS = ("VNPU", "MIG", "PPU", "HYGON", "MDEV", "VFIO")
 # What a template or schema of the kind names: its tool, or the sysfs it reads.
 TOOLS = {
@@ -48,14 +49,12 @@ TOOLS = {
 def product_files(root: Path = ROOT) -> list[Path]:
     """Product files, relative to `root`, sorted."""
     files = [p for p in root.glob("*.py")]
-    for package in PACKAGES:
+    for package in (*PACKAGES, SIM):
         files += [p for p in (root / package).rglob("*") if p.is_file()]
     return sorted(p.relative_to(root) for p in files if "__pycache__" not in p.parts)
 
 
 def group(path: Path) -> str:
-    if path.as_posix().startswith(SIM + "/"):
-        return SIM
     return path.parts[0] if len(path.parts) > 1 else "(top-level)"
 
 
@@ -198,7 +197,7 @@ def report(root: Path = ROOT, largest: int = 10) -> Iterable[str]:
     yield f"import cycles: {len(found)}"
     yield from (f"  {' <-> '.join(c)}" for c in found)
     yield ""
-    yield "files a kind touches (outside enforcer/sim, with it):"
+    yield "files a kind touches (outside simulator, with it):"
     for name, paths in touching(root).items():
         outside = [p for p in paths if group(p) != SIM]
         yield f"  {name:<6} {len(outside):>3} {len(paths):>3}  " + " ".join(

@@ -6,7 +6,6 @@ The `enforcer` command: what the runs said, for people (tables) and machines (`-
     enforcer ledger show [STATE_DIR_OR_FILE]  one node's ledger: the candidate streaks
     enforcer validate INVENTORY               every host's enforcer_* host data, every error (as the
                                               deploys check it, schedule.py's cross-key checks too)
-    enforcer sim ...                          the simulator (python -m enforcer.sim ...)
 
 Exit codes: 0 ok; 1 findings or a failed check (a node that needs a person, a report that cannot
 be read, a corrupt ledger, bad host data, no such partition); 2 usage (bad arguments, a path that
@@ -605,12 +604,6 @@ def _audit(args: argparse.Namespace) -> int:
 # --- the command line -------------------------------------------------------------------------
 
 
-def _sim(argv: Sequence[str]) -> int:
-    from enforcer.sim.__main__ import main as sim_main
-
-    return sim_main(argv)
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="enforcer",
@@ -663,15 +656,12 @@ def _parser() -> argparse.ArgumentParser:
     audit.set_defaults(run=_audit)
     for command in (report, explain, show, validate, audit):
         command.add_argument("--json", action="store_true", help="print JSON, for machines")
-    sub.add_parser("sim", help="the simulator: enforcer sim --help", add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv[:1] == ["sim"]:
-            return _sim(argv[1:])
         args = _parser().parse_args(argv)
         return int(args.run(args))
     except SystemExit as exit_:  # argparse: --help (0) or a usage error (2)

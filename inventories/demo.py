@@ -1,5 +1,5 @@
 """
-The embedded simulated node of `make demo`: a folder built by `python -m enforcer.sim build`,
+The embedded simulated node of `make demo`: a folder built by `python -m simulator build`,
 reached with pyinfra's @local connector. DEMO_NODE names the folder (default ./demo-node).
 """
 

@@ -1,12 +1,12 @@
 """
-The embedded simulated Hygon DCU node of `make demo` (enforcer.sim.hygon_story), reached with
+The embedded simulated Hygon DCU node of `make demo` (simulator.hygon_story), reached with
 pyinfra's @local connector. DEMO_NODE names its folder.
 """
 
 import os
 from pathlib import Path
 
-from enforcer.sim import hygon_story
+from simulator import hygon_story
 
 node = Path(os.environ.get("DEMO_NODE", "demo-node-dcu")).resolve()
 

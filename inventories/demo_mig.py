@@ -1,12 +1,12 @@
 """
-The embedded simulated H100 node of `make demo` (enforcer.sim.mig_story), reached with pyinfra's
+The embedded simulated H100 node of `make demo` (simulator.mig_story), reached with pyinfra's
 @local connector. DEMO_NODE names its folder.
 """
 
 import os
 from pathlib import Path
 
-from enforcer.sim import mig_story
+from simulator import mig_story
 
 node = Path(os.environ.get("DEMO_NODE", "demo-node-h100")).resolve()
 

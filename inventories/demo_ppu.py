@@ -1,12 +1,12 @@
 """
-The embedded simulated T-Head PPU node of `make demo` (enforcer.sim.ppu_story), reached with
+The embedded simulated T-Head PPU node of `make demo` (simulator.ppu_story), reached with
 pyinfra's @local connector. DEMO_NODE names its folder.
 """
 
 import os
 from pathlib import Path
 
-from enforcer.sim import ppu_story
+from simulator import ppu_story
 
 node = Path(os.environ.get("DEMO_NODE", "demo-node-ppu")).resolve()
 

@@ -1,12 +1,12 @@
 """
-The embedded simulated VM host of `make demo` (enforcer.sim.vgpu_story), reached with pyinfra's
+The embedded simulated VM host of `make demo` (simulator.vgpu_story), reached with pyinfra's
 @local connector. DEMO_NODE names its folder.
 """
 
 import os
 from pathlib import Path
 
-from enforcer.sim import vgpu_story
+from simulator import vgpu_story
 
 node = Path(os.environ.get("DEMO_NODE", "demo-node-vmhost")).resolve()
 

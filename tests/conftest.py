@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from enforcer.sim.namespace import unshare_argv
+from simulator.namespace import unshare_argv
 
 # The testinfra verification users run against their nodes (`pytest tests/verify --hosts=...`),
 # not a test of this project: tests/e2e/test_verify.py runs it against a simulated node.

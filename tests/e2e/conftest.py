@@ -1,6 +1,6 @@
 """
 End to end: the real `pyinfra` CLI (@local connector) converging a simulated node, run inside the
-node's own PID namespace (enforcer.sim.namespace). Needs unshare; in CI a missing prerequisite
+node's own PID namespace (simulator.namespace). Needs unshare; in CI a missing prerequisite
 fails instead of skipping.
 """
 
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from enforcer.sim import hygon_story, mig_story, ppu_story, vgpu_story
-from enforcer.sim.namespace import NodeNamespace
-from enforcer.sim.node import SimNode
+from simulator import hygon_story, mig_story, ppu_story, vgpu_story
+from simulator.namespace import NodeNamespace
+from simulator.node import SimNode
 
 REPO = Path(__file__).resolve().parents[2]
 PYINFRA = str(Path(sys.executable).with_name("pyinfra"))
-SCENARIOS = REPO / "enforcer" / "sim" / "scenarios"
+SCENARIOS = REPO / "simulator" / "scenarios"
 
 
 @dataclass
@@ -106,14 +106,14 @@ def write_inventory(path: Path, node: Path, **data: object) -> Path:
 
 @pytest.fixture
 def seed_node(tmp_path, namespaces):
-    """The seed story's node (enforcer/sim/scenarios/seed-310p.yaml), in its own namespace."""
+    """The seed story's node (simulator/scenarios/seed-310p.yaml), in its own namespace."""
     path = tmp_path / "node"
     with NodeNamespace(path) as ns:
         built = ns.run(
             [
                 sys.executable,
                 "-m",
-                "enforcer.sim",
+                "simulator",
                 "build",
                 str(SCENARIOS / "seed-310p.yaml"),
                 str(path),
@@ -134,7 +134,7 @@ class MigNode(Node):
 
 @pytest.fixture
 def mig_node(tmp_path, namespaces):
-    """The MIG story's H100 node (enforcer.sim.mig_story), in its own namespace."""
+    """The MIG story's H100 node (simulator.mig_story), in its own namespace."""
     path = tmp_path / "node"
     _, gis = mig_story.build(path)
     with NodeNamespace(path) as ns:
@@ -161,7 +161,7 @@ class PpuNode(Node):
 
 @pytest.fixture
 def ppu_node(tmp_path, namespaces):
-    """The MIG story on a T-Head PPU node (enforcer.sim.ppu_story), in its own namespace."""
+    """The MIG story on a T-Head PPU node (simulator.ppu_story), in its own namespace."""
     path = tmp_path / "node"
     _, gis = ppu_story.build(path)
     with NodeNamespace(path) as ns:
@@ -188,7 +188,7 @@ class DcuNode(Node):
 
 @pytest.fixture
 def dcu_node(tmp_path, namespaces):
-    """The leaked-vDCU story on a Hygon node (enforcer.sim.hygon_story), in its own namespace."""
+    """The leaked-vDCU story on a Hygon node (simulator.hygon_story), in its own namespace."""
     path = tmp_path / "node"
     _, vdcus = hygon_story.build(path)
     with NodeNamespace(path) as ns:
@@ -218,7 +218,7 @@ class VgpuNode(Node):
 
 @pytest.fixture
 def vgpu_node(tmp_path, namespaces):
-    """The vGPU story's VM host (enforcer.sim.vgpu_story), its VMs running in its namespace."""
+    """The vGPU story's VM host (simulator.vgpu_story), its VMs running in its namespace."""
     path = tmp_path / "node"
     sim, vgpus = vgpu_story.build(path)
     with NodeNamespace(path) as ns:

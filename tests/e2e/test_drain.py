@@ -1,6 +1,6 @@
 """
 The pre-maintenance drain end to end: the real pyinfra CLI runs drain.py and undrain.py on the
-seed story's node (enforcer/sim/scenarios/seed-310p.yaml) in its namespace, while the test plays
+seed story's node (simulator/scenarios/seed-310p.yaml) in its namespace, while the test plays
 the cluster: pods leave (or do not), and a loopback API server answers the cordon.
 """
 
@@ -19,8 +19,8 @@ from e2e.conftest import PYINFRA, REPO, Node
 from e2e.test_fleet_view import enforcer
 from e2e.test_kubernetes_api import kubeconfig
 
-from enforcer.sim import hygon_story, mig_story, vgpu_story
 from operations.converge import report_file_name
+from simulator import hygon_story, mig_story, vgpu_story
 
 INFER_A = "8ad2a1b0-3c1e-4d1f-9f0e-2b7c1c0d9a11"  # Running, holds vNPU 100
 INFER_B = "5c0e7f3a-91d2-4b8e-a6f1-3d7b2e9c4a20"  # Pending, allocated a vir02
@@ -47,7 +47,7 @@ def pods_leave(node: Node, *uids: str) -> None:
     """What an eviction does on the node: the processes exit, the runtime and kubelet let go."""
     if INFER_A in uids:
         end_holders = (
-            f"from enforcer.sim.node import SimNode; SimNode({str(node.path)!r}).unhold_all()"
+            f"from simulator.node import SimNode; SimNode({str(node.path)!r}).unhold_all()"
         )
         done = node.ns.run([sys.executable, "-c", end_holders], cwd=str(REPO))
         assert done.returncode == 0, done.stderr
@@ -273,7 +273,7 @@ def test_a_host_in_plan_mode_is_not_drained(seed_node):
 
 def end_holders(node: Node) -> None:
     """Every process the simulator started that holds a partition exits (in the namespace)."""
-    script = f"from enforcer.sim.node import SimNode; SimNode({str(node.path)!r}).unhold_all()"
+    script = f"from simulator.node import SimNode; SimNode({str(node.path)!r}).unhold_all()"
     done = node.ns.run([sys.executable, "-c", script], cwd=str(REPO))
     assert done.returncode == 0, done.stderr
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from e2e.conftest import Node, write_inventory
 
-from enforcer.sim.namespace import NodeNamespace
-from enforcer.sim.node import H100, SimNode
+from simulator.mig_model import H100
+from simulator.namespace import NodeNamespace
+from simulator.node import SimNode
 
 NODE_NAME = "gpu-3"
 A, B, C = (

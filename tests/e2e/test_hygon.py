@@ -1,15 +1,15 @@
 """
 The MIG issue's stories on a Hygon DCU node, end to end: the real `pyinfra` CLI converging a
-simulated node (enforcer.sim.hygon_story) whose vDCUs gpustack's Hygon allocator records in
+simulated node (simulator.hygon_story) whose vDCUs gpustack's Hygon allocator records in
 `vdev<i>.conf` files, whose containers are given the DCU's DRM nodes, and whose destroy
 (`hy-smi virtual -d D -destroy-vdevice`) takes every vDCU of a DCU at once.
 """
 
 from __future__ import annotations
 
-from enforcer.sim import hygon_story
-from enforcer.sim.hygon_story import LLM_B
-from enforcer.sim.node import GPUSTACK_PODS
+from simulator import hygon_story
+from simulator.hygon_story import LLM_B
+from simulator.state import GPUSTACK_PODS
 
 LLM_C = "9b8a7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
 

@@ -15,10 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from e2e.conftest import SCENARIOS, Node, write_inventory
+from e2e.conftest import REPO, SCENARIOS, Node, write_inventory
 
-from enforcer.sim.demo import infer_b_starts
-from enforcer.sim.namespace import NodeNamespace
+from simulator.demo import infer_b_starts
+from simulator.namespace import NodeNamespace
 
 NODE = "k3s-310p"
 LIVE = {
@@ -291,7 +291,8 @@ def test_an_unset_node_name_is_the_nodes_hostname_and_the_run_says_so(tmp_path, 
     path = tmp_path / "node"
     with NodeNamespace(path, hostname="K3S-310p") as ns:  # kubelet lowercases it: k3s-310p
         scenario = str(SCENARIOS / "seed-310p.yaml")
-        built = ns.run([sys.executable, "-m", "enforcer.sim", "build", scenario, str(path)])
+        argv = [sys.executable, "-m", "simulator", "build", scenario, str(path)]
+        built = ns.run(argv, cwd=str(REPO))
         assert built.returncode == 0, built.stderr
         node = Node(ns, path, write_inventory(tmp_path / "inventory.py", path))
         with_api(node, tmp_path, api.url)

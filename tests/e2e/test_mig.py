@@ -1,6 +1,6 @@
 """
 The MIG issue's stories end to end: the real `pyinfra` CLI converging a simulated H100 node
-(enforcer.sim.mig_story) whose device plugin keeps gpustack's ownership records.
+(simulator.mig_story) whose device plugin keeps gpustack's ownership records.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from e2e.conftest import MigNode
 
 from enforcer.model import Verdict
 from enforcer.policy import NodePaths
-from enforcer.sim import mig_story
-from enforcer.sim.mig_story import LLM_A, LLM_B
-from enforcer.sim.node import GPUSTACK_PODS
 from facts.snapshot import NodeSnapshot, observe, parse_sections
 from operations.enforce import destroy_command
+from simulator import mig_story
+from simulator.mig_story import LLM_A, LLM_B
+from simulator.state import GPUSTACK_PODS
 
 LLM_C = "9b8a7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from podresources.server import api, serving
 
-from enforcer.sim.demo import INFER_B
+from simulator.demo import INFER_B
 
 INFER_H = "6d1f0c2e-8b3a-4f5e-9c7d-1a2b3c4d5e6f"
 SOURCES = ["kubelet-checkpoint", "cri", "kubelet-pod-resources"]

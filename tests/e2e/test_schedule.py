@@ -23,8 +23,8 @@ from e2e.conftest import PYINFRA, REPO, write_inventory
 
 from enforcer.policy import PolicyError
 from enforcer.shell import UnsafeValue
-from enforcer.sim.namespace import unshare_argv
 from operations.schedule import calendar_of, render_unit, schedule_from_host_data
+from simulator.namespace import unshare_argv
 
 SERVICE, TIMER = "partition-enforcer.service", "partition-enforcer.timer"
 NODE_INVENTORY = "/etc/partition-enforcer/inventory.py"

@@ -5,7 +5,7 @@ zombie vNPUs are destroyed after the grace window, and no vNPU of a live pod eve
 
 from __future__ import annotations
 
-from enforcer.sim.demo import infer_b_starts
+from simulator.demo import infer_b_starts
 
 
 def runtime_creates_infer_b_vnpu(node) -> int:

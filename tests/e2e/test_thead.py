@@ -1,14 +1,14 @@
 """
 The MIG issue's stories on a T-Head PPU node, end to end: the real `pyinfra` CLI converging a
-simulated PPU-ZW810E (enforcer.sim.ppu_story) whose gpustack T-Head allocator keeps ownership
+simulated PPU-ZW810E (simulator.ppu_story) whose gpustack T-Head allocator keeps ownership
 records `thead-mig-<PPU UUID>.json` and hands containers capability devices, no environment.
 """
 
 from __future__ import annotations
 
-from enforcer.sim import ppu_story
-from enforcer.sim.node import GPUSTACK_PODS
-from enforcer.sim.ppu_story import LLM_A, LLM_B
+from simulator import ppu_story
+from simulator.ppu_story import LLM_A, LLM_B
+from simulator.state import GPUSTACK_PODS
 
 LLM_C = "9b8a7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
 

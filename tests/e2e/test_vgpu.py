@@ -1,6 +1,6 @@
 """
 The vGPU issue's stories end to end: the real `pyinfra` CLI converging a simulated VM host
-(enforcer.sim.vgpu_story) whose VMM (hypeman's layout) failed to clean up, with real processes
+(simulator.vgpu_story) whose VMM (hypeman's layout) failed to clean up, with real processes
 standing in for hypervisors and a kernel thread answering the sysfs writes.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from enforcer.model import Verdict
 from enforcer.policy import policy_from_host_data
-from enforcer.sim import vgpu_story
 from facts.snapshot import NodeSnapshot, observe, parse_sections
 from operations.enforce import destroy_command
+from simulator import vgpu_story
 
 
 def test_vm_host_story_reclaims_what_no_live_vm_claims(vgpu_node):

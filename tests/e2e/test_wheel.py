@@ -1,9 +1,11 @@
 """
 The wheel is the product (issue 19): built from the sources, installed with pip into a fresh
-virtualenv outside the checkout, its own `enforcer` and `pyinfra` commands build a simulated
-node and converge, drain, undrain and schedule it with the packaged deploys (enforcer.deploys),
-from a directory that holds no file of this repository. The wheel is installed without extras,
-so the kubernetes client is missing, and the kubernetes-api source must say so, not crash.
+virtualenv outside the checkout, its own `enforcer` and `pyinfra` commands converge, drain,
+undrain and schedule a simulated node with the packaged deploys (enforcer.deploys), from a
+directory that holds no file of this repository. The simulator is not in the wheel: the node is
+built by the checkout's (`python -m simulator build`), as its tools run. The wheel is installed
+without extras, so the kubernetes client is missing, and the kubernetes-api source must say so,
+not crash.
 
 The node tests need PID namespaces (and systemctl, for the schedule); in CI a missing one fails.
 """
@@ -18,17 +20,18 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from e2e.conftest import REPO, write_inventory
+from e2e.conftest import REPO, SCENARIOS, write_inventory
 from e2e.test_drain import INFER_A, INFER_B, TRAIN_C, drain_data, marker, pods_leave
 from e2e.test_schedule import NODE_INVENTORY, SERVICE, TIMER, _need
 
-from enforcer.sim.demo import infer_b_starts
-from enforcer.sim.namespace import NodeNamespace
-from enforcer.sim.node import SimNode
+from simulator.demo import infer_b_starts
+from simulator.namespace import NodeNamespace
+from simulator.node import SimNode
 
 PACKAGES = ("enforcer", "facts", "operations", "schemas")  # the folders the design names
+SIMULATOR = "simulator"  # the test double: in the checkout, never in the wheel
 INSTALL_HINT = "pip install 'partition-enforcer[kubernetes]'"
-# Where the installed interpreter finds each package, and the seed story's scenario in it.
+# Where the installed interpreter finds each package.
 WHERE = (
     "import json, enforcer, facts, operations, schemas; "
     "print(json.dumps({m.__name__: m.__file__ for m in (enforcer, facts, operations, schemas)}))"
@@ -72,11 +75,6 @@ def venv(wheel, tmp_path_factory) -> Path:
     return path
 
 
-def seed_scenario(venv: Path, cwd: Path) -> str:
-    where = json.loads(run([str(venv / "bin" / "python"), "-c", WHERE], cwd).stdout)
-    return str(Path(where["enforcer"]).parent / "sim" / "scenarios" / "seed-310p.yaml")
-
-
 def test_the_wheel_carries_every_file_of_the_packages_and_nothing_else(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = sources(*PACKAGES)
@@ -85,6 +83,8 @@ def test_the_wheel_carries_every_file_of_the_packages_and_nothing_else(wheel):
     assert [name for name in shipped if name not in names] == []
     ours = {name for name in names if ".dist-info/" not in name}
     assert ours == set(shipped), "the wheel holds files that are no package's"
+    assert sources(SIMULATOR), "no simulator in the checkout"
+    assert [name for name in names if name.split("/")[0] == SIMULATOR] == []
 
 
 def test_the_installed_enforcer_runs_outside_the_checkout_without_the_kubernetes_client(
@@ -100,15 +100,20 @@ def test_the_installed_enforcer_runs_outside_the_checkout_without_the_kubernetes
     run([enforcer, "validate", str(inventory)], tmp_path)
     missing = subprocess.run([python, "-c", "import kubernetes"], capture_output=True, check=False)
     assert missing.returncode != 0, "the wheel pulled in the optional kubernetes client"
+    absent = subprocess.run(
+        [python, "-c", "import simulator"], cwd=tmp_path, capture_output=True, check=False
+    )
+    assert absent.returncode != 0, "the wheel installed the simulator"
 
 
 class InstalledNode:
-    """A simulated node built by the installed `enforcer sim`, and the packaged deploys run
-    against it by the installed `pyinfra`, from `cwd` (outside the checkout)."""
+    """A simulated node built by the checkout's simulator, and the packaged deploys run against
+    it by the installed `pyinfra`, from `cwd` (outside the checkout)."""
 
     def __init__(self, ns: NodeNamespace, venv: Path, path: Path, cwd: Path, **data: object):
         self.ns, self.venv, self.path, self.cwd = ns, venv, path, cwd
-        built = ns.run([self.bin("enforcer"), "sim", "build", seed_scenario(venv, cwd), str(path)])
+        seed = str(SCENARIOS / "seed-310p.yaml")
+        built = ns.run([sys.executable, "-m", SIMULATOR, "build", seed, str(path)], cwd=str(REPO))
         assert built.returncode == 0, built.stdout + built.stderr
         self.sim = SimNode(path)
         self.inventory = write_inventory(cwd / "inventory.py", path, **data)

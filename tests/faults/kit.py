@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from enforcer.sim.demo import infer_b_starts
+from simulator.demo import infer_b_starts
 
 LIVE = 100  # infer-a's vNPU, held by a process
 ZOMBIES = (101, 102)

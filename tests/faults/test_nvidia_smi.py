@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from faults.kit import FAULT_TIMEOUT
 
-from enforcer.sim import mig_story
+from simulator import mig_story
 
 LISTINGS = {"list": ["-L"], "lgi": ["mig", "-lgi"], "lci": ["mig", "-lci"], "table": []}
 

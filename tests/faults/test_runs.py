@@ -23,7 +23,7 @@ from faults.kit import (
     sh,
 )
 
-from enforcer.sim.demo import infer_b_starts
+from simulator.demo import infer_b_starts
 
 DESTROYED_101 = "partition-enforcer: vNPU 101 on NPU 0 chip 0 destroyed"
 

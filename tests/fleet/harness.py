@@ -32,12 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from enforcer.sim import mig_story, scenario
-from enforcer.sim.namespace import NodeNamespace
-from enforcer.sim.node import P310P3, SimNode
+from simulator import mig_story, scenario
+from simulator.ascend import P310P3
+from simulator.namespace import NodeNamespace
+from simulator.node import SimNode
 
 REPO = Path(__file__).resolve().parents[2]
-SEED = REPO / "enforcer" / "sim" / "scenarios" / "seed-310p.yaml"
+SEED = REPO / "simulator" / "scenarios" / "seed-310p.yaml"
 SSHD = "/usr/sbin/sshd"
 OPERATOR = "operator"  # the non-root login of a node reached with sudo
 OPERATOR_UID = 4242
@@ -163,7 +164,8 @@ class Fleet:
         ns = self._stack.enter_context(NodeNamespace(path, hostname=spec.name))
         node = FleetNode(spec, address, path, ns, {**self.common, **built})
         if spec.story == "seed":  # its holder must live in the node's namespace
-            _check(ns.run([sys.executable, "-m", "enforcer.sim", "build", str(SEED), str(path)]))
+            argv = [sys.executable, "-m", "simulator", "build", str(SEED), str(path)]
+            _check(ns.run(argv, cwd=str(REPO)))
         _lay_out(node)
         node.start_sshd()
         return node

@@ -20,7 +20,7 @@ from fleet.conftest import PYINFRA, REPO, logins, pyinfra, report, statuses
 from fleet.harness import OPERATOR, commands
 
 from enforcer import ledger as ledgers
-from enforcer.sim.demo import infer_b_starts
+from simulator.demo import infer_b_starts
 
 ENFORCER = Path(sys.executable).with_name("enforcer")
 IMPORTED = "import enforcer; print(enforcer.__file__)"
@@ -117,7 +117,7 @@ def test_a_node_whose_sshd_stops_mid_run_fails_alone_and_converges_next_run(flee
         argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
-        _wait_for(lambda: node.ns.run(["pgrep", "-f", "enforcer.sim.npu_smi"]).returncode == 0)
+        _wait_for(lambda: node.ns.run(["pgrep", "-f", "simulator.npu_smi"]).returncode == 0)
         node.stop_sshd()
         output, _ = proc.communicate(timeout=120)
     finally:

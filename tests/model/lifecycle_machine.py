@@ -1,6 +1,6 @@
 """
 Model-based lifecycle testing (issue 7 part 1): one Hypothesis state machine over the simulated
-node (enforcer.sim) and the real decision code (facts.snapshot.observe, enforcer.contract.decide,
+node (simulator) and the real decision code (facts.snapshot.observe, enforcer.contract.decide,
 enforcer.ledger), driven two ways:
 
 - `NamespaceDriver` (`make test`): the real node read (NodeSnapshot's shell, `sh -c` inside a
@@ -54,12 +54,13 @@ from enforcer import ledger as ledgers
 from enforcer.contract import decide
 from enforcer.model import NO_CONTAINER, Observation, Verdict
 from enforcer.policy import Policy, policy_from_host_data
-from enforcer.sim import crictl as sim_crictl
-from enforcer.sim import npu_smi as sim_npu_smi
-from enforcer.sim.namespace import pod_cgroup
-from enforcer.sim.node import SimNode, ToolError, _checkpoint_text
 from facts.snapshot import NodeSnapshot, Sections, observe, parse_sections
 from operations.enforce import destroy_command
+from simulator import crictl as sim_crictl
+from simulator import npu_smi as sim_npu_smi
+from simulator.namespace import pod_cgroup
+from simulator.node import SimNode
+from simulator.state import ToolError, checkpoint_text
 
 NODE = "k3s-310p"
 RESOURCE = "huawei.com/Ascend310P"
@@ -144,7 +145,7 @@ class NamespaceDriver(Driver):
     """Real shell: the node read and the guarded destroy, `sh -c` in the node's namespace."""
 
     def __init__(self, root: Path):
-        from enforcer.sim.namespace import NodeNamespace
+        from simulator.namespace import NodeNamespace
 
         super().__init__(root)
         self.ns = NodeNamespace(self.dir).__enter__()
@@ -242,7 +243,7 @@ class MemorySimNode(SimNode):
 
     def checkpoint_text(self) -> str:
         if self._checkpoint is None:
-            self._checkpoint = _checkpoint_text(self._mem)
+            self._checkpoint = checkpoint_text(self._mem)
         return self._checkpoint
 
 

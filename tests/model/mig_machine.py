@@ -70,14 +70,16 @@ from enforcer import ledger as ledgers
 from enforcer.contract import decide
 from enforcer.model import Observation, Verdict
 from enforcer.policy import Policy, policy_from_host_data
-from enforcer.sim import crictl as sim_crictl
-from enforcer.sim import nvidia_smi as sim_smi
-from enforcer.sim.mig import MigError
-from enforcer.sim.namespace import pod_cgroup
-from enforcer.sim.node import H100, PROC_DRIVER, SimNode, ToolError
 from facts import cri, kubeapi
 from facts.errors import ParseError
 from facts.snapshot import Sections, observe, parse_sections
+from simulator import crictl as sim_crictl
+from simulator import nvidia_smi as sim_smi
+from simulator.mig import MigError
+from simulator.mig_model import H100
+from simulator.namespace import pod_cgroup
+from simulator.node import SimNode
+from simulator.state import PROC_DRIVER, ToolError
 
 NODE = "k8s-h100x2"
 WRONG_NAME = "k8s-h100x2.dc1.example.com"  # an inventory's name that is not the kubelet's
@@ -132,7 +134,7 @@ def _make_mig_node(path: Path, gpus: tuple[dict, ...]) -> tuple[SimNode, Policy]
 def _mig_table_fixed(text: str) -> str:
     """
     The simulator's default table with the rule real nvidia-smi prints between the last MIG
-    device of one GPU and the first of the next (the H100x8 capture): enforcer/sim/nvidia_smi.py
+    device of one GPU and the first of the next (the H100x8 capture): simulator/nvidia_smi.py
     `render_table` leaves it out, and facts/nvidia.py then rightly refuses the table.
     """
     gpu, devices = None, False

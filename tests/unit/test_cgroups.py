@@ -18,12 +18,13 @@ from unit.test_snapshot import KEY, by_source, read
 
 from enforcer.model import Holder, SourceHealth
 from enforcer.policy import policy_from_host_data
-from enforcer.sim import namespace, scenario
-from enforcer.sim.namespace import NodeNamespace, pod_cgroup
-from enforcer.sim.node import P310P3, SimNode
 from facts.errors import ParseError
 from facts.procfs import parse_cgroups
 from facts.snapshot import NodeSnapshot, observe, parse_sections
+from simulator import namespace, scenario
+from simulator.ascend import P310P3
+from simulator.namespace import NodeNamespace, pod_cgroup
+from simulator.node import SimNode
 
 UID_A = "8ad2a1b0-3c1e-4d1f-9f0e-2b7c1c0d9a11"
 UID_B = "5c0e7f3a-91d2-4b8e-a6f1-3d7b2e9c4a20"
@@ -451,7 +452,7 @@ def test_the_in_process_driver_prints_the_cgroups_the_real_shell_prints(tmp_path
 
 def test_a_scenarios_held_vnpu_records_its_pod_and_mounts_nothing(tmp_path):
     """`build` may run outside any namespace: infer-a's holder is recorded, its cgroup untouched."""
-    seed = Path(__file__).parents[2] / "enforcer" / "sim" / "scenarios" / "seed-310p.yaml"
+    seed = Path(__file__).parents[2] / "simulator" / "scenarios" / "seed-310p.yaml"
     node = scenario.build(scenario.load(seed), tmp_path / "node")
     try:
         [holder] = node.state()["processes"]

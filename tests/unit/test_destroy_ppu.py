@@ -1,7 +1,7 @@
 """
 Rules 7 and 8 for a T-Head PPU GPU instance: the guarded destroy (operations/templates/
 destroy-ppu.sh.j2) rendered for a `thead-ppu` partition and run with `sh` on a simulated T-Head
-node, inside the node's own PID and mount namespace (enforcer.sim.namespace: its /proc is the
+node, inside the node's own PID and mount namespace (simulator.namespace: its /proc is the
 node's, /proc/driver the simulated driver's alixpu files). Any doubt keeps the instance (exit 0,
 the next run decides); a refused destroy exits 1 with ppu-smi's words.
 
@@ -22,11 +22,12 @@ import pytest
 from enforcer.model import PPU, Observation, Partition, Verdict
 from enforcer.policy import NodePaths
 from enforcer.shell import render
-from enforcer.sim.namespace import NodeNamespace
-from enforcer.sim.node import GPUSTACK_PODS, SimNode
-from enforcer.sim.node import PPU as PPU_SPEC
 from facts import ppu as ppu_facts
 from operations.enforce import destroy_command
+from simulator.mig_model import PPU as PPU_SPEC
+from simulator.namespace import NodeNamespace
+from simulator.node import SimNode
+from simulator.state import GPUSTACK_PODS
 
 # The doc's PPU 1: GPU instance ids are per PPU, so GI 0 can be on both.
 PPU1_SPEC = {

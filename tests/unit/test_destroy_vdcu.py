@@ -1,8 +1,8 @@
 """
 Rules 7 and 8 for the vDCUs of one Hygon DCU: the guarded destroy (operations/templates/
 destroy-vdcu.sh.j2) rendered by operations.enforce.destroy_dcu for every vDCU of DCU 2 of the
-simulated story node (enforcer.sim.hygon_story), and run with `sh` inside the node's own PID and
-mount namespace (enforcer.sim.namespace: its /proc is the node's). `hy-smi virtual -d D
+simulated story node (simulator.hygon_story), and run with `sh` inside the node's own PID and
+mount namespace (simulator.namespace: its /proc is the node's). `hy-smi virtual -d D
 -destroy-vdevice` takes every vDCU of its DCU at once, so all of them are re-proven together; any
 doubt keeps them all (exit 0, the next run decides), a refused destroy exits 1.
 
@@ -22,11 +22,12 @@ import pytest
 
 from enforcer.model import HYGON, Observation, Partition
 from enforcer.policy import NodePaths
-from enforcer.sim import hygon_story
-from enforcer.sim.namespace import NodeNamespace
-from enforcer.sim.node import GPUSTACK_PODS, SimNode
 from facts.snapshot import NodeSnapshot, observe, parse_sections
 from operations.enforce import destroy_dcu
+from simulator import hygon_story
+from simulator.namespace import NodeNamespace
+from simulator.node import SimNode
+from simulator.state import GPUSTACK_PODS
 
 SOURCES = ("kubelet-checkpoint", "cri", "markers")
 BDFS = [d["bdf"] for d in hygon_story.DCU_SPECS]

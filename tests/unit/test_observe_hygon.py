@@ -1,6 +1,6 @@
 """
 The node read on a Hygon DCU node: the rendered snapshot command run with `sh` on a simulated
-node (enforcer.sim.hygon_story's), its hy-smi sections and the hydcu driver's PCI functions turned
+node (simulator.hygon_story's), its hy-smi sections and the hydcu driver's PCI functions turned
 into `hygon-vdcu` partitions (facts.dcus), their identities and holders (a process with the DCU's
 DRM node open holds every vDCU of it), and gpustack's `vdev<i>.conf` records as owner records.
 Anything that cannot be told for sure fails closed: the source is unreadable, no vDCU is made.
@@ -17,9 +17,11 @@ import pytest
 
 from enforcer.model import HYGON, Gpu, Observation, SourceHealth
 from enforcer.policy import NodePaths
-from enforcer.sim import hygon_story
-from enforcer.sim.node import GPUSTACK_PODS, P310P3, SimNode
 from facts.snapshot import NodeSnapshot, Sections, observe, parse_sections
+from simulator import hygon_story
+from simulator.ascend import P310P3
+from simulator.node import SimNode
+from simulator.state import GPUSTACK_PODS
 
 SOURCES = ("kubelet-checkpoint", "cri")
 BDFS = [d["bdf"] for d in hygon_story.DCU_SPECS]

@@ -1,6 +1,6 @@
 """
 The node read on a T-Head PPU node (issue 8): the rendered snapshot command run with `sh` on a
-simulated node (enforcer.sim.ppu_story's), its ppu-smi sections and the driver's alixpu access
+simulated node (simulator.ppu_story's), its ppu-smi sections and the driver's alixpu access
 files turned into `thead-ppu` partitions, their identities and holders, as NVIDIA MIG's are
 (facts.mig, vendor THEAD). The capability access files are read from a procfs folder whose
 `driver` is the simulated driver's (what the namespace agent mounts at /proc/driver) and whose
@@ -20,14 +20,16 @@ from unit.test_snapshot_mig import read as read_nvidia
 
 from enforcer.model import MIG, PPU, Gpu, Observation, SourceHealth
 from enforcer.policy import NodePaths
-from enforcer.sim import ppu_story
-from enforcer.sim.node import GPUSTACK_PODS, P310P3, PROC_DRIVER, SimNode
 from facts.errors import ParseError
 from facts.snapshot import NodeSnapshot, Sections, observe, parse_sections
 from facts.thead import parse_alixpu_caps
+from simulator import ppu_story
+from simulator.ascend import P310P3
+from simulator.node import SimNode
+from simulator.state import GPUSTACK_PODS, PROC_DRIVER
 
 SOURCES = ("kubelet-checkpoint", "cri")
-UUID = "GPU-019ea108-c110-0828-0000-0000c07e1a46"  # enforcer.sim.node.PPU's
+UUID = "GPU-019ea108-c110-0828-0000-0000c07e1a46"  # simulator.node.PPU's
 ACCELERATOR = f"ppu:{UUID}"
 
 

@@ -1,5 +1,5 @@
 """
-The simulated node (enforcer/sim): its tools print what the real ones print (checked against the
+The simulated node (simulator): its tools print what the real ones print (checked against the
 samples in tests/samples and the project's parsers), refuse what the driver refuses, and its state
 behaves like a node (AI-core accounting, holders, reboot, faults, scenarios).
 """
@@ -16,13 +16,16 @@ from pathlib import Path
 import pytest
 from samples import sample
 
-from enforcer.sim import scenario
-from enforcer.sim.node import P310P3, SimNode, ToolError, _fd_targets, pids_holding
 from facts.ascend import parse_chip_map, parse_process_table, parse_vnpu_table
 from facts.checkpoint import parse_checkpoint
 from facts.cri import parse_containers, parse_pods
+from simulator import scenario
+from simulator.ascend import P310P3
+from simulator.node import SimNode
+from simulator.procs import fd_targets, pids_holding
+from simulator.state import ToolError
 
-SEED = Path(__file__).parents[2] / "enforcer" / "sim" / "scenarios" / "seed-310p.yaml"
+SEED = Path(__file__).parents[2] / "simulator" / "scenarios" / "seed-310p.yaml"
 TIMEOUT = 30
 
 A2 = {
@@ -49,7 +52,8 @@ def run(node: SimNode, tool: str, *args: str) -> subprocess.CompletedProcess[str
 
 def sim_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "enforcer.sim", *args],
+        [sys.executable, "-m", "simulator", *args],
+        cwd=Path(__file__).parents[2],  # the simulator runs from the checkout
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -353,7 +357,7 @@ def test_hold_really_keeps_the_device_file_open(p310: SimNode) -> None:
     p310.create_vnpu(0, 0, "vir02")
     holder = p310.hold(100)
     # An fd the child closes while this lists them (exec's close-on-exec) hides no other.
-    assert str(p310.devfile(100)) in _fd_targets(Path(f"/proc/{holder.pid}"))
+    assert str(p310.devfile(100)) in fd_targets(Path(f"/proc/{holder.pid}"))
     assert pids_holding(p310.devfile(100)) == [holder.pid]
     p310.unhold(holder)
     assert holder.poll() is not None and pids_holding(p310.devfile(100)) == []

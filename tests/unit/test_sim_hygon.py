@@ -1,10 +1,10 @@
 """
-The simulated node's Hygon DCUs (enforcer/sim/hy_smi.py, SimNode's DCU section): hy-smi prints
+The simulated node's Hygon DCUs (simulator/hy_smi.py, SimNode's DCU section): hy-smi prints
 the listing layout the documentation copies show (tests/samples/hy-smi_*), facts/hygon.py
 reads every listing back as the state it came from, vDCU numbers are the lowest free node-wide
 and reused, a destroy takes every vDCU of its DCU and only those, faults and refusals change
 nothing, holders really hold the render node, gpustack's records are its writer's, and the story
-on a DCU node (enforcer.sim.hygon_story) is built as told.
+on a DCU node (simulator.hygon_story) is built as told.
 """
 
 from __future__ import annotations
@@ -21,12 +21,15 @@ from typing import Any
 import pytest
 from samples import sample
 
-from enforcer.sim import hygon_story
-from enforcer.sim.namespace import NodeNamespace, pod_cgroup
-from enforcer.sim.node import DCU, GPUSTACK_PODS, MIB, DcuError, SimNode, pids_holding
 from facts.checkpoint import parse_checkpoint
 from facts.hygon import Dcu, Vdcu, parse_device_info, parse_vdev_conf, parse_vdevice_info
 from facts.markers import Marker, parse_marker_listing
+from simulator import hygon_story
+from simulator.hygon import DCU, MIB, DcuError
+from simulator.namespace import NodeNamespace, pod_cgroup
+from simulator.node import SimNode
+from simulator.procs import pids_holding
+from simulator.state import GPUSTACK_PODS
 
 TIMEOUT = 30
 FIXTURES = Path(__file__).parents[1] / "fixtures"

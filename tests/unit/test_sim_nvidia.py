@@ -1,5 +1,5 @@
 """
-The simulated node's NVIDIA MIG GPUs (enforcer/sim/mig.py, nvidia_smi.py): nvidia-smi prints what
+The simulated node's NVIDIA MIG GPUs (simulator/mig.py, nvidia_smi.py): nvidia-smi prints what
 driver 580.173.02 prints (the prickle-exporter captures byte for byte, the MIG transcripts' lines),
 GI ids follow their slot and MIG UUIDs their (GPU, GI, CI), destroys are refused as the driver
 refuses them, and the device, procfs and marker files are where the enforcer looks.
@@ -19,11 +19,14 @@ from typing import Any
 import pytest
 from samples import sample
 
-from enforcer.sim import mig
-from enforcer.sim.mig import MigError
-from enforcer.sim.namespace import NodeNamespace, pod_cgroup
-from enforcer.sim.node import H100, P310P3, SimNode, _fd_targets
 from facts.nvidia import parse_smi
+from simulator import mig
+from simulator.ascend import P310P3
+from simulator.mig import MigError
+from simulator.mig_model import H100
+from simulator.namespace import NodeNamespace, pod_cgroup
+from simulator.node import SimNode
+from simulator.procs import fd_targets
 
 TIMEOUT = 30
 UID_A = "8ad2a1b0-3c1e-4d1f-9f0e-2b7c1c0d9a11"
@@ -416,7 +419,7 @@ def test_mig_devices_are_numbered_by_gi_then_ci(h100: SimNode) -> None:
 def test_a_holder_with_the_cap_file_open_is_in_use_and_listed(h100: SimNode) -> None:
     gi = h100.create_gi(0, "2g.20gb")
     holder = h100.hold_mig(0, gi, 0)
-    fds = _fd_targets(Path(f"/proc/{holder.pid}"))  # one closed while read is left out
+    fds = fd_targets(Path(f"/proc/{holder.pid}"))  # one closed while read is left out
     assert {str(h100.cap_file(0, gi, 0)), str(h100.gpu_devfile(0))} <= fds
     row = next(line for line in lines(h100) if f" {holder.pid} " in line)
     assert row.split()[1:6] == ["0", str(gi), "0", str(holder.pid), "C"]

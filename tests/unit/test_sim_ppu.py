@@ -1,10 +1,10 @@
 """
-The simulated node's T-Head PPUs (enforcer/sim/ppu_smi.py, mig.py's T-Head section): ppu-smi
+The simulated node's T-Head PPUs (simulator/ppu_smi.py, mig.py's T-Head section): ppu-smi
 prints what the T-Head SAIL PPU-SMI reference shows (tests/samples/ppu-smi_*, byte for byte
 where the doc's state can be made again), facts/ppu.py reads every output back as the state it
 came from, create and destroy round trip, a GI with compute instances is refused, the device
 and procfs files are where gpustack's T-Head allocator looks, its ownership records are its
-writer's, and the MIG story on a PPU node (enforcer.sim.ppu_story) is built as told. NVIDIA nodes
+writer's, and the MIG story on a PPU node (simulator.ppu_story) is built as told. NVIDIA nodes
 are unchanged.
 """
 
@@ -23,13 +23,15 @@ from typing import Any
 import pytest
 from samples import sample
 
-from enforcer.sim import mig, ppu_story
-from enforcer.sim.mig import MigError
-from enforcer.sim.node import GPUSTACK_PODS, H100, PPU, SimNode
 from facts.checkpoint import parse_checkpoint
 from facts.markers import Marker, parse_marker_listing
 from facts.nvidia import ComputeInstance, Gpu, GpuInstance, GpuProcess, GpuRow
 from facts.ppu import parse_compute_instances, parse_gpu_instances, parse_ppu_list, parse_smi
+from simulator import mig, ppu_story
+from simulator.mig import MigError
+from simulator.mig_model import H100, PPU
+from simulator.node import SimNode
+from simulator.state import GPUSTACK_PODS
 
 TIMEOUT = 30
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "ppu"

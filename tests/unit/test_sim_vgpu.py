@@ -1,5 +1,5 @@
 """
-The simulated node's vGPUs (enforcer/sim/vgpu.py, mdevctl.py): the sysfs tree reads back through
+The simulated node's vGPUs (simulator/vgpu.py, mdevctl.py): the sysfs tree reads back through
 the enforcer's own `vgpu_listing`, the kernel thread answers `remove` and `current_vgpu_type`
 writes as the kernel and NVIDIA's driver do (refused while a hypervisor holds the device),
 hypervisor stand-ins really listen and hold, hypeman's metadata.json and mdevctl's JSON are the
@@ -21,10 +21,11 @@ from samples import sample
 
 from enforcer.policy import NodePaths
 from enforcer.shell import render
-from enforcer.sim import vgpu
-from enforcer.sim.namespace import NodeNamespace
-from enforcer.sim.node import SimNode, _fd_targets
-from enforcer.sim.vgpu import VgpuError
+from simulator import hypeman
+from simulator.namespace import NodeNamespace
+from simulator.node import SimNode
+from simulator.procs import fd_targets
+from simulator.vgpu import VgpuError
 
 PF = "0000:41:00.0"
 VFS = ["0000:41:00.4", "0000:41:00.5", "0000:41:00.6", "0000:41:00.7"]
@@ -73,7 +74,7 @@ def sh(command: str) -> None:
 
 def fd_links(pid: int) -> set[str]:
     """What its fds point to; one closed while it is read (its start-up's) is left out."""
-    return _fd_targets(Path(f"/proc/{pid}"))
+    return fd_targets(Path(f"/proc/{pid}"))
 
 
 def socket_inodes(pid: int) -> set[int]:
@@ -311,7 +312,7 @@ def test_metadata_is_go_marshalindent_of_stored_metadata(node: SimNode) -> None:
     assert path == node.rootfs / "var/lib/hypeman/guests/k2w7ccpe1x3y/metadata.json"
     text = path.read_text()
     keys = json.loads(text, object_pairs_hook=lambda pairs: [k for k, _ in pairs])
-    assert keys == list(vgpu.NEWER_FIELDS)  # Go declaration order
+    assert keys == list(hypeman.NEWER_FIELDS)  # Go declaration order
     record = json.loads(text)
     assert record["HypervisorPID"] is None and record["Devices"] is None  # not booted, nil slice
     assert record["Name"] == "web <1> & co"
@@ -325,7 +326,7 @@ def test_metadata_is_go_marshalindent_of_stored_metadata(node: SimNode) -> None:
 def test_legacy_metadata_has_the_vgpu_snapshot_fields_only(node: SimNode) -> None:
     text = node.write_vm_metadata("old", legacy=True, HypervisorPID=4242).read_text()
     keys = json.loads(text, object_pairs_hook=lambda pairs: [k for k, _ in pairs])
-    assert keys == list(vgpu.LEGACY_FIELDS)
+    assert keys == list(hypeman.LEGACY_FIELDS)
     assert json.loads(text)["HypervisorPID"] == 4242
 
 

@@ -1,11 +1,11 @@
 """
-`nvidia-smi` for a simulated node: `python -m enforcer.sim.nvidia_smi --node DIR <args>`.
+`nvidia-smi` for a simulated node: `python -m simulator.nvidia_smi --node DIR <args>`.
 
 Output is driver 580.173.02's, byte for byte where a capture shows it: the layouts (column
 widths, the R580 "Shared Memory-Usage" MIG table) are those of the prickle-exporter captures of
 an H100 80GB HBM3 and an H200 (tests/samples/nvidia-smi_*_prickle-exporter.txt); the
 messages of `mig -cgi/-cci/-dci/-dgi` are the transcripts' (NVIDIA MIG user guide, H100 notes,
-zhihu A100 article). MIG state and ids come from enforcer/sim/mig.py. A node made with a driver
+zhihu A100 article). MIG state and ids come from simulator/mig.py. A node made with a driver
 from R610 on (`SimNode.create(driver_version="610.43.02")`) prints the R610 banner ("KMD
 Version", "CUDA UMD Version": the RTX PRO 6000 capture) and the rest as R580.
 
@@ -43,9 +43,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from xml.sax.saxutils import escape
 
-from enforcer.sim import mig
-from enforcer.sim.mig import MigError
-from enforcer.sim.node import Answer, SimNode, State, answer
+from simulator import mig
+from simulator.faults import Answer, answer
+from simulator.mig import MigError
+from simulator.node import SimNode
+from simulator.state import State
 
 TOOL = "nvidia-smi"
 INVALID_COMBINATION = (
@@ -676,7 +678,7 @@ def run(node: SimNode, args: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2 or args[0] != "--node":
-        sys.stderr.write("usage: python -m enforcer.sim.nvidia_smi --node DIR [nvidia-smi args]\n")
+        sys.stderr.write("usage: python -m simulator.nvidia_smi --node DIR [nvidia-smi args]\n")
         return 2
     return run(SimNode(args[1]), args[2:])
 

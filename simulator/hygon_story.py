@@ -1,5 +1,5 @@
 """
-The leaked-partition story on a simulated Hygon DCU node (enforcer.sim.ppu_story's, for vDCUs).
+The leaked-partition story on a simulated Hygon DCU node (simulator.ppu_story's, for vDCUs).
 
 A vDCU is made with `hy-smi virtual -create-vdevices` on one DCU and has no identity of its own
 but its node-wide number, its DCU, its compute units and its memory; the number is reused after
@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from enforcer.sim.node import GPUSTACK_PODS, SimNode
+from simulator.node import SimNode
+from simulator.state import GPUSTACK_PODS
 
 NODE_NAME = "k8s-dcu"
 LLM_A = "3f6a9d2e-8b41-4c7a-9e05-1d2c3b4a5f60"

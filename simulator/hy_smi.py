@@ -1,5 +1,5 @@
 """
-`hy-smi` (Hygon DCU) for a simulated node: `python -m enforcer.sim.hy_smi --node DIR <args>`, run
+`hy-smi` (Hygon DCU) for a simulated node: `python -m simulator.hy_smi --node DIR <args>`, run
 through `<node>/bin/hy-smi` (SimNode.create(..., dcus=[DCU])). The DCUs, their vDCUs and the
 holders live in the state's "dcus" section; SimNode.create_vdcus / destroy_vdcus keep the books.
 Every listing is read back by facts/hygon.py's parser for it (tests/unit/test_sim_hygon.py).
@@ -45,7 +45,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from enforcer.sim.node import MIB, Answer, DcuError, SimNode, State, answer
+from simulator.faults import Answer, answer
+from simulator.hygon import MIB, DcuError
+from simulator.node import SimNode
+from simulator.state import State
 
 TOOL = "hy-smi"
 CREATED = "The virtual device is created successfully!\n"  # the blog's transcript
@@ -203,7 +206,7 @@ def run(node: SimNode, args: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2 or args[0] != "--node":
-        sys.stderr.write("usage: python -m enforcer.sim.hy_smi --node DIR [hy-smi args]\n")
+        sys.stderr.write("usage: python -m simulator.hy_smi --node DIR [hy-smi args]\n")
         return 2
     return run(SimNode(args[1]), args[2:])
 

@@ -1,5 +1,5 @@
 """
-`npu-smi` for a simulated node: `python -m enforcer.sim.npu_smi --node DIR <npu-smi args>`.
+`npu-smi` for a simulated node: `python -m simulator.npu_smi --node DIR <npu-smi args>`.
 
 Output is npu-smi's, byte for byte: layouts from the printf formats of the npu-smi source
 (verylucky01/driver src/custom/dev_prod/user/npucli, e29d066f) and, for the 910 host table, the
@@ -19,17 +19,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from enforcer.sim.node import (
-    EXIT_INNER_ERR,
-    EXIT_INVALID_PARAMETER,
-    EXIT_NOT_SUPPORT,
-    Answer,
-    SimNode,
-    State,
-    ToolError,
-    answer,
-    is_310p,
-)
+from simulator.ascend import EXIT_INNER_ERR, EXIT_INVALID_PARAMETER, EXIT_NOT_SUPPORT, is_310p
+from simulator.faults import Answer, answer
+from simulator.node import SimNode
+from simulator.state import State, ToolError
 
 TOOL = "npu-smi"
 NO_CARD = "There is no NPU card on this server.\n"
@@ -374,7 +367,7 @@ def _refusal_or(command: Any, node: SimNode, args: Sequence[str]) -> Answer:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2 or args[0] != "--node":
-        sys.stderr.write("usage: python -m enforcer.sim.npu_smi --node DIR [npu-smi args]\n")
+        sys.stderr.write("usage: python -m simulator.npu_smi --node DIR [npu-smi args]\n")
         return 2
     return run(SimNode(args[1]), args[2:])
 

@@ -1,8 +1,8 @@
 """
 NVIDIA MIG as the driver keeps it, for the simulated node: GPUs, GPU instances (GI), compute
 instances (CI), their ids, MIG device UUIDs and capability minors. Pure functions over the
-state's `gpus` list; `SimNode` (node.py) wraps them with the lock, the device files and the
-processes, and `nvidia_smi.py` renders them.
+state's `gpus` list (and `ppus`: T-Head's, below); the MIG model (mig_model.py) wraps them with
+the lock, the device files and the processes, and `nvidia_smi.py` renders them.
 
 Profiles (`PROFILES`): names, ids, memory, engines and placements are those `nvidia-smi mig -lgip`
 and `-lgipp` print on an H100 80GB HBM3 and an H200 141GB with driver 580.173.02 (the
@@ -78,6 +78,7 @@ NO_MIG = "No MIG-enabled devices found."
 MAX_CAP_GPUS = 32  # nv-caps.c has a table for gpu0..gpu31
 GIS_PER_GPU = 15  # gi0..gi14
 CIS_PER_GI = 8  # ci0..ci7
+# A seed, not a path: its text (from the simulator's first home) fixes every MIG device UUID.
 MIG_UUID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "partition-enforcer/sim/mig-device")
 
 
@@ -535,7 +536,7 @@ def bar1_mib(gpu: Mapping[str, Any], gp: GiProfile) -> int:
     return model(gpu).bar1_per_slice_mib * gp.size
 
 
-# --- T-Head PPU (ppu-smi; rendered by enforcer/sim/ppu_smi.py) -----------------------------------
+# --- T-Head PPU (ppu-smi; rendered by simulator/ppu_smi.py) -----------------------------------
 #
 # A PPU is stored like a GPU (same keys, `"vendor": "thead"`, in the state's own "ppus" list) so
 # that the bookkeeping above (find_profile, free_count, gi_at, ci_at, mig_uuid) serves it too;

@@ -7,7 +7,7 @@ everything, rightly). So the demo and the tests run the node's processes, holder
 in a namespace of their own: `unshare --pid --fork --mount-proc`, where /proc is the node's.
 
 `NodeNamespace` starts an agent inside that runs commands and holder processes for a test, over
-JSON lines on its stdin and stdout; `python -m enforcer.sim.namespace -- CMD...` runs one command
+JSON lines on its stdin and stdout; `python -m simulator.namespace -- CMD...` runs one command
 inside a fresh namespace (the demo).
 
 A holder that is a pod's process says so where kubelet and the runtime put it: the agent
@@ -18,7 +18,7 @@ holder's /proc/<pid>/cgroup. A node with GPUs has the NVIDIA driver's procfs fil
 node. Only the agent mounts, and only as the namespace's PID 1: in its own mount namespace, never
 the host's.
 
-The agent also runs the node's kernel thread (enforcer.sim.vgpu.Kernel): writes to the vGPU
+The agent also runs the node's kernel thread (simulator.kernel.Kernel): writes to the vGPU
 sysfs files (an mdev's `remove`, a VF's `current_vgpu_type`) are answered as the kernel would,
 with the holders this namespace's /proc shows. VM processes the enforcer must see run inside too:
 `start_hypervisor`, `start_impostor`, `start_vm`; their pids are the namespace's.
@@ -39,8 +39,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from enforcer.sim.node import PROC_DRIVER, DcuError, SimNode, end_process
-from enforcer.sim.vgpu import Kernel, VgpuError
+from simulator.hygon import DcuError
+from simulator.kernel import Kernel
+from simulator.node import SimNode
+from simulator.procs import end_process
+from simulator.state import PROC_DRIVER, SOURCE
+from simulator.vgpu import VgpuError
+
+# The agent: this module's main, the checkout put first on its sys.path (the simulator is not
+# installed). Not through PYTHONPATH: the commands it runs (an installed pyinfra) inherit its
+# environment, and must import what they would anywhere else.
+AGENT = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "import simulator.namespace as n; sys.exit(n.main(sys.argv[1:]))"
+)
 
 CGROUPS = "cgroups"  # <node>/cgroups/<pid>: the cgroup file bind-mounted over a pod holder's
 VM_REQUESTS = (
@@ -80,8 +92,9 @@ class NodeNamespace:
         argv = [
             *unshare_argv(uts=self.hostname is not None),
             sys.executable,
-            "-m",
-            "enforcer.sim.namespace",
+            "-c",
+            AGENT,
+            str(SOURCE),
             "--agent",
             str(self.node_dir),
             *([self.hostname] if self.hostname else []),
@@ -370,7 +383,7 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["--"] and len(argv) > 1:
         return subprocess.call([*unshare_argv(), *argv[1:]])
-    sys.stderr.write("usage: python -m enforcer.sim.namespace -- COMMAND [ARG...]\n")
+    sys.stderr.write("usage: python -m simulator.namespace -- COMMAND [ARG...]\n")
     return 2
 
 

@@ -1,5 +1,5 @@
 """
-`crictl` for a simulated node: `python -m enforcer.sim.crictl --node DIR <crictl args>`.
+`crictl` for a simulated node: `python -m simulator.crictl --node DIR <crictl args>`.
 
 Supported: `pods -o json` and `ps [-a] -o json` (also `--output json`, `--all`). Output is what
 cri-tools prints: protojson of ListPodSandboxResponse (top key `items`) / ListContainersResponse
@@ -17,7 +17,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from enforcer.sim.node import SimNode, State, answer
+from simulator.faults import answer
+from simulator.node import SimNode
+from simulator.state import State
 
 TOOL = "crictl"
 _POD_UID = "io.kubernetes.pod.uid"
@@ -160,7 +162,7 @@ def run(node: SimNode, args: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2 or args[0] != "--node":
-        sys.stderr.write("usage: python -m enforcer.sim.crictl --node DIR [crictl args]\n")
+        sys.stderr.write("usage: python -m simulator.crictl --node DIR [crictl args]\n")
         return 2
     return run(SimNode(args[1]), args[2:])
 

@@ -1,5 +1,5 @@
 """
-`mdevctl` for a simulated node: `python -m enforcer.sim.mdevctl --node DIR <mdevctl args>`.
+`mdevctl` for a simulated node: `python -m simulator.mdevctl --node DIR <mdevctl args>`.
 
 Supported: `list [-d|--defined] [--dumpjson] [-v|--verbose] [-u|--uuid UUID] [-p|--parent
 PARENT]`. Active devices are read from the node's sysfs (`<node>/sys/bus/mdev/devices`), as
@@ -38,8 +38,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from enforcer.sim import vgpu
-from enforcer.sim.node import Answer, SimNode, answer
+from simulator import vgpu
+from simulator.faults import Answer, answer
+from simulator.node import SimNode
 
 TOOL = "mdevctl"
 USAGE_EXIT = 2  # clap's exit code for a usage error
@@ -192,7 +193,7 @@ def run(node: SimNode, args: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2 or args[0] != "--node":
-        sys.stderr.write("usage: python -m enforcer.sim.mdevctl --node DIR [mdevctl args]\n")
+        sys.stderr.write("usage: python -m simulator.mdevctl --node DIR [mdevctl args]\n")
         return 2
     return run(SimNode(args[1]), args[2:])
 

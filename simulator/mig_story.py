@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from enforcer.sim.node import GPUSTACK_PODS, H100, SimNode
+from simulator.mig_model import H100
+from simulator.node import SimNode
+from simulator.state import GPUSTACK_PODS
 
 NODE_NAME = "k8s-h100"
 LLM_A = "7d3c2b1a-0f9e-4d8c-b7a6-958473625140"

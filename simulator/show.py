@@ -1,17 +1,28 @@
-"""`python -m enforcer.sim show NODE_DIR`: a short human summary of a simulated node."""
+"""`python -m simulator show NODE_DIR`: a short human summary of a simulated node."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
-from enforcer.sim import mig
-from enforcer.sim.node import HY_SMI_DESTROY_FAIL, MIB, PPU_MIG_FAIL, State
+from simulator import mig
+from simulator.hygon import HY_SMI_DESTROY_FAIL, MIB
+from simulator.mig_model import PPU_MIG_FAIL
+from simulator.state import State
 
-if TYPE_CHECKING:
-    from enforcer.sim.node import SimNode
+
+class Node(Protocol):
+    """What the summary reads of a node beside its state (SimNode has it all)."""
+
+    path: Path
+
+    def listed_processes(self, state: State) -> list[State]: ...
+    def gpu_holders(self, state: State) -> list[State]: ...
+    def ppu_holders(self, state: State) -> list[State]: ...
+    def dcu_holders(self, state: State) -> list[State]: ...
 
 
-def _chip_lines(node: SimNode, state: State) -> list[str]:
+def _chip_lines(node: Node, state: State) -> list[str]:
     lines = []
     holders = {
         p["vnpu"]: p["pid"] for p in node.listed_processes(state) if p.get("vnpu") is not None
@@ -36,7 +47,7 @@ def _chip_lines(node: SimNode, state: State) -> list[str]:
     return lines
 
 
-def _gpu_lines(node: SimNode, state: State) -> list[str]:
+def _gpu_lines(node: Node, state: State) -> list[str]:
     lines = []
     holders = {(p["gpu"], p["gi"], p["ci"]): p["pid"] for p in node.gpu_holders(state)}
     for gpu in state.get("gpus", []):
@@ -58,7 +69,7 @@ def _gpu_lines(node: SimNode, state: State) -> list[str]:
     return lines
 
 
-def _ppu_lines(node: SimNode, state: State) -> list[str]:
+def _ppu_lines(node: Node, state: State) -> list[str]:
     """The T-Head PPUs as `_gpu_lines` shows GPUs: the ppu-smi -lgi order is by GI id."""
     lines = []
     holders = {(p["ppu"], p["gi"], p["ci"]): p["pid"] for p in node.ppu_holders(state)}
@@ -81,7 +92,7 @@ def _ppu_lines(node: SimNode, state: State) -> list[str]:
     return lines
 
 
-def _dcu_lines(node: SimNode, state: State) -> list[str]:
+def _dcu_lines(node: Node, state: State) -> list[str]:
     """The Hygon DCUs, what their vDCUs use of them, the vDCUs by number, the holders."""
     section = state.get("dcus") or {"devices": [], "vdcus": []}
     holders: dict[int, list[int]] = {}
@@ -146,7 +157,7 @@ def _fault_lines(state: State) -> list[str]:
     return [line + (f", PPU MIG destroy fails {ppu_fails}" if ppu_fails else "")]
 
 
-def render_summary(node: SimNode, state: State) -> str:
+def render_summary(node: Node, state: State) -> str:
     head = f"node {node.path} boot {state['boot_id']}"
     if state["chips"]:
         head += f" npu-smi {state['npu_smi_version']}"

@@ -17,7 +17,8 @@ import yaml
 from jsonschema import Draft202012Validator, ValidationError
 
 import schemas
-from enforcer.sim.node import SimNode, ToolError
+from simulator.node import SimNode
+from simulator.state import ToolError
 
 DEFAULT_HOLD_SECONDS = 3600
 

@@ -1,5 +1,5 @@
 """
-The MIG issue's story on a simulated T-Head PPU node (enforcer.sim.mig_story's, for a PPU-ZW810E),
+The MIG issue's story on a simulated T-Head PPU node (simulator.mig_story's, for a PPU-ZW810E),
 for the end-to-end tests of issue 8.
 
 gpustack's T-Head allocator (gpustack-operator pkg/devicemanager/allocator/thead) makes a GPU
@@ -25,7 +25,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from enforcer.sim.node import GPUSTACK_PODS, PPU, SimNode
+from simulator.mig_model import PPU
+from simulator.node import SimNode
+from simulator.state import GPUSTACK_PODS
 
 NODE_NAME = "k8s-ppu"
 LLM_A = "5b2e8c41-9d3a-4f7e-a1c6-0e4d7b9a2f13"

@@ -1,12 +1,12 @@
 """
 The simulator's command line.
 
-    python -m enforcer.sim build SCENARIO.yaml NODE_DIR   validate (exit 2 on a bad scenario), build
-    python -m enforcer.sim show NODE_DIR                  chips, AI cores, vNPUs, pods, checkpoint
-    python -m enforcer.sim pod NODE_DIR UID PHASE         move a pod (Pending .. Failed)
-    python -m enforcer.sim delete NODE_DIR UID            pod deleted: gone from CRI and checkpoint
-    python -m enforcer.sim reboot NODE_DIR                new boot id, vNPUs and holders gone
-    python -m enforcer.sim unhold NODE_DIR                end every holder process of the node
+    python -m simulator build SCENARIO.yaml NODE_DIR   validate (exit 2 on a bad scenario), build
+    python -m simulator show NODE_DIR                  chips, AI cores, vNPUs, pods, checkpoint
+    python -m simulator pod NODE_DIR UID PHASE         move a pod (Pending .. Failed)
+    python -m simulator delete NODE_DIR UID            pod deleted: gone from CRI and checkpoint
+    python -m simulator reboot NODE_DIR                new boot id, vNPUs and holders gone
+    python -m simulator unhold NODE_DIR                end every holder process of the node
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from enforcer.sim import scenario
-from enforcer.sim.node import PHASES, SimNode
+from simulator import scenario
+from simulator.node import SimNode
+from simulator.pods import PHASES
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -68,7 +69,7 @@ def _unhold(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m enforcer.sim",
+        prog="python -m simulator",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,7 +1,7 @@
 """
-`ppu-smi` (T-Head PPU) for a simulated node: `python -m enforcer.sim.ppu_smi --node DIR <args>`,
+`ppu-smi` (T-Head PPU) for a simulated node: `python -m simulator.ppu_smi --node DIR <args>`,
 run through `<node>/bin/ppu-smi` (SimNode.create(..., ppus=[PPU])). The PPUs live in the state's
-"ppus" list, apart from nvidia-smi's GPUs; GI/CI bookkeeping is enforcer/sim/mig.py's (its T-Head
+"ppus" list, apart from nvidia-smi's GPUs; GI/CI bookkeeping is simulator/mig.py's (its T-Head
 section: profiles, ids, capacity).
 
 The only public ppu-smi output is the T-Head SAIL PPU-SMI reference (PPU-SMI 1.28, driver 2.1.0)
@@ -55,9 +55,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from enforcer.sim import mig
-from enforcer.sim.mig import MigError
-from enforcer.sim.node import Answer, SimNode, State, answer
+from simulator import mig
+from simulator.faults import Answer, answer
+from simulator.mig import MigError
+from simulator.node import SimNode
+from simulator.state import State
 
 TOOL = "ppu-smi"
 INVALID_COMBINATION = "Invalid combination of input arguments. Please run 'ppu-smi -h' for help.\n"
@@ -612,7 +614,7 @@ def run(node: SimNode, args: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2 or args[0] != "--node":
-        sys.stderr.write("usage: python -m enforcer.sim.ppu_smi --node DIR [ppu-smi args]\n")
+        sys.stderr.write("usage: python -m simulator.ppu_smi --node DIR [ppu-smi args]\n")
         return 2
     return run(SimNode(args[1]), args[2:])
 

@@ -1,10 +1,10 @@
 """
 `make demo`: the seed story on a simulated 310P node, then the MIG story on a simulated H100 node
-(enforcer.sim.mig_story) and on a simulated T-Head PPU (enforcer.sim.ppu_story), the leaked-vDCU
-story on a simulated Hygon DCU node (enforcer.sim.hygon_story), then the vGPU story on a VM host
-(enforcer.sim.vgpu_story), each converged by the real pyinfra CLI.
+(simulator.mig_story) and on a simulated T-Head PPU (simulator.ppu_story), the leaked-vDCU
+story on a simulated Hygon DCU node (simulator.hygon_story), then the vGPU story on a VM host
+(simulator.vgpu_story), each converged by the real pyinfra CLI.
 
-Runs inside its own PID and mount namespace (python -m enforcer.sim.namespace -- ...), so the fd
+Runs inside its own PID and mount namespace (python -m simulator.namespace -- ...), so the fd
 scan sees the nodes' processes only. The seed story: infer-a runs on vNPU 100; two zombies (101,
 102) were left by failed container creates of a deleted pod; infer-b is admitted; train-c waits
 for four AI cores. After the first run infer-b's container is created and the runtime makes its
@@ -22,14 +22,14 @@ from pathlib import Path
 
 from enforcer.policy import DEFAULTS
 from enforcer.report import table
-from enforcer.sim import hygon_story, mig_story, ppu_story, scenario, vgpu_story
-from enforcer.sim.namespace import mount_proc_driver, unmount_proc_driver
-from enforcer.sim.node import SimNode
-from enforcer.sim.show import render_summary
+from simulator import hygon_story, mig_story, ppu_story, scenario, vgpu_story
+from simulator.namespace import mount_proc_driver, unmount_proc_driver
+from simulator.node import SimNode
+from simulator.show import render_summary
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 STATE_DIR = DEFAULTS["enforcer_state_dir"]
-SEED = REPO / "enforcer" / "sim" / "scenarios" / "seed-310p.yaml"
+SEED = REPO / "simulator" / "scenarios" / "seed-310p.yaml"
 INFER_B = "5c0e7f3a-91d2-4b8e-a6f1-3d7b2e9c4a20"
 TRAIN_C = "e1b94c6d-2a7f-4e35-8d0c-7f6a5b3e2d91"
 

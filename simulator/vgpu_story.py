@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from enforcer.sim.node import HYPEMAN, SimNode
+from simulator.hypeman import HYPEMAN
+from simulator.node import SimNode
 
 T4, A40 = "0000:3b:00.0", "0000:41:00.0"
 T4_TYPES = {"nvidia-222": "GRID T4-1B", "nvidia-223": "GRID T4-2B", "nvidia-230": "GRID T4-1Q"}
