@@ -28,8 +28,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from enforcer.claims import GKE_GI, GPU_UUID, MIG_UUID, REAL_VNPU, vendor_kinds
+from enforcer.claims import vendor_kinds
 from enforcer.model import MIG, VNPU, Advertised, Partition
+from kinds.ascend import REAL_VNPU
+from kinds.mig import GKE_GI, GPU_UUID, MIG_UUID
 
 SLOTS = (
     re.compile(r"^[0-9A-F]{8}(?:-[0-9A-F]{8}){4}-[0-9]+$", re.ASCII),  # HAMi's Ascend

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
+import kinds
 from enforcer.advertised import desired
 from enforcer.claims import (
     claims_from_records,
@@ -23,15 +24,10 @@ from enforcer.claims import (
 )
 from enforcer.ledger import Entry, Ledger
 from enforcer.model import (
-    HYGON,
-    MDEV,
     MIG,
     NODE,
-    PPU,
-    VFIO,
     VGPU_KINDS,
     VM_METADATA,
-    VNPU,
     Claim,
     Container,
     Observation,
@@ -58,14 +54,7 @@ TOOL_SOURCES = (
     "dra",  # a partition vendor's DRA driver is present: its allocations are not read yet
 )
 # What rule 2's evidence names, by kind.
-WITNESSES = {
-    VNPU: "npu-smi status/container columns, process table and fd scan",
-    MIG: "nvidia-smi process table and fd scan of the capability devices",
-    PPU: "ppu-smi process table and fd scan of the capability devices",
-    HYGON: "fd scan of its DCU's device nodes",
-    MDEV: "fd scan of its VFIO group and device",
-    VFIO: "fd scan of its VFIO group and device",
-}
+WITNESSES = kinds.WITNESSES
 
 
 Grouped = dict[Any, list[tuple[int, Any]]]
@@ -457,7 +446,7 @@ def _judge(
 
 
 # Kinds whose tool destroys every partition of an accelerator at once: the command, the noun.
-WHOLE_DEVICE = {HYGON: ("hy-smi virtual -destroy-vdevice", "vDCU")}
+WHOLE_DEVICE = kinds.WHOLE_DEVICE
 
 
 def whole_devices(verdicts: list[Verdict]) -> list[Verdict]:

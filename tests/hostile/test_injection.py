@@ -36,7 +36,8 @@ from enforcer.shell import UnsafeValue, render
 from facts import ascend, checkpoint, cri, procfs
 from facts.errors import ParseError
 from facts.snapshot import NodeSnapshot, observe, parse_sections
-from operations.enforce import destroy_command, destroy_dcu
+from kinds.hygon import destroy_dcu
+from operations.enforce import destroy_command
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 ZOMBIE = (FIXTURES / "npu-smi" / "info-vnpu_310P3_zombie-live-na.txt").read_text()

@@ -26,7 +26,7 @@ from enforcer.sim import hygon_story
 from enforcer.sim.namespace import NodeNamespace
 from enforcer.sim.node import GPUSTACK_PODS, SimNode
 from facts.snapshot import NodeSnapshot, observe, parse_sections
-from operations.enforce import destroy_dcu
+from kinds.hygon import destroy_dcu
 
 SOURCES = ("kubelet-checkpoint", "cri", "markers")
 BDFS = [d["bdf"] for d in hygon_story.DCU_SPECS]
