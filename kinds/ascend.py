@@ -161,6 +161,21 @@ def _shown(lines: list[str], paths: NodePaths) -> list[str]:
     return [line.split("|")[0] for line in lines if line.startswith(vnpu)]
 
 
+def advertises(device_id: str) -> list[tuple[str, str]] | None:
+    """Huawei's plugin in static vNPU mode advertises each pre-made vNPU by its name."""
+    return [(VNPU, m[1])] if (m := REAL_VNPU.match(device_id)) else None
+
+
+# What plugins that make a vNPU per allocation advertise: HAMi's `<VDie id>-<n>` (its
+# ascend-device-plugin internal/server/server.go), Huawei's dynamic `npu-core-<n>` and whole
+# chips `Ascend310P-<phy>` (`-<phy>-<idx>` shared).
+SLOTS = (
+    re.compile(r"^[0-9A-F]{8}(?:-[0-9A-F]{8}){4}-[0-9]+$", re.ASCII),  # HAMi's Ascend
+    re.compile(r"^npu-core-[0-9]+$", re.ASCII),  # Huawei's dynamic vNPUs
+    re.compile(r"^Ascend\w+-[0-9]+(?:-[0-9]+)?$", re.ASCII),  # Huawei's whole (shared) chips
+)
+
+
 def destroyed(words: list[str]) -> str | None:
     """
     The identity of a vNPU destroy-vnpu.sh.j2 verified gone, by its record in `destroyed`:
@@ -328,4 +343,7 @@ KIND = Kind(
     driver=("npu-smi-m", ("devnodes",)),
     shown=_shown,
     destroyed=destroyed,
+    advertises=advertises,
+    slots=SLOTS,
+    advertised_by_id=True,
 )

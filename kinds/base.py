@@ -97,6 +97,12 @@ class Kind:
     # lines of those that do (a tool missing from PATH on such a node is told).
     driver: tuple[str, tuple[str, ...]] | None = None
     shown: Callable[[list[str], NodePaths], list[str]] | None = None
+    # What its device plugins advertise (enforcer.advertised): the partitions a device id names
+    # ((kind, name); None: not its form), its slots (ids naming no partition), and whether a
+    # partition is named by its id (not only by its UUIDs).
+    advertises: Callable[[str], list[tuple[str, str]] | None] | None = None
+    slots: tuple[re.Pattern[str], ...] = ()
+    advertised_by_id: bool = False
     # Its own record of a verified destroy in <state_dir>/destroyed (words -> identity, None:
     # not one); every kind may write `identity <base64>` instead.
     destroyed: Callable[[list[str]], str | None] | None = None

@@ -247,6 +247,7 @@ KIND = Kind(
     destroy=destroy,
     vendors={"hygon.com": (HYGON,)},
     judged=False,
+    slots=(re.compile(r"^DCU-\w+-fake-[0-9]+$", re.ASCII),),  # HAMi's Hygon slots
     driver=("hy-smi-devices", ("hygon-pci",)),
     whole_device=("hy-smi virtual -destroy-vdevice", "vDCU"),
     destroy_whole=destroy_dcu,

@@ -44,6 +44,16 @@ def holders(r: Reader, found: Found, w: Witness) -> tuple[list[Partition], list[
     return found.partitions, held
 
 
+def advertises(device_id: str) -> list[tuple[str, str]] | None:
+    """NVIDIA's plugin advertises each MIG device by its UUID, GKE's each GI by its name; an id
+    holding a GPU's UUID and no MIG device's is a slot (Kind.slots)."""
+    if migs := MIG_UUID.findall(device_id):
+        return [(MIG, u) for u in migs]
+    if GKE_GI.match(device_id):
+        return [(MIG, device_id)]
+    return None
+
+
 def claims(record: OwnerRecord) -> Claims:
     return _mig_claims(record), False
 
@@ -149,4 +159,6 @@ KIND = Kind(
     nodes=((re.compile(r"^/dev/nvidia(?:[0-9]+|-caps/.+)$", re.ASCII), (MIG,)),),
     listing=TOOL,
     driver=("nvidia-smi-list", ("nvidia-driver",)),
+    advertises=advertises,
+    slots=(GPU_UUID,),
 )
