@@ -15,13 +15,12 @@ from pyinfra.api import FactBase
 from enforcer.claims import CDI, DRA
 from enforcer.model import (
     DRAIN_MARKER,
-    HYGON,
-    MIG,
     NODE,
-    PPU,
+    PREFIXES,
     VGPU_KINDS,
     Advertised,
     Container,
+    Gpu,
     Holder,
     Observation,
     OwnerRecord,
@@ -37,7 +36,6 @@ from facts.sections import Reader, Sections
 from facts.sections import parse_sections as parse_framing
 from kinds import REGISTRY
 from kinds.base import Context, Witness
-from kinds.mig import GPU_OPERATOR_SMI
 
 ABSENT = "(absent)"  # the ledger and drain sections' value for a file that is not there
 
@@ -204,9 +202,7 @@ def observe(
         else None  # not asked: not a claim source (a missing section of one asked is unreadable)
     )
     gpus = [g for _, f in found for g in f.gpus]
-    ppu_cards = frozenset(g.uuid for g in gpus if g.kind == PPU)
-    hygon = any(g.kind == HYGON for g in gpus)
-    marked = _markers(r, paths, ppu_cards, hygon) if MARKERS in claim_sources else []
+    marked = _markers(r, paths, gpus) if MARKERS in claim_sources else []
     ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=ABSENT)
     destroyed = r.read("destroyed", "ledger", lambda s: _destroyed(s.stdout), absent=())
     drain = r.read("drain", DRAIN_MARKER, lambda s: s.stdout, absent=ABSENT)
@@ -285,8 +281,9 @@ def _tools_missing(r: Reader, paths: NodePaths) -> None:
         if section is None or section.rc != "missing" or (tool, kind) in failed:
             continue
         seen = [line for shown in shows for line in _shown(r.sections, shown, unit.shown, paths)]
-        smi = [line for line in seen if line.endswith(GPU_OPERATOR_SMI)]
-        where = f" ({smi[0]} is there: the GPU Operator's driver root)" if smi else ""
+        elsewhere, whose = unit.elsewhere or ("", "")
+        smi = [line for line in seen if elsewhere and line.endswith(elsewhere)]
+        where = f" ({smi[0]} is there: {whose})" if smi else ""
         evidence = [line for line in seen if line not in smi]
         if evidence:
             why = (
@@ -322,17 +319,22 @@ def _missing(sections: Sections, name: str) -> bool:
     return found is not None and found.rc == "missing"
 
 
-def _markers(
-    r: Reader, paths: NodePaths, ppu_cards: frozenset[str] = frozenset(), hygon: bool = False
-) -> list[OwnerRecord]:
+def _markers(r: Reader, paths: NodePaths, gpus: Sequence[Gpu] = ()) -> list[OwnerRecord]:
     """
     The ownership records of the marker roots, each naming a pod and its partition. A root that
     is not there makes the source unavailable, one that cannot be listed unreadable (for every
-    MIG partition, every T-Head PPU's when the node has PPUs: `ppu_cards`, their UUIDs, and every
-    vDCU when it has Hygon DCUs); a record that cannot be read is unreadable for its GPU (or PPU)
+    MIG partition, every T-Head PPU's when the node has PPUs, and every vDCU when it has Hygon
+    DCUs: `Kind.markers`); a record that cannot be read is unreadable for its GPU (or PPU)
     only, or for every vDCU when it is Hygon's (its file names no DCU by PCI address).
     """
-    kinds = (MIG, *((PPU,) if ppu_cards else ()), *((HYGON,) if hygon else ()))
+    listed = {g.kind for g in gpus}
+    kinds = tuple(
+        k
+        for unit in REGISTRY
+        if unit.markers
+        for k in unit.kinds
+        if unit.markers.always or k in listed
+    )
     if not paths.marker_roots:
         r.fail(MARKERS, "unavailable", "no marker roots are configured (enforcer_marker_roots)")
         return []
@@ -351,20 +353,25 @@ def _markers(
                 r.fail(MARKERS, "unreadable", f"marker root {root}: {error}", kind)
             continue
         for b in bad:
-            for scope in _unreadable_scopes(b, kinds, ppu_cards):
+            for scope in _unreadable_scopes(b, kinds, gpus):
                 r.fail(MARKERS, "unreadable", f"{root}/{b.path}: {b.reason}", scope)
         found += [_marker_record(root, m) for m in records]
     return found
 
 
 def _unreadable_scopes(
-    b: markers.Unreadable, kinds: tuple[str, ...], ppu_cards: frozenset[str]
+    b: markers.Unreadable, kinds: tuple[str, ...], gpus: Sequence[Gpu]
 ) -> tuple[str, ...]:
     """What a record that cannot be read holds closed: its card, or every partition it may be."""
-    if b.vendor == "hygon":
-        return (HYGON,)
+    marked = [(m, k) for u in REGISTRY if (m := u.markers) for k in u.kinds]
+    whole = tuple(k for m, k in marked if m.vendor == b.vendor and not m.by_card)
+    if whole:
+        return whole  # its file names no card by UUID (a Hygon vdev<i>.conf)
     if b.card:
-        return (f"{'ppu' if b.card in ppu_cards else 'gpu'}:{b.card}",)
+        by_card = {k for m, k in marked if m.by_card}
+        default = next(k for m, k in marked if m.always)
+        kind = next((g.kind for g in gpus if g.uuid == b.card and g.kind in by_card), default)
+        return (f"{PREFIXES[kind]}:{b.card}",)
     return kinds
 
 

@@ -65,6 +65,19 @@ class Witness:
     containers: Sequence[Any] | None
 
 
+class Markers(NamedTuple):
+    """
+    Its ownership records among gpustack's (the `markers` claim source): the vendor their file
+    names, whether a root that cannot be read fails the kind on every node (`always`) or only
+    on one that lists its accelerators, and whether a record names its card by UUID (one that
+    cannot be read fails that card only) or not (it fails the kind).
+    """
+
+    vendor: str
+    always: bool
+    by_card: bool
+
+
 # A kind's claim adapter: the claims a record makes on its partitions, and whether the record is
 # this kind's alone (no other kind's adapter is asked: a VM's record, a PPU's, a Hygon marker).
 Claims = tuple[list[Claim], bool]
@@ -97,12 +110,15 @@ class Kind:
     # lines of those that do (a tool missing from PATH on such a node is told).
     driver: tuple[str, tuple[str, ...]] | None = None
     shown: Callable[[list[str], NodePaths], list[str]] | None = None
+    # Where its tool is known to be kept off PATH (a line of `driver`'s sections), and by whom.
+    elsewhere: tuple[str, str] | None = None
     # What its device plugins advertise (enforcer.advertised): the partitions a device id names
     # ((kind, name); None: not its form), its slots (ids naming no partition), and whether a
     # partition is named by its id (not only by its UUIDs).
     advertises: Callable[[str], list[tuple[str, str]] | None] | None = None
     slots: tuple[re.Pattern[str], ...] = ()
     advertised_by_id: bool = False
+    markers: Markers | None = None
     # Its own record of a verified destroy in <state_dir>/destroyed (words -> identity, None:
     # not one); every kind may write `identity <base64>` instead.
     destroyed: Callable[[list[str]], str | None] | None = None

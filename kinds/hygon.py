@@ -30,7 +30,7 @@ from facts import hygon
 from facts.errors import ParseError
 from facts.procfs import fd_holders
 from facts.sections import Reader
-from kinds.base import Claims, Context, Found, Kind, Witness, on_gpu
+from kinds.base import Claims, Context, Found, Kind, Markers, Witness, on_gpu
 
 TOOL = "hy-smi"
 MIB = 1024 * 1024
@@ -251,4 +251,5 @@ KIND = Kind(
     driver=("hy-smi-devices", ("hygon-pci",)),
     whole_device=("hy-smi virtual -destroy-vdevice", "vDCU"),
     destroy_whole=destroy_dcu,
+    markers=Markers("hygon", always=False, by_card=False),
 )

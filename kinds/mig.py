@@ -15,7 +15,7 @@ from enforcer.policy import NodePaths
 from enforcer.shell import b64, decimal, render
 from facts.mig import NOTHING, mig_holders, observe_mig
 from facts.sections import Reader
-from kinds.base import Claims, Context, Found, Kind, Witness, on_gpu
+from kinds.base import Claims, Context, Found, Kind, Markers, Witness, on_gpu
 
 TOOL = "nvidia-smi"
 GPU_OPERATOR_SMI = "/run/nvidia/driver/usr/bin/nvidia-smi"  # in the GPU Operator's driver root
@@ -159,6 +159,8 @@ KIND = Kind(
     nodes=((re.compile(r"^/dev/nvidia(?:[0-9]+|-caps/.+)$", re.ASCII), (MIG,)),),
     listing=TOOL,
     driver=("nvidia-smi-list", ("nvidia-driver",)),
+    elsewhere=(GPU_OPERATOR_SMI, "the GPU Operator's driver root"),
     advertises=advertises,
     slots=(GPU_UUID,),
+    markers=Markers("nvidia", always=True, by_card=True),
 )

@@ -15,7 +15,7 @@ from enforcer.policy import NodePaths
 from enforcer.shell import UnsafeValue, b64, decimal, render
 from facts.mig import NOTHING, THEAD, mig_holders, observe_mig
 from facts.sections import Reader
-from kinds.base import Claims, Context, Found, Kind, Witness, on_gpu
+from kinds.base import Claims, Context, Found, Kind, Markers, Witness, on_gpu
 from kinds.mig import GPU_UUID, marker_claims
 
 TOOL = "ppu-smi"
@@ -114,4 +114,5 @@ KIND = Kind(
     nodes=((re.compile(r"^/dev/alixpu.*$", re.ASCII), (PPU,)),),
     listing=TOOL,
     driver=("ppu-smi-list", ("alixpu-caps",)),
+    markers=Markers("thead", always=False, by_card=True),
 )
