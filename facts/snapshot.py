@@ -1,6 +1,9 @@
 """
-The node read: one fact runs operations/templates/snapshot.sh.j2 and returns its sections;
-`observe()` turns them into an `Observation`, each source with its own health.
+The node read: one fact runs operations/templates/snapshot.sh.j2 (each partition kind's fragment
+in the order of kinds.REGISTRY, then the shared sections) and returns its sections; `observe()`
+turns them into an `Observation`: each kind observes its own sections and holders
+(kinds.base.Kind), this module the shared ones (claim sources, ledger, clock), each source with
+its own health.
 """
 
 from __future__ import annotations
@@ -38,8 +41,6 @@ from kinds import REGISTRY
 from kinds.base import Context, Witness
 
 ABSENT = "(absent)"  # the ledger and drain sections' value for a file that is not there
-
-
 CLIENT = Path(__file__).with_name("pod_resources_client.py")  # runs on the node, stdlib only
 POD_RESOURCES = "kubelet-pod-resources"
 DRA_SOURCE = "dra"  # a DRA driver's allocations (facts.dra)

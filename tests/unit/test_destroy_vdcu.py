@@ -7,7 +7,7 @@ mount namespace (enforcer.sim.namespace: its /proc is the node's). `hy-smi virtu
 doubt keeps them all (exit 0, the next run decides), a refused destroy exits 1.
 
 The vDCUs and the observation are the node read's own: the snapshot command run in the namespace
-and observed (facts.dcus), as a run would.
+and observed (kinds.hygon), as a run would.
 """
 
 from __future__ import annotations
