@@ -54,7 +54,8 @@ from enforcer.ledger import Ledger  # noqa: E402
 from enforcer.model import HYGON, VNPU, Observation, Partition, Verdict  # noqa: E402
 from enforcer.policy import Policy, policy_from_host_data  # noqa: E402
 from facts.snapshot import observe, parse_sections  # noqa: E402
-from operations.enforce import destroy_command, destroy_dcu  # noqa: E402
+from kinds.hygon import destroy_dcu  # noqa: E402
+from operations.enforce import destroy_command  # noqa: E402
 
 GOLDEN = ROOT / "bench" / "golden"
 SIZES = (10, 100, 1_000)

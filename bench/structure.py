@@ -17,7 +17,9 @@ Definitions:
   product files (tests not; the simulator counted apart) that name the kind: a Python file that
   uses the constant in code (`HYGON`: a name, an attribute or an imported name; comments do not
   count) or has its value as a string (`"hygon-vdcu"`); any other file (templates, schemas)
-  that contains its value or the kind's tool (TOOLS: `hy-smi`) as a word.
+  that contains its value or the kind's tool (TOOLS: `hy-smi`) as a word. A Python file that
+  imports the kind's own module (MODULES: `kinds.hygon`, by `import` or `from kinds import`)
+  names it too: the registry line, and what reads the kind's constants from its module.
 
 Today's numbers (main at the start of issue 20) are in bench/RESULTS.md, "Structure".
 """
@@ -32,7 +34,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("enforcer", "facts", "operations", "schemas")
+PACKAGES = ("enforcer", "facts", "kinds", "operations", "schemas")
 SIM = "simulator"  # the simulated node: outside the product, measured beside it
 KINDS = ("VNPU", "MIG", "PPU", "HYGON", "MDEV", "VFIO")
 # What a template or schema of the kind names: its tool, or the sysfs it reads.
@@ -43,6 +45,16 @@ TOOLS = {
     "HYGON": "hy-smi",
     "MDEV": "mdev_supported_types",
     "VFIO": "current_vgpu_type",
+}
+
+# The module of the kinds package each kind is in (a kind is one place: issue 20).
+MODULES = {
+    "VNPU": "ascend",
+    "MIG": "mig",
+    "PPU": "ppu",
+    "HYGON": "hygon",
+    "MDEV": "vgpu",
+    "VFIO": "vgpu",
 }
 
 
@@ -156,11 +168,26 @@ def names_in_code(tree: ast.AST) -> set[str]:
     return found
 
 
+def imports_module(tree: ast.AST, module: str) -> bool:
+    """Whether the code imports kinds.<module> (`import kinds.x`, `from kinds(.x) import ...`)."""
+    full = f"kinds.{module}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name == full for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            if node.module == full or (
+                node.module == "kinds" and any(a.name == module for a in node.names)
+            ):
+                return True
+    return False
+
+
 def names_kind(path: Path, text: str, name: str, value: str) -> bool:
     """Whether the file names the kind constant `name` of value `value` (see the docstring)."""
     if path.suffix == ".py":
-        code = names_in_code(ast.parse(text))
-        return name in code or value in code
+        tree = ast.parse(text)
+        code = names_in_code(tree)
+        return name in code or value in code or imports_module(tree, MODULES[name])
     words = "|".join(re.escape(w) for w in (value, TOOLS[name]))
     return re.search(rf"(?<![\w-])({words})(?![\w-])", text) is not None
 

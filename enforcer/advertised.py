@@ -28,16 +28,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from enforcer.claims import GKE_GI, GPU_UUID, MIG_UUID, REAL_VNPU, vendor_kinds
-from enforcer.model import MIG, VNPU, Advertised, Partition
+from enforcer.claims import vendor_kinds
+from enforcer.model import Advertised, Partition
+from kinds import REGISTRY
 
-SLOTS = (
-    re.compile(r"^[0-9A-F]{8}(?:-[0-9A-F]{8}){4}-[0-9]+$", re.ASCII),  # HAMi's Ascend
-    re.compile(r"^npu-core-[0-9]+$", re.ASCII),  # Huawei's dynamic vNPUs
-    re.compile(r"^Ascend\w+-[0-9]+(?:-[0-9]+)?$", re.ASCII),  # Huawei's whole (shared) chips
-    re.compile(r"^[\w.-]+:[^:]+:[0-9]{4}$", re.ASCII),  # gpustack's pool slots
-    re.compile(r"^DCU-\w+-fake-[0-9]+$", re.ASCII),  # HAMi's Hygon slots
-)
+# Slots of any vendor (each kind's own are its Kind.slots).
+SLOTS = (re.compile(r"^[\w.-]+:[^:]+:[0-9]{4}$", re.ASCII),)  # gpustack's pool slots
 
 
 @dataclass(frozen=True)
@@ -49,8 +45,9 @@ class Desired:
 
 
 def desired(partitions: Sequence[Partition], advertised: Sequence[Advertised]) -> Desired:
+    by_id = {k for unit in REGISTRY if unit.advertised_by_id for k in unit.kinds}
     by_name = {(p.kind, name): p for p in partitions for name in p.uuids}
-    by_name |= {(VNPU, p.id): p for p in partitions if p.kind == VNPU}
+    by_name |= {(p.kind, p.id): p for p in partitions if p.kind in by_id}
     pinned: dict[str, str] = {}
     unknown: list[Advertised] = []
     for a in advertised:
@@ -75,13 +72,11 @@ def desired(partitions: Sequence[Partition], advertised: Sequence[Advertised]) -
 
 def _names(device_id: str) -> list[tuple[str, str]] | None:
     """The partitions an advertised id names, by kind and name ([] for a slot); None: unknown."""
-    if migs := MIG_UUID.findall(device_id):
-        return [(MIG, u) for u in migs]
-    if GKE_GI.match(device_id):
-        return [(MIG, device_id)]
-    if m := REAL_VNPU.match(device_id):
-        return [(VNPU, m[1])]
-    if GPU_UUID.search(device_id) or any(s.match(device_id) for s in SLOTS):
+    for unit in REGISTRY:
+        if unit.advertises and (names := unit.advertises(device_id)) is not None:
+            return names
+    slots = (*SLOTS, *(s for unit in REGISTRY for s in unit.slots))
+    if any(s.search(device_id) for s in slots):
         return []
     return None
 

@@ -56,70 +56,30 @@ process is the one the record names (`enforcer.liveness.vm_liveness`).
 
 from __future__ import annotations
 
-import json
-import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from enforcer.model import (
-    HYGON,
     KINDS,
-    MDEV,
-    MIG,
-    PPU,
-    VFIO,
     VM_METADATA,
-    VNPU,
     Claim,
     Holder,
     Instance,
     OwnerRecord,
     Partition,
 )
+from kinds import REGISTRY, vendors
+from kinds.base import on_gpu
 
-# Huawei's template resources and vNPU names carry the template's specs after the cores:
-# `huawei.com/Ascend310P-2c.1cpu`, `Ascend310P-4c.3cpu.ndvpp-100-1_1` (mind-cluster
-# ascend-device-plugin pkg/common/constants.go, ascend-for-volcano vnpu: "<type>-<n>c[.<spec>]*
-# -<vnpu>-<phy>[_<vgroup>]").
-_SPECS = r"(?:\.[0-9a-z]+)*"
-ASCEND_RESOURCE = re.compile(rf"^huawei\.com/(Ascend\w*|npu-core)(-\d+c{_SPECS})?$", re.ASCII)
-ASCEND_NOTES = ("huawei.com/", "hami.io/Ascend")  # annotation keys Ascend records use
-REAL_VNPU = re.compile(rf"^Ascend\w+-\d+c{_SPECS}-(\d+)-(\d+)(?:_\d+)?$", re.ASCII)
-VOLCANO_VNPU = re.compile(r"^(\d+)-(vir\w+)$")  # <phy>-<template>
-TEMPLATE = re.compile(r"^vir\w+$")
-_HEX_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-MIG_UUID = re.compile(rf"MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/[0-9]+/[0-9]+", re.ASCII)
-GPU_UUID = re.compile(rf"GPU-{_HEX_UUID}", re.ASCII)
-# NVIDIA's plugin names a profile's resource with '.' for '+' (`1g.10gb+me`: `mig-1g.10gb.me`).
-MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-([0-9]+g\.[0-9]+gb(?:\.[a-z]+)*)$", re.ASCII)
-PPU_RESOURCE = re.compile(r"^alibabacloud\.com/ppu(\.[a-z0-9-]+)?$", re.ASCII)
-ALIXPU_CAP = re.compile(r"^/dev/alixpu-caps/(alixpu-cap[0-9]+)$", re.ASCII)
-DRM_NODE = re.compile(r"^/dev/dri/((?:card|renderD)[0-9]+)$", re.ASCII)
-HYGON_RESOURCE = re.compile(r"^hygon\.com/\S+$", re.ASCII)
-# GKE's device plugin (container-engine-accelerators pkg/gpu/nvidia/mig/mig.go) names a GPU
-# instance `nvidia<GPU minor>/gi<GI id>` and gives its container /dev/nvidia<minor> and the
-# capability devices of the GI and its CI 0: no UUID anywhere (Partition.aliases).
-GKE_GI = re.compile(r"^nvidia[0-9]+/gi[0-9]+$", re.ASCII)
-NVIDIA_CAP = re.compile(r"^/dev/nvidia-caps/(nvidia-cap[0-9]+)$", re.ASCII)
 # A DRA claim's record (facts.snapshot): resource `dra:<driver>`, device ids
 # `<driver>/<pool>/<device>`, its CDI devices under the annotation CDI.
 DRA = "dra:"
 CDI = "cdi.k8s.io/devices"
 # The partition kinds of each vendor, by the domain of a resource or a DRA driver's name.
-VENDORS = {
-    "nvidia.com": (MIG, MDEV, VFIO),
-    "huawei.com": (VNPU,),
-    "hygon.com": (HYGON,),
-    "alibabacloud.com": (PPU,),
-}
+VENDORS = vendors()
 # The device nodes that reach a partition of each kind, given to a container.
-PARTITION_NODES = (
-    (re.compile(r"^/dev/nvidia(?:[0-9]+|-caps/.+)$", re.ASCII), (MIG,)),
-    (re.compile(r"^/dev/v?davinci[0-9]+$", re.ASCII), (VNPU,)),
-    (re.compile(r"^/dev/vfio/.+$", re.ASCII), (MDEV, VFIO)),
-    (re.compile(r"^/dev/alixpu.*$", re.ASCII), (PPU,)),
-)
+PARTITION_NODES = tuple(n for unit in REGISTRY for n in unit.nodes)
 
 
 # The sources of what kubelet gave a container from a device plugin, and the API's source, whose
@@ -156,7 +116,7 @@ def _allocating(records: tuple[OwnerRecord, ...]) -> list[Claim]:
     }
     what = "allocating: requests {}, which no device-plugin record answers yet"
     return [
-        _on_gpu(r, "device-wide", None, None, None, what.format(r.resource), kind)
+        on_gpu(r, "device-wide", None, None, None, what.format(r.resource), kind)
         for r in records
         if _requests(r) and (r.owner_uid, vendor_kinds(r.resource)) not in answered
         for kind in vendor_kinds(r.resource)
@@ -164,16 +124,14 @@ def _allocating(records: tuple[OwnerRecord, ...]) -> list[Claim]:
 
 
 def _claims(record: OwnerRecord) -> list[Claim]:
-    if record.source == VM_METADATA:
-        return [
-            Claim(record.owner_uid, record.source, "exact", record.where, kind=kind, partition_id=d)
-            for kind, d in (d.split("/", 1) for d in record.device_ids)
-        ]
-    if PPU_RESOURCE.match(record.resource) or record.resource == "thead-mig":
-        return _ppu_claims(record)
-    if dict(record.annotations).get("vendor") == "hygon":
-        return _hygon_marker_claims(record)
-    found = [*_ascend_claims(record), *_mig_claims(record), *_dcu_claims(record)]
+    """Each kind's adapter, in registry order: the first that takes the record alone answers;
+    else what they all found, or, when none, the record is unrecognised."""
+    found: list[Claim] = []
+    for unit in REGISTRY:
+        claims, alone = unit.claims(record)
+        if alone:
+            return claims
+        found += claims
     return found or _unrecognised(record)
 
 
@@ -206,7 +164,7 @@ def _unrecognised(record: OwnerRecord) -> list[Claim]:
     what = f"unrecognised record: {record.resource or 'no resource'}, {shown or 'no device ids'}"
     count = len(record.device_ids) or None
     return [
-        replace(_on_gpu(record, "device-wide", None, None, count, what, kind), unrecognised=True)
+        replace(on_gpu(record, "device-wide", None, None, count, what, kind), unrecognised=True)
         for kind in dict.fromkeys(kinds)
     ]
 
@@ -223,241 +181,6 @@ def vm_records(instances: Iterable[Instance]) -> tuple[OwnerRecord, ...]:
         )
         for vm in instances
         if vm.devices
-    )
-
-
-def _mig_claims(record: OwnerRecord) -> list[Claim]:
-    if record.source == "markers":
-        return _marker_claims(record)
-    texts = [*record.device_ids, *(v for _, v in record.envs), *(v for _, v in record.annotations)]
-    named = sorted({u for t in texts for u in MIG_UUID.findall(t)})
-    named += _gke_names(record)
-    claims = [
-        Claim(
-            record.owner_uid,
-            record.source,
-            "exact",
-            f"{record.where}: {u}",
-            kind=MIG,
-            uuid=u,
-        )
-        for u in named
-    ]
-    rest = [MIG_UUID.sub("", t) for t in texts] if named else texts
-    gpus = sorted({g for t in rest for g in GPU_UUID.findall(t)})
-    ids = rest[: len(record.device_ids)]
-    per_id = Counter(g for d in ids for g in set(GPU_UUID.findall(d))) if gpus else Counter()
-    for gpu in gpus:
-        count = per_id.get(gpu, 1)
-        what = f"{count} partition(s) on {gpu}"
-        claims.append(_on_gpu(record, "device-wide", f"gpu:{gpu}", None, count, what))
-    resource = MIG_RESOURCE.match(record.resource)
-    if resource and not claims:
-        profile = resource[1]
-        count = len(record.device_ids) or None
-        claims.append(_on_gpu(record, "device-wide", None, profile, count, record.resource))
-    return claims
-
-
-def _gke_names(record: OwnerRecord) -> list[str]:
-    """GKE's GPU instance ids; else the capability devices its container was given."""
-    if ids := sorted({d for d in record.device_ids if GKE_GI.match(d)}):
-        return ids
-    return sorted({m[1] for d in record.devices if (m := NVIDIA_CAP.match(d))})
-
-
-def _marker_claims(record: OwnerRecord, kind: str = MIG, prefix: str = "gpu") -> list[Claim]:
-    """A device plugin's ownership record names its partition: MIG UUID, and GI on its card."""
-    notes = dict(record.annotations)
-    if notes.get("vendor") != {MIG: "nvidia", PPU: "thead"}[kind]:
-        return []
-    return [
-        Claim(
-            record.owner_uid,
-            record.source,
-            "exact",
-            record.where,
-            kind=kind,
-            accelerator=f"{prefix}:{notes['card']}",
-            partition_id=notes.get("gi"),
-            uuid=uuid,
-        )
-        for uuid in record.device_ids
-    ]
-
-
-def _ppu_claims(record: OwnerRecord) -> list[Claim]:
-    """A T-Head record: its ownership record, the capability devices its container was given,
-    or else a partition on each PPU its device ids name."""
-    if record.source == "markers":
-        return _marker_claims(record, PPU, "ppu")
-    caps = sorted({m[1] for d in record.devices if (m := ALIXPU_CAP.match(d))})
-    if caps:
-        return [
-            Claim(
-                record.owner_uid, record.source, "exact", f"{record.where}: {c}", kind=PPU, uuid=c
-            )
-            for c in caps
-        ]
-    per_id = Counter(g for d in record.device_ids for g in set(GPU_UUID.findall(d)))
-    if not per_id:  # it names no PPU: every partition of the kind counts
-        count = len(record.device_ids) or None
-        return [_on_gpu(record, "device-wide", None, None, count, record.resource, PPU)]
-    return [
-        _on_gpu(record, "device-wide", f"ppu:{u}", None, n, f"{n} partition(s) on {u}", PPU)
-        for u, n in sorted(per_id.items())
-    ]
-
-
-def _hygon_marker_claims(record: OwnerRecord) -> list[Claim]:
-    """A vdev<i>.conf: a vDCU of its DCU; a hygon-mig record: every vDCU of its DCU."""
-    dcu = f"dcu:{dict(record.annotations)['pci']}"
-    if record.resource == "hygon-vdev":
-        return [_on_gpu(record, "device-wide", dcu, None, 1, f"a vDCU of {dcu}", HYGON)]
-    what = f"a MIG-like partition on {dcu}: every vDCU of it"
-    return [_on_gpu(record, "device-wide", dcu, None, None, what, HYGON)]
-
-
-def _dcu_claims(record: OwnerRecord) -> list[Claim]:
-    """The DCUs a record's container was given, by their DRM nodes; or a Hygon resource's."""
-    nodes = {m[1] for d in record.devices if (m := DRM_NODE.match(d))}
-    # A container that computes is given a DCU's render node; its card node, when given too,
-    # names the same DCU: one claim for it, by the render node.
-    named = sorted(n for n in nodes if n.startswith("renderD")) or sorted(nodes)
-    if named:
-        return [
-            Claim(
-                record.owner_uid,
-                record.source,
-                "exact",
-                f"{record.where}: /dev/dri/{n}, every vDCU of its DCU",
-                kind=HYGON,
-                uuid=n,
-            )
-            for n in named
-        ]
-    if HYGON_RESOURCE.match(record.resource):
-        count = len(record.device_ids) or None
-        return [_on_gpu(record, "device-wide", None, None, count, record.resource, HYGON)]
-    return []
-
-
-def _on_gpu(
-    record: OwnerRecord,
-    scope,
-    accelerator: str | None,
-    profile: str | None,
-    count,
-    what: str,
-    kind: str = MIG,
-) -> Claim:
-    return Claim(
-        record.owner_uid,
-        record.source,
-        scope,
-        f"{record.where}: {what}",
-        kind=kind,
-        accelerator=accelerator,
-        profile=profile,
-        count=count,
-    )
-
-
-def _ascend_claims(record: OwnerRecord) -> list[Claim]:
-    ascend_notes = any(k.startswith(ASCEND_NOTES) for k, _ in record.annotations)
-    if not ASCEND_RESOURCE.match(record.resource) and not ascend_notes:
-        return []
-    envs, notes = dict(record.envs), dict(record.annotations)
-    if "huawei.com/AscendReal" in notes:
-        return _real_devices(record, notes["huawei.com/AscendReal"])
-    real = [d for d in record.device_ids if REAL_VNPU.match(d)]
-    if real:
-        return _real_devices(record, ",".join(real))
-    if "VIRTUAL" in envs.get("ASCEND_RUNTIME_OPTIONS", "").split(","):
-        ids = envs.get("ASCEND_VISIBLE_DEVICES", "").split(",")
-        if all(i.isdigit() for i in ids):
-            return [_exact(record, i, f"ASCEND_VISIBLE_DEVICES={i} (VIRTUAL)") for i in ids]
-    if "ASCEND_VNPU_SPECS" in envs:
-        template = envs["ASCEND_VNPU_SPECS"]
-        phys = envs.get("ASCEND_VISIBLE_DEVICES", "")
-        if TEMPLATE.match(template) and phys.isdigit():  # template mode: one device per container
-            what = f"ASCEND_VNPU_SPECS={template} phy {phys}"
-            return [_device_wide(record, template, 1, what, made=True)]
-    if "huawei.com/npu-core" in notes:
-        found = [VOLCANO_VNPU.match(item) for item in notes["huawei.com/npu-core"].split(",")]
-        if found and all(found):
-            return [_device_wide(record, m[2], 1, f"npu-core {m[0]}") for m in found if m]
-    for key, value in notes.items():
-        if re.match(r"^huawei\.com/Ascend\w+$", key) and key != "huawei.com/AscendReal":
-            return _runtime_info(record, key, value)
-    for key, value in notes.items():
-        if re.match(r"^hami\.io/Ascend\w*-devices-allocated$", key):
-            return [_device_wide(record, None, _hami_devices(value), f"{key} {value[:60]!r}")]
-    count = len(record.device_ids) or None
-    ids = ", ".join(record.device_ids[:4]) or "no device ids"
-    what = f"unrecognised record: {record.resource or 'Ascend annotations'}, {ids}"
-    return [_device_wide(record, None, count, what, unrecognised=True)]
-
-
-def _real_devices(record: OwnerRecord, value: str) -> list[Claim]:
-    found = [REAL_VNPU.match(item) for item in value.split(",")]
-    if not all(found):
-        what = f"unrecognised record: AscendReal {value!r}"
-        return [_device_wide(record, None, None, what, unrecognised=True)]
-    return [_exact(record, m[1], f"real device {m[0]}") for m in found if m]
-
-
-def _runtime_info(record: OwnerRecord, key: str, value: str) -> list[Claim]:
-    """HAMi's `huawei.com/<type>: [{"UUID":..,"temp":"vir02","memory":6144}]`."""
-    try:
-        items = json.loads(value)
-    except json.JSONDecodeError:
-        items = None
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        what = f"unrecognised record: {key} {value[:60]!r}"
-        return [_device_wide(record, None, None, what, unrecognised=True)]
-    claims = []
-    for item in items:
-        template = item.get("temp")
-        if isinstance(template, str) and TEMPLATE.match(template):
-            claims.append(_device_wide(record, template, 1, f"{key} temp={template}", made=True))
-        else:  # whole device or soft slicing: no template to narrow it down
-            claims.append(_device_wide(record, None, 1, f"{key} {item.get('UUID', '?')}"))
-    return claims
-
-
-def _hami_devices(value: str) -> int | None:
-    """How many devices `UUID,Type,mem,cores:` entries name (containers end with `;`), or None."""
-    devices = [d for c in value.split(";") for d in c.split(":") if d]
-    if not devices or not all(re.match(r"^[0-9A-Fa-f-]+,\w+,\d+,\d+$", d) for d in devices):
-        return None
-    return len(devices)
-
-
-def _exact(record: OwnerRecord, vnpu: str, what: str) -> Claim:
-    return Claim(
-        record.owner_uid, record.source, "exact", f"{record.where}: {what}", partition_id=vnpu
-    )
-
-
-def _device_wide(
-    record: OwnerRecord,
-    template: str | None,
-    count: int | None,
-    what: str,
-    made: bool = False,
-    unrecognised: bool = False,
-) -> Claim:
-    """`made`: ascend-docker-runtime makes the vNPU when the owner's container is created."""
-    return Claim(
-        record.owner_uid,
-        record.source,
-        "device-wide",
-        f"{record.where}: {what}",
-        profile=template,
-        count=count,
-        made_with_container=made,
-        unrecognised=unrecognised,
     )
 
 
@@ -633,7 +356,6 @@ def _spelled(profile: str) -> str:
 
 
 __all__ = [
-    "VNPU",
     "claims_from_records",
     "exact_claims",
     "protect",

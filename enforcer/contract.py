@@ -25,20 +25,16 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import kinds
 from enforcer import liveness, streaks
 from enforcer.advertised import Desired, desired
 from enforcer.claims import exact_claims, protect
 from enforcer.ledger import Entry, Ledger
 from enforcer.model import (
-    HYGON,
-    MDEV,
     MIG,
     NODE,
-    PPU,
-    VFIO,
     VGPU_KINDS,
     VM_METADATA,
-    VNPU,
     Claim,
     Observation,
     Partition,
@@ -50,26 +46,13 @@ from enforcer.policy import Policy
 # Always required: the partitions and their holders; for vGPUs, the VMs' records too (the node
 # read scopes their health to the vGPU kinds: other kinds are not affected).
 TOOL_SOURCES = (
-    "npu-smi",
-    "nvidia-smi",
-    "ppu-smi",
-    "hy-smi",
+    *kinds.SOURCES,
     "proc-fd",
     "node",
-    "sysfs",
-    "mdevctl",
-    VM_METADATA,
     "dra",  # a partition vendor's DRA driver is present: its allocations are not read yet
 )
 # What rule 2's evidence names, by kind.
-WITNESSES = {
-    VNPU: "npu-smi status/container columns, process table and fd scan",
-    MIG: "nvidia-smi process table and fd scan of the capability devices",
-    PPU: "ppu-smi process table and fd scan of the capability devices",
-    HYGON: "fd scan of its DCU's device nodes",
-    MDEV: "fd scan of its VFIO group and device",
-    VFIO: "fd scan of its VFIO group and device",
-}
+WITNESSES = kinds.WITNESSES
 
 
 Grouped = dict[Any, list[tuple[int, Any]]]
@@ -446,7 +429,7 @@ def _judge(
 
 
 # Kinds whose tool destroys every partition of an accelerator at once: the command, the noun.
-WHOLE_DEVICE = {HYGON: ("hy-smi virtual -destroy-vdevice", "vDCU")}
+WHOLE_DEVICE = kinds.WHOLE_DEVICE
 
 
 def whole_devices(verdicts: list[Verdict]) -> list[Verdict]:

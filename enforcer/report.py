@@ -9,16 +9,11 @@ from collections.abc import Sequence
 
 import jsonschema
 
+import kinds
 import schemas
 from enforcer.contract import Decision
 from enforcer.model import (
-    HYGON,
-    MDEV,
-    MIG,
-    PPU,
-    VFIO,
     VM_METADATA,
-    VNPU,
     Claim,
     Observation,
     Partition,
@@ -94,13 +89,7 @@ def digest(report: dict) -> str:
 
 # The tool whose listing shows a kind's partitions: an exact claim is dangling only when that
 # listing was read whole, since one that failed may just not have shown what the claim names.
-LISTINGS = {
-    VNPU: "npu-smi",
-    MIG: "nvidia-smi",
-    PPU: "ppu-smi",
-    MDEV: "sysfs",
-    VFIO: "sysfs",
-}
+LISTINGS = kinds.LISTINGS
 
 
 def _stuck(obs: Observation, stuck: dict[str, float], names: dict[str, str]) -> list[dict]:
@@ -132,8 +121,8 @@ def _unrecognised(obs: Observation, decision: Decision, names: dict[str, str]) -
 
 
 def _judged(c: Claim, obs: Observation) -> bool:
-    if c.kind == HYGON:
-        return False  # a DCU's DRM node names no vDCU: a pod given a whole DCU has one too
+    if c.kind in kinds.UNJUDGED:
+        return False  # its exact claims name no partition (a DCU's DRM node names no vDCU)
     failed = {h.source for h in obs.health if h.status != "ok"}
     return not failed & {"node", LISTINGS.get(c.kind, c.kind)}
 

@@ -8,6 +8,7 @@ else, so an unquoted value cannot slip into a command.
 
 from __future__ import annotations
 
+import binascii
 import re
 import shlex
 from pathlib import Path
@@ -41,6 +42,17 @@ def path(value: object) -> Quoted:
     if ".." in str(value).split("/"):
         raise UnsafeValue(f"refusing path {str(value)!r} in a shell command: it has a '..'")
     return quoted
+
+
+GLOB = re.compile(r"^[A-Za-z0-9._/*\[\]-]+$")  # a pattern of our own (kinds), left to expand
+
+
+def glob(value: object) -> Quoted:
+    """A file name pattern the shell expands, not quoted: only letters, digits, `._/-*[]`."""
+    text = str(value)
+    if not GLOB.fullmatch(text) or ".." in text.split("/"):
+        raise UnsafeValue(f"refusing pattern {text!r} in a shell command")
+    return Quoted(text)
 
 
 def word(value: object) -> Quoted:
@@ -84,6 +96,11 @@ def base64(value: object) -> Quoted:
     return _checked(value, BASE64, "base64 payload")
 
 
+def b64(text: str) -> str:
+    """Text for a template's `base64` filter."""
+    return binascii.b2a_base64(text.encode(), newline=False).decode()
+
+
 def _finalize(value: object) -> object:
     if not isinstance(value, Quoted):
         raise UnsafeValue(f"unquoted value {value!r} in a shell template: use a filter")
@@ -98,7 +115,13 @@ ENV = jinja2.Environment(
     autoescape=False,
 )
 ENV.filters.update(
-    path=path, word=word, executable=executable, word_list=word_list, int=integer, base64=base64
+    path=path,
+    glob=glob,
+    word=word,
+    executable=executable,
+    word_list=word_list,
+    int=integer,
+    base64=base64,
 )
 
 

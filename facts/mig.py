@@ -15,14 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from enforcer.model import MIG, PPU, Gpu, Holder, Partition
 from facts import nvidia, ppu, procfs, thead
 from facts.errors import ParseError
-
-if TYPE_CHECKING:
-    from facts.snapshot import _Reader
+from facts.sections import Reader
 
 NONE_FOUND_RCS = ("0", "6")  # nvidia-smi exits 6 (not found) when there is no instance to list
 
@@ -85,7 +83,7 @@ NOTHING = MigRead([], [], [])
 NO_INSTANCE_MINORS = (1, 2)
 
 
-def observe_mig(r: _Reader, wanted: bool, vendor: Vendor = NVIDIA, procfs: str = "") -> MigRead:
+def observe_mig(r: Reader, wanted: bool, vendor: Vendor = NVIDIA, procfs: str = "") -> MigRead:
     """
     The GPUs, their GPU instances and processes; `wanted`: the kind is named in the host's
     kinds. `procfs`: where the T-Head access files were read (their section names them).
@@ -140,7 +138,7 @@ def _gpu(listed: nvidia.Gpu, row: nvidia.GpuRow | None, kind: str) -> Gpu:
     return Gpu(listed.index, listed.uuid, listed.name, on, kind, pending)
 
 
-def _nvidia_places(r: _Reader, partitions: list[Partition]) -> dict | None:
+def _nvidia_places(r: Reader, partitions: list[Partition]) -> dict | None:
     """
     Capability file name (`nvidia-cap<minor>`) and GKE's GI name (`nvidia<GPU minor>/gi<id>`)
     -> (accelerator, GI id, CI id or None), by mig-minors and the GPUs' device minors; None,
@@ -182,7 +180,7 @@ def _with_aliases(partitions: list[Partition], places: dict | None) -> list[Part
     return found
 
 
-def _access_minors(r: _Reader, procfs: str) -> dict[thead.CapPlace, int] | None:
+def _access_minors(r: Reader, procfs: str) -> dict[thead.CapPlace, int] | None:
     """The T-Head access files (none: {}); None, and proc-fd unreadable, when not read."""
     return r.read(
         CAPS_SECTION,
@@ -231,7 +229,7 @@ def _instances(r, vendor: Vendor, gpu: Gpu, devices, gis, cis, rows, minors) -> 
     return found
 
 
-def _caps(r: _Reader, gpu: Gpu, gi: int, cis: list[int], minors) -> str:
+def _caps(r: Reader, gpu: Gpu, gi: int, cis: list[int], minors) -> str:
     """
     `alixpu-cap<minor>` of the GI, then of each of its CIs by id, as the access files tell.
     Empty when they could not be read (proc-fd is then unreadable for the kind), or when one
@@ -255,7 +253,7 @@ def _access_name(place: thead.CapPlace) -> str:
 
 
 def mig_holders(
-    r: _Reader,
+    r: Reader,
     read: MigRead,
     devnodes: dict[str, procfs.DevNode] | None,
     scan: procfs.FdScan | None,
@@ -316,7 +314,7 @@ def _listed_processes(vendor: Vendor, gpus, migs, processes) -> list[Holder]:
     return holders
 
 
-def _cap_places(r: _Reader, caps: dict, places: dict | None) -> dict[str, tuple[str, str]] | None:
+def _cap_places(r: Reader, caps: dict, places: dict | None) -> dict[str, tuple[str, str]] | None:
     """
     Capability file -> (accelerator, GI id); config and monitor are left out. None when the
     tables cannot be read (`places`, by observe_mig): each open capability then holds every GI.
@@ -339,7 +337,7 @@ def _cap_places(r: _Reader, caps: dict, places: dict | None) -> dict[str, tuple[
 
 
 def _ppu_cap_places(
-    r: _Reader, caps: dict, gpus: list[Gpu], places: dict[int, tuple[int, int]] | None
+    r: Reader, caps: dict, gpus: list[Gpu], places: dict[int, tuple[int, int]] | None
 ) -> dict[str, tuple[str, str]] | None:
     """
     `_cap_places` for a PPU, by the access files observe_mig read (`places`: minor -> (PPU

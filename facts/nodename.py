@@ -20,7 +20,7 @@ from enforcer.policy import NodePaths
 from enforcer.shell import render
 from facts.errors import ParseError
 from facts.kubeapi import is_node_name
-from facts.snapshot import Section
+from facts.sections import Section
 
 DEFAULTED = "the node's hostname; enforcer_node_name not set"
 

@@ -1,19 +1,22 @@
 """
-Strict parsers for the device-node stat, the /proc fd scan and the holders' cgroups
-(docs/INTERNALS.md).
+Strict parsers for the device-node stat and the /proc fd scan (docs/INTERNALS.md), and what every
+kind's holders share: which fds reach a device node (`holds`), the processes holding any device
+node, and the holders of a partition by its device nodes (`fd_holders`).
 
 The first two read GNU `stat -c '%n|%d:%i:%t:%T|%F'` lines: the path, the file's device and inode
 (decimal), the device number a device node stands for (major:minor, hex as stat prints them)
 and the file type. The scan's stderr is part of the evidence: a process the scan could not
-inspect is a holder of everything, one that ended meanwhile is nothing. The third reads
-`grep -H '' <procfs>/<pid>/cgroup` over the holders: which pod each one's process is in.
+inspect is a holder of everything, one that ended meanwhile is nothing. Which pod a process is
+in is facts.cgroups'.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from enforcer.model import Holder, Partition
 from facts.errors import ParseError
 
 _STAT_LINE = re.compile(
@@ -33,8 +36,8 @@ _FTYPES = frozenset(
     }
 )
 _DEVICE_TYPES = frozenset({"character special file", "block special file"})
-_PID = r"(?P<pid>[0-9]{1,10})"  # pid_max is at most 2**22; int() refuses over 4300 digits
-_FD_PATH = re.compile(rf"(?P<procfs>/.*)?/{_PID}/fd/(?P<fd>[0-9]+)")
+PID = r"(?P<pid>[0-9]{1,10})"  # pid_max is at most 2**22; int() refuses over 4300 digits
+_FD_PATH = re.compile(rf"(?P<procfs>/.*)?/{PID}/fd/(?P<fd>[0-9]+)")
 # GNU stat and find quote names with '...' (stat always, find in the C locale) or with
 # ‘...’ (find in a UTF-8 locale). "cannot stat" is the wording before coreutils 8.32's statx.
 _STDERR = re.compile(
@@ -42,7 +45,7 @@ _STDERR = re.compile(
     r"(?:'(?P<a>[^']*)'|‘(?P<u>[^’]*)’): "
     r"(?P<why>No such file or directory|Permission denied)"
 )
-_SCANNED = re.compile(rf"(?:/.*)?/{_PID}/fd(?:/[0-9]+)?")
+_SCANNED = re.compile(rf"(?:/.*)?/{PID}/fd(?:/[0-9]+)?")
 
 
 @dataclass(frozen=True)
@@ -143,69 +146,49 @@ def holds(fd: OpenFd, devnode: DevNode) -> bool:
     return fd.node.dev_ino == devnode.dev_ino
 
 
-# /proc/<pid>/cgroup: one `hierarchy-ID:controller-list:cgroup-path` line per hierarchy (cgroup
-# v1: many, `name=systemd` among them; v2: the one `0::/...`). The path is the rest of the line.
-_CGROUP_LINE = re.compile(r"[0-9]+:[^:]*:(?P<path>/.*)", re.ASCII)
-_CGROUP_FILE = re.compile(rf"{_PID}/cgroup(?::(?P<line>.*))?", re.ASCII)
-_CGROUP_STDERR = re.compile(
-    r"grep: (?P<path>.*): (?P<why>No such file or directory|No such process|Permission denied)"
-)
-# Kubelet's pod cgroup, one path segment. cgroupfs driver: `pod<uid>` (kubepods/burstable/pod<uid>,
-# kubepods/pod<uid> for guaranteed QoS). systemd driver: `kubepods[-<qos>]-pod<uid>.slice`, the
-# uid's dashes written `_` ("-" nests slices). A static pod's uid is 32 hex digits, no dashes.
-_HEX32 = "[0-9a-f]{32}"
-_DASHED = "-".join(f"[0-9a-f]{{{n}}}" for n in (8, 4, 4, 4, 12))
-_ESCAPED = "_".join(f"[0-9a-f]{{{n}}}" for n in (8, 4, 4, 4, 12))
-_POD_SEGMENT = re.compile(
-    rf"pod(?P<dashed>{_DASHED}|{_HEX32})|(?:[^/]+-)?pod(?P<escaped>{_ESCAPED}|{_HEX32})\.slice",
-    re.ASCII,
-)
+def _node_key(node: DevNode) -> tuple[str, str]:
+    """What `holds` compares: a device node's type and rdev, any other file's dev:ino."""
+    if node.ftype in _DEVICE_TYPES:
+        return (node.ftype, node.rdev)
+    return ("", node.dev_ino)
 
 
-def _pods_in(path: str) -> set[str]:
-    """The pod UIDs a cgroup path names, dashed: none for a process outside any pod."""
-    found = set()
-    for segment in path.split("/"):
-        match = _POD_SEGMENT.fullmatch(segment)
-        if match is not None:
-            found.add((match["dashed"] or match["escaped"]).replace("_", "-"))
-    return found
+def holding_pids(scan: FdScan, devnodes: dict[str, DevNode]) -> set[int]:
+    """The processes with one of `devnodes` open (by `holds`): the ones whose pod matters."""
+    wanted = {_node_key(d) for d in devnodes.values()}
+    return {
+        fd.pid
+        for fd in scan.fds
+        if (fd.node.ftype, fd.node.rdev) in wanted or ("", fd.node.dev_ino) in wanted
+    }
 
 
-def _cgroup_file(text: str, procfs: str) -> re.Match[str] | None:
-    """`<procfs>/<pid>/cgroup[:<line>]`; procfs is given, so a cgroup path cannot pose as one."""
-    prefix = procfs + "/"
-    return _CGROUP_FILE.fullmatch(text[len(prefix) :]) if text.startswith(prefix) else None
+# How a holder's detail names the pod its process is in: pid -> (pod UID or None, words).
+OwnerOf = Callable[[int], tuple[str | None, str]]
 
 
-def parse_cgroups(stdout: str, stderr: str, procfs: str) -> dict[int, tuple[str, ...]]:
+def fd_holders(
+    p: Partition,
+    wanted: Sequence[str],
+    devnodes: dict[str, DevNode],
+    scan: FdScan,
+    owner_of: OwnerOf,
+    whose: str = "",
+) -> list[Holder]:
     """
-    `grep -H '' <procfs>/<pid>/cgroup ...`, its stdout and stderr: pid -> the pod UIDs its lines
-    name, sorted. One UID: the process is that pod's. None: no pod's (a host process). Two or
-    more: cannot be told. A pid whose file could not be read (the process ended, or EPERM) is
-    left out: not attributed. Every line is judged; an unknown one is a ParseError.
+    The processes with one of `wanted` (P's device nodes, as the node read stat'ed them) open:
+    each holds P. P with none of them to scan is held: nothing can tell that nobody uses it.
+    `whose`: how a holder's detail names the node's owner when it is not P ("its DCU's ").
     """
-    pods: dict[int, set[str]] = {}
-    for lineno, line in _grep_lines(stdout):
-        where = _cgroup_file(line, procfs)
-        if where is None or where["line"] is None:
-            raise ParseError(f"cgroups: not a {procfs}/<pid>/cgroup:<line> line", line, lineno)
-        cgroup = _CGROUP_LINE.fullmatch(where["line"])
-        if cgroup is None:
-            raise ParseError("cgroups: not an 'ID:controllers:/path' line", line, lineno)
-        pods.setdefault(int(where["pid"]), set()).update(_pods_in(cgroup["path"]))
-    for lineno, line in _grep_lines(stderr):
-        error = _CGROUP_STDERR.fullmatch(line)
-        where = _cgroup_file(error["path"], procfs) if error is not None else None
-        if where is None or where["line"] is not None:
-            raise ParseError("cgroups: unexpected error line", line, lineno)
-        pods.pop(int(where["pid"]), None)  # what was read of it, if anything, is not all of it
-    return {pid: tuple(sorted(uids)) for pid, uids in pods.items()}
-
-
-def _grep_lines(text: str) -> list[tuple[int, str]]:
-    """grep's lines end at "\\n" only: a cgroup's name may hold any other line break."""
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return list(enumerate(lines, start=1))
+    nodes = [devnodes[n] for n in wanted if n in devnodes]
+    if not nodes:
+        why = f"no device node of it ({', '.join(wanted) or 'none'}) to scan"
+        return [Holder(p.key, "proc-fd", None, why)]
+    holders = []
+    for fd in scan.fds:
+        for dev in nodes:
+            if holds(fd, dev):
+                owner, why = owner_of(fd.pid)
+                detail = f"pid {fd.pid} has {whose}{dev.path} open{why}"
+                holders.append(Holder(p.key, "proc-fd", fd.pid, detail, owner))
+    return holders

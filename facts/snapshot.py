@@ -1,15 +1,16 @@
 """
-The node read: one fact runs operations/templates/snapshot.sh.j2 and returns its sections;
-`observe()` turns them into an `Observation`, each source with its own health.
+The node read: one fact runs operations/templates/snapshot.sh.j2 (each partition kind's fragment
+in the order of kinds.REGISTRY, then the shared sections) and returns its sections; `observe()`
+turns them into an `Observation`: each kind observes its own sections and holders
+(kinds.base.Kind), this module the shared ones (claim sources, ledger, clock), each source with
+its own health.
 """
 
 from __future__ import annotations
 
 import base64
-import re
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
 from pathlib import Path
 
 from pyinfra.api import FactBase
@@ -17,15 +18,12 @@ from pyinfra.api import FactBase
 from enforcer.claims import CDI, DRA
 from enforcer.model import (
     DRAIN_MARKER,
-    HYGON,
-    MIG,
-    NO_CONTAINER,
     NODE,
-    PPU,
-    VNPU,
+    PREFIXES,
+    VGPU_KINDS,
     Advertised,
-    Chip,
     Container,
+    Gpu,
     Holder,
     Observation,
     OwnerRecord,
@@ -35,43 +33,16 @@ from enforcer.model import (
 )
 from enforcer.policy import NodePaths
 from enforcer.shell import render
-from facts import ascend, checkpoint, cri, dcus, dra, markers, podresources, procfs, vms
+from facts import cgroups, checkpoint, cri, dra, markers, podresources, procfs, vms
 from facts.errors import ParseError
-from facts.mig import NOTHING, THEAD, mig_holders, observe_mig
+from facts.sections import Reader, Sections
+from facts.sections import parse_sections as parse_framing
+from kinds import REGISTRY
+from kinds.base import Context, Witness
 
 ABSENT = "(absent)"  # the ledger and drain sections' value for a file that is not there
-SHOWN_LINES = 3  # lines of a failed command's output that go into its health reason
-
-
-@dataclass(frozen=True)
-class Section:
-    command: str
-    rc: str  # exit code, "absent", "missing" or "not-text" (output not UTF-8)
-    stdout: str
-    stderr: str
-
-    def failure(self) -> str:
-        """Why this section cannot be used: the command, its exit code and its first lines."""
-        if self.rc == "absent":
-            return f"{self.command}: no such file"
-        if self.rc == "missing":
-            return f"{self.command}: command not found"
-        if self.rc == "not-text":
-            return f"{self.command}: {self.stderr}"
-        shown = (self.stderr or self.stdout).strip().splitlines()[:SHOWN_LINES]
-        return f"{self.command} exited {self.rc}: " + " | ".join(shown)
-
-
-@dataclass(frozen=True)
-class Sections:
-    complete: bool
-    by_name: dict[str, Section] = field(default_factory=dict)
-    problem: str = ""
-
-
 CLIENT = Path(__file__).with_name("pod_resources_client.py")  # runs on the node, stdlib only
 POD_RESOURCES = "kubelet-pod-resources"
-GPU_OPERATOR_SMI = "/run/nvidia/driver/usr/bin/nvidia-smi"  # in the GPU Operator's driver root
 DRA_SOURCE = "dra"  # a DRA driver's allocations (facts.dra)
 MARKERS = "markers"
 
@@ -94,12 +65,8 @@ class NodeSnapshot(FactBase):
         return render(
             "snapshot.sh.j2",
             paths=paths,
-            npu_smi=paths.tool("npu-smi"),
-            nvidia_smi=paths.tool("nvidia-smi"),
-            ppu_smi=paths.tool("ppu-smi"),
-            hy_smi=paths.tool("hy-smi"),
+            kinds=REGISTRY,
             crictl=paths.tool("crictl"),
-            mdevctl=paths.tool("mdevctl"),
             pid_keys=vms.pid_keys(paths),
             client=base64.b64encode(CLIENT.read_bytes()).decode() if pod_resources else None,
             record=record,
@@ -133,31 +100,13 @@ class DrainMarkerFile(FactBase):
         raise ParseError("drain marker read: not 'absent', 'unreadable' or 'marker <base64>'")
 
 
-COMMANDS = {
+# The sections the kinds do not own; every section's command, as its failures name it.
+SHARED = {
     "boot-id": "cat boot_id",
     "clock": "date +%s",
     "hostname": "cat hostname",
-    "npu-smi-m": "npu-smi info -m",
-    "npu-smi-info": "npu-smi info",
-    "nvidia-smi-list": "nvidia-smi -L",
-    "nvidia-smi-lgi": "nvidia-smi mig -lgi",
-    "nvidia-smi-lci": "nvidia-smi mig -lci",
-    "nvidia-smi": "nvidia-smi",
-    "nvidia-caps": "cat /proc/driver/nvidia-caps/mig-minors",
-    "nvidia-gpus": "grep '' /proc/driver/nvidia/gpus/*/information",
-    "nvidia-driver": "ls /proc/driver/nvidia/capabilities/gpu*/mig/gi* " + GPU_OPERATOR_SMI,
-    "ppu-smi-list": "ppu-smi -L",
-    "ppu-smi-lgi": "ppu-smi mig -lgi",
-    "ppu-smi-lci": "ppu-smi mig -lci",
-    "ppu-smi": "ppu-smi",
-    "alixpu-caps": "grep '' /proc/driver/alixpu/capabilities/ppu*/mig/gi*/[ci*/]access",
-    "hy-smi-devices": "hy-smi virtual -show-device-info",
-    "hy-smi-vdevices": "hy-smi virtual -show-vdevice-info",
-    "hygon-pci": "the PCI functions under /sys/bus/pci/drivers/hydcu",
     "devnodes": "stat /dev/vdavinci* /dev/nvidia-caps/nvidia-cap* /dev/alixpu_ppu*"
     " /dev/alixpu-caps/alixpu-cap* /dev/vfio/* /dev/dri/*",
-    "vgpu": "the mdevs and vendor-VFIO VFs under /sys/bus",
-    "mdevctl": "mdevctl list --defined --dumpjson",
     "vm-metadata": "the VM records under the VM metadata roots",
     "vm-processes": "/proc/<pid>/stat and socket fds of the hypervisor PIDs",
     "unix-sockets": "cat /proc/net/unix",
@@ -175,87 +124,24 @@ COMMANDS = {
     "claim-digest": "sha256sum kubelet_internal_checkpoint",
     "last-read": "write last-read",
 }
+COMMANDS = {name: command for unit in REGISTRY for name, command in unit.sections.items()}
+COMMANDS |= SHARED
 HEARTBEAT = "heartbeat"  # the source whose health says whether last-read was written
 
 
 def parse_sections(lines: Sequence[str]) -> Sections:
-    """The section protocol; never raises: a broken read is a node that could not be read."""
-    if not lines or lines[0] != "PE1 begin 1":
-        return Sections(False, problem="node read did not start (no 'PE1 begin 1')")
-    by_name: dict[str, Section] = {}
-    for n, line in enumerate(lines[1:], start=2):
-        if line == "PE1 end":
-            if n != len(lines):
-                return Sections(False, by_name, f"output after the end marker at line {n}")
-            return Sections(True, by_name)
-        parts = line.split(" ")
-        if len(parts) != 5 or parts[0] != "PE1":
-            return Sections(False, by_name, f"unexpected line {n} of the node read: {line[:80]!r}")
-        _, name, rc, out, err = parts
-        try:
-            raw_out, raw_err = _unb64(out), _unb64(err)
-        except ValueError as error:  # binascii.Error, and non-ASCII text given to b64decode
-            return Sections(False, by_name, f"section {name} is not base64 text: {error}")
-        try:
-            stdout, stderr = raw_out.decode(), raw_err.decode()
-        except UnicodeDecodeError as error:
-            # The protocol held; this one output is not text (a ledger with stray bytes, a tool
-            # printing binary): that source is unreadable, the rest of the node is not.
-            rc, stdout, stderr = "not-text", "", f"output is not UTF-8 text: {error}"
-        if name in by_name:
-            return Sections(False, by_name, f"section {name} appears twice in the node read")
-        command = COMMANDS.get(name) or _vnpu_command(name)
-        by_name[name] = Section(command, rc, stdout, stderr)
-    return Sections(False, by_name, "node read was cut short (no 'PE1 end')")
+    """The node read's sections (facts.sections); never raises."""
+    return parse_framing(lines, command_of)
 
 
-def _unb64(text: str) -> bytes:
-    return b"" if text == "-" else base64.b64decode(text, validate=True)
-
-
-def _vnpu_command(name: str) -> str:
-    _, card, chip = (name.split(":") + ["?", "?"])[:3]
-    return f"npu-smi info -t info-vnpu -i {card} -c {chip}"
-
-
-class _Reader:
-    """Collects source health while the sections are parsed; one broken source hides no other."""
-
-    def __init__(self, sections: Sections):
-        self.sections = sections
-        self.health: list[SourceHealth] = []
-
-    def fail(self, source: str, status: str, reason: str, scope: str = NODE) -> None:
-        self.health.append(SourceHealth(source, status, scope, reason))  # type: ignore[arg-type]
-
-    def read(
-        self,
-        name: str,
-        source: str,
-        parse: Callable,
-        scope: str = NODE,
-        absent=None,
-        ok_rcs: tuple[str, ...] = ("0",),
-        unavailable_rcs: tuple[str, ...] = (),
-    ):
-        """The parsed section, or None after recording why the source could not be read."""
-        s = self.sections.by_name.get(name)
-        if s is None:
-            self.fail(source, "unreadable", f"the node read has no section {name}", scope)
-            return None
-        if s.rc in ("absent", "missing") and absent is not None:
-            return absent
-        if s.rc in ("absent", "missing", *unavailable_rcs):
-            self.fail(source, "unavailable", s.failure(), scope)
-            return None
-        if s.rc not in ok_rcs:
-            self.fail(source, "unreadable", s.failure(), scope)
-            return None
-        try:
-            return parse(s)
-        except ParseError as error:
-            self.fail(source, "unreadable", f"{s.command}: {error}", scope)
-            return None
+def command_of(name: str) -> str:
+    """A section's command; one of several of a kind (`npu-smi-vnpu:<card>:<chip>`) by its
+    first word."""
+    if name in COMMANDS:
+        return COMMANDS[name]
+    base, *rest = name.split(":")
+    card, chip = (rest + ["?", "?"])[:2]
+    return COMMANDS.get(base, name).replace("{card}", card).replace("{chip}", chip)
 
 
 def observe(
@@ -272,20 +158,15 @@ def observe(
     if sections is None or not sections.complete:
         why = sections.problem if sections else "the node read failed"
         return Observation(node, "", 0.0, health=(SourceHealth("node", "unreadable", NODE, why),))
-    r = _Reader(sections)
+    r = Reader(sections)
     boot_id = r.read("boot-id", "node", lambda s: _one_line(s.stdout, "boot id")) or ""
     now = r.read("clock", "node", lambda s: _seconds(_one_line(s.stdout, "clock"))) or 0.0
-    chips, vnpus, processes = _ascend(r, _wanted(VNPU, "npu-smi", kinds, paths), kinds)
-    wants_mig = _wanted(MIG, "nvidia-smi", kinds, paths)
-    mig = observe_mig(r, wants_mig) if _manages(MIG, kinds) else NOTHING
-    wants_ppu = _wanted(PPU, "ppu-smi", kinds, paths)
-    ppu = observe_mig(r, wants_ppu, THEAD, paths.procfs) if _manages(PPU, kinds) else NOTHING
-    wants_dcu = _wanted(HYGON, "hy-smi", kinds, paths)
-    dcu = dcus.observe_dcus(r, wants_dcu) if _manages(HYGON, kinds) else dcus.NOTHING
-    vgpus = vms.observe_vgpus(r, kinds)
-    instances, hypervisors, listening = vms.observe_vms(r, paths, claim_sources, bool(vgpus))
+    ctx = Context(paths, kinds)
+    found = [(unit, unit.observe(r, ctx)) for unit in REGISTRY]
+    listed = [p for _, f in found for p in f.partitions]
+    vgpus = any(p.kind in VGPU_KINDS for p in listed)
+    instances, hypervisors, listening = vms.observe_vms(r, paths, claim_sources, vgpus)
     devnodes = r.read("devnodes", "proc-fd", lambda s: procfs.parse_devnodes(s.stdout))
-    vnpus = _with_devnodes(vnpus, devnodes, paths)
     # find and xargs exit non-zero when a process vanishes or cannot be inspected mid-scan:
     # the parser judges every stderr line instead.
     scan = r.read(
@@ -294,19 +175,14 @@ def observe(
         lambda s: procfs.parse_fd_scan(s.stdout, s.stderr),
         ok_rcs=("0", "1", "123"),
     )
-    # Which pod each of those processes is in. A read from before this section has none: its
-    # holders are not attributed to pods, the safe side (they still keep their vNPUs; only an
-    # owner's count-aware claim is not satisfied by them). A section that is there but cannot be
-    # read is proc-fd unreadable, like any other (xargs exits 123 when a process ended).
-    cgroups = (
-        r.read(
-            "holder-cgroups",
-            "proc-fd",
-            lambda s: procfs.parse_cgroups(s.stdout, s.stderr, paths.procfs),
-            ok_rcs=("0", "123"),
-        )
-        if "holder-cgroups" in sections.by_name
-        else {}
+    # Which pod each process of the fd scan is in, of those with a device node open (xargs
+    # exits 123 when a process ended: the parser judges every stderr line).
+    holding = procfs.holding_pids(scan, devnodes) if scan and devnodes else set()
+    owners = r.read(
+        "holder-cgroups",
+        "proc-fd",
+        lambda s: cgroups.parse_cgroups(s.stdout, s.stderr, paths.procfs, holding),
+        ok_rcs=("0", "123"),
     )
     kubelet = r.read(
         "checkpoint", "kubelet-checkpoint", lambda s: checkpoint.parse_checkpoint_file(s.stdout)
@@ -316,7 +192,7 @@ def observe(
     if "cri" in claim_sources or not _missing(sections, "crictl-pods"):  # not a Kubernetes node
         sandboxes = r.read("crictl-pods", "cri", lambda s: cri.parse_pods(s.stdout))
         containers = r.read("crictl-ps", "cri", lambda s: cri.parse_containers(s.stdout))
-    listed = (
+    answered = (
         r.read(
             "pod-resources",
             POD_RESOURCES,
@@ -326,46 +202,42 @@ def observe(
         if POD_RESOURCES in claim_sources
         else None  # not asked: not a claim source (a missing section of one asked is unreadable)
     )
-    ppu_cards = frozenset(g.uuid for g in ppu.gpus)
-    hygon = bool(dcu.dcus)
-    marked = _markers(r, paths, ppu_cards, hygon) if MARKERS in claim_sources else []
+    gpus = [g for _, f in found for g in f.gpus]
+    marked = _markers(r, paths, gpus) if MARKERS in claim_sources else []
     ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=ABSENT)
-    destroyed = (
-        r.read("destroyed", "ledger", lambda s: _destroyed(s.stdout), absent=())
-        if "destroyed" in sections.by_name
-        else ()  # a read from before this record existed: the ledger alone decides
-    )
-    drain = (
-        r.read("drain", DRAIN_MARKER, lambda s: s.stdout, absent=ABSENT)
-        if "drain" in sections.by_name
-        else None  # a read from before drains were marked: as if none were
-    )
+    destroyed = r.read("destroyed", "ledger", lambda s: _destroyed(s.stdout), absent=())
+    drain = r.read("drain", DRAIN_MARKER, lambda s: s.stdout, absent=ABSENT)
     digest = r.read("claim-digest", "kubelet-checkpoint", lambda s: _one_line(s.stdout, "digest"))
     _heartbeat(r, paths)
     if sandboxes is None or containers is None:
         sandboxes, containers = None, None
 
-    cgroups = cgroups or {}
-    holders = _holders(vnpus, processes, devnodes, scan, paths, sandboxes, containers, cgroups)
-    owner_of = lambda pid: _cgroup_owner(cgroups.get(pid, ()))  # noqa: E731
-    holders += mig_holders(r, mig, devnodes, scan, paths.dev_dir, owner_of)
-    holders += mig_holders(r, ppu, devnodes, scan, paths.dev_dir, owner_of, THEAD)
-    holders += vms.vgpu_holders(vgpus, devnodes, scan, paths.dev_dir, owner_of)
-    holders += dcus.dcu_holders(dcu.partitions, devnodes, scan, paths.dev_dir, owner_of)
+    owners = owners or {}
+    owner_of = lambda pid: cgroups.owner(owners.get(pid, ()))  # noqa: E731
+    eperm = [
+        Holder(None, "proc-fd", pid, f"pid {pid} cannot be inspected (EPERM)")
+        for pid in (scan.eperm_pids if scan and devnodes is not None else ())
+    ]
+    w = Witness(paths, devnodes, scan, owner_of, eperm, sandboxes, containers)
+    partitions: list[Partition] = []
+    holders: list[Holder] = []
+    for unit, f in found:
+        mine, held = unit.holders(r, f, w)
+        partitions += mine
+        holders += held
     pods, records = _pods_and_records(entries, sandboxes, containers)
-    more_pods, more_records = _pod_resources(listed, sandboxes)
+    more_pods, more_records = _pod_resources(answered, sandboxes)
     pods, records = pods + more_pods, records + more_records + marked
     keep = set(claim_sources)
-    partitions = (*vnpus, *mig.partitions, *ppu.partitions, *dcu.partitions, *vgpus)
     _dra_drivers(r, paths, {p.kind for p in partitions})
     _tools_missing(r, paths)
     return Observation(
         node=node,
         boot_id=boot_id,
         now=now,
-        chips=tuple(chips),
-        gpus=(*mig.gpus, *ppu.gpus, *dcu.dcus),
-        partitions=partitions,
+        chips=tuple(c for _, f in found for c in f.chips),
+        gpus=tuple(gpus),
+        partitions=tuple(partitions),
         holders=tuple(holders),
         records=tuple(x for x in records if x.source in keep),
         pods=tuple(p for p in pods if p.source in keep),
@@ -387,7 +259,7 @@ def observe(
     )
 
 
-def _dra_drivers(r: _Reader, paths: NodePaths, kinds: set[str]) -> None:
+def _dra_drivers(r: Reader, paths: NodePaths, kinds: set[str]) -> None:
     """A partition vendor's DRA driver keeps every partition of its kinds listed (facts.dra)."""
     listing = lambda s: dra.parse_dra_listing(s.stdout, paths.kubelet_dir)  # noqa: E731
     drivers = r.read("dra-drivers", DRA_SOURCE, listing)
@@ -395,31 +267,24 @@ def _dra_drivers(r: _Reader, paths: NodePaths, kinds: set[str]) -> None:
         r.fail(DRA_SOURCE, "unreadable", why, kind)
 
 
-# Per kind: its tool's first section, and the sections whose output shows the driver has
-# partitions of it (a GI's capability tree, a vNPU's device node, a PPU's access files, a DCU).
-DRIVER_SHOWS = {
-    MIG: ("nvidia-smi-list", ("nvidia-driver",)),
-    VNPU: ("npu-smi-m", ("devnodes",)),
-    PPU: ("ppu-smi-list", ("alixpu-caps",)),
-    HYGON: ("hy-smi-devices", ("hygon-pci",)),
-}
-
-
-def _tools_missing(r: _Reader, paths: NodePaths) -> None:
+def _tools_missing(r: Reader, paths: NodePaths) -> None:
     """
     A kind whose driver shows partitions while its tool is not on the node's PATH lists none:
     none is destroyed, and the tool is `unavailable` for the kind, so that a person points
     enforcer_tools at it (the GPU Operator keeps nvidia-smi in its driver root).
     """
     failed = {(h.source, h.scope) for h in r.health}
-    for kind, (name, shows) in DRIVER_SHOWS.items():
+    driven = [(unit, kind) for unit in REGISTRY if unit.driver for kind in unit.kinds]
+    for unit, kind in driven:
+        name, shows = unit.driver
         section = r.sections.by_name.get(name)
         tool = section.command.split()[0] if section else ""
         if section is None or section.rc != "missing" or (tool, kind) in failed:
             continue
-        seen = [line for shown in shows for line in _shown(r.sections, shown, kind, paths)]
-        smi = [line for line in seen if line.endswith(GPU_OPERATOR_SMI)]
-        where = f" ({smi[0]} is there: the GPU Operator's driver root)" if smi else ""
+        seen = [line for shown in shows for line in _shown(r.sections, shown, unit.shown, paths)]
+        elsewhere, whose = unit.elsewhere or ("", "")
+        smi = [line for line in seen if elsewhere and line.endswith(elsewhere)]
+        where = f" ({smi[0]} is there: {whose})" if smi else ""
         evidence = [line for line in seen if line not in smi]
         if evidence:
             why = (
@@ -429,19 +294,16 @@ def _tools_missing(r: _Reader, paths: NodePaths) -> None:
             r.fail(tool, "unavailable", why, kind)
 
 
-def _shown(sections: Sections, name: str, kind: str, paths: NodePaths) -> list[str]:
-    """The lines of a section that show the driver has partitions of `kind`."""
+def _shown(sections: Sections, name: str, shown, paths: NodePaths) -> list[str]:
+    """The lines of a section that show the driver has partitions of a kind (`shown` picks)."""
     s = sections.by_name.get(name)
     if s is None or s.rc != "0":
         return []
     lines = s.stdout.splitlines()
-    if kind == VNPU:  # devnodes: `<path>|<dev:ino...>|<type>` of every partition device node
-        vnpu = f"{paths.dev_dir}/vdavinci"
-        return [line.split("|")[0] for line in lines if line.startswith(vnpu)]
-    return lines
+    return shown(lines, paths) if shown else lines
 
 
-def _heartbeat(r: _Reader, paths: NodePaths) -> None:
+def _heartbeat(r: Reader, paths: NodePaths) -> None:
     """
     A read asked to record that could not leave its last-read: the heartbeat is stale. Only
     reported (a source no rule requires): the run decides and records as ever.
@@ -458,38 +320,22 @@ def _missing(sections: Sections, name: str) -> bool:
     return found is not None and found.rc == "missing"
 
 
-def _manages(kind: str, kinds: Sequence[str] | None) -> bool:
-    return kinds is None or kind in kinds
-
-
-def _wanted(kind: str, tool: str, kinds: Sequence[str] | None, paths: NodePaths) -> bool:
-    """Host data says the node has this kind: it names the kind, or the tool's path."""
-    return kind in (kinds or ()) or tool in dict(paths.tools)
-
-
-def _ascend(r: _Reader, wanted: bool, kinds) -> tuple[list[Chip], list[Partition], list]:
-    """Chips, vNPUs and npu-smi's process list; none on a node without npu-smi, unless wanted."""
-    chip_map = r.sections.by_name.get("npu-smi-m")
-    if not _manages(VNPU, kinds) or (chip_map and chip_map.rc == "missing" and not wanted):
-        return [], [], []
-    chips = r.read("npu-smi-m", "npu-smi", lambda s: ascend.parse_chip_map(s.stdout), VNPU) or []
-    processes = r.read(
-        "npu-smi-info", "npu-smi", lambda s: ascend.parse_process_table(s.stdout), VNPU
-    )
-    return chips, _vnpus(r, chips), processes or []
-
-
-def _markers(
-    r: _Reader, paths: NodePaths, ppu_cards: frozenset[str] = frozenset(), hygon: bool = False
-) -> list[OwnerRecord]:
+def _markers(r: Reader, paths: NodePaths, gpus: Sequence[Gpu] = ()) -> list[OwnerRecord]:
     """
     The ownership records of the marker roots, each naming a pod and its partition. A root that
     is not there makes the source unavailable, one that cannot be listed unreadable (for every
-    MIG partition, every T-Head PPU's when the node has PPUs: `ppu_cards`, their UUIDs, and every
-    vDCU when it has Hygon DCUs); a record that cannot be read is unreadable for its GPU (or PPU)
+    MIG partition, every T-Head PPU's when the node has PPUs, and every vDCU when it has Hygon
+    DCUs: `Kind.markers`); a record that cannot be read is unreadable for its GPU (or PPU)
     only, or for every vDCU when it is Hygon's (its file names no DCU by PCI address).
     """
-    kinds = (MIG, *((PPU,) if ppu_cards else ()), *((HYGON,) if hygon else ()))
+    listed = {g.kind for g in gpus}
+    kinds = tuple(
+        k
+        for unit in REGISTRY
+        if unit.markers
+        for k in unit.kinds
+        if unit.markers.always or k in listed
+    )
     if not paths.marker_roots:
         r.fail(MARKERS, "unavailable", "no marker roots are configured (enforcer_marker_roots)")
         return []
@@ -508,20 +354,25 @@ def _markers(
                 r.fail(MARKERS, "unreadable", f"marker root {root}: {error}", kind)
             continue
         for b in bad:
-            for scope in _unreadable_scopes(b, kinds, ppu_cards):
+            for scope in _unreadable_scopes(b, kinds, gpus):
                 r.fail(MARKERS, "unreadable", f"{root}/{b.path}: {b.reason}", scope)
         found += [_marker_record(root, m) for m in records]
     return found
 
 
 def _unreadable_scopes(
-    b: markers.Unreadable, kinds: tuple[str, ...], ppu_cards: frozenset[str]
+    b: markers.Unreadable, kinds: tuple[str, ...], gpus: Sequence[Gpu]
 ) -> tuple[str, ...]:
     """What a record that cannot be read holds closed: its card, or every partition it may be."""
-    if b.vendor == "hygon":
-        return (HYGON,)
+    marked = [(m, k) for u in REGISTRY if (m := u.markers) for k in u.kinds]
+    whole = tuple(k for m, k in marked if m.vendor == b.vendor and not m.by_card)
+    if whole:
+        return whole  # its file names no card by UUID (a Hygon vdev<i>.conf)
     if b.card:
-        return (f"{'ppu' if b.card in ppu_cards else 'gpu'}:{b.card}",)
+        by_card = {k for m, k in marked if m.by_card}
+        default = next(k for m, k in marked if m.always)
+        kind = next((g.kind for g in gpus if g.uuid == b.card and g.kind in by_card), default)
+        return (f"{PREFIXES[kind]}:{b.card}",)
     return kinds
 
 
@@ -630,9 +481,8 @@ def _dra_record(owner: str, where: str, d: podresources.DynamicResource) -> Owne
 
 def _destroyed(text: str) -> tuple[str, ...]:
     """
-    The identities the guarded destroy verified gone: a vNPU's
-    `card chip vnpu vgroup template devnode boot` (devnode: the node's dev:ino), any other
-    partition's `identity <base64 of its identity>`.
+    The identities the guarded destroy verified gone: `identity <base64 of its identity>`, or a
+    kind's own record (`Kind.destroyed`: a vNPU's `card chip vnpu vgroup template devnode boot`).
     """
     found = []
     for n, line in enumerate(text.splitlines(), start=1):
@@ -640,22 +490,12 @@ def _destroyed(text: str) -> tuple[str, ...]:
         if words[0] == "identity" and len(words) == 2:
             found.append(_identity(words[1], line, n))
             continue
-        if (
-            len(words) != 7
-            or not all(w.isascii() and w.isdigit() for w in words[:3])
-            or not re.fullmatch(r"[0-9]+:[0-9]+", words[5], re.ASCII)
-        ):
-            raise ParseError("not a destroyed-partition record", line, n)
-        card, chip, vnpu, vgroup, template, devnode, boot = words
-        fields = (
-            ("card", card),
-            ("chip", chip),
-            ("vnpu", vnpu),
-            ("vgroup", vgroup),
-            ("template", template),
-            ("devnode", devnode),
+        identity = next(
+            (i for unit in REGISTRY if unit.destroyed and (i := unit.destroyed(words))), None
         )
-        found.append(Partition(VNPU, f"npu:{card}:{chip}", vnpu, template, fields).identity(boot))
+        if identity is None:
+            raise ParseError("not a destroyed-partition record", line, n)
+        found.append(identity)
     return tuple(found)
 
 
@@ -680,120 +520,6 @@ def _seconds(text: str) -> float:
     if not (text.isascii() and text.isdigit()):  # str.isdigit also takes '²' and '١'
         raise ParseError("the node clock is not seconds since the epoch", text)
     return float(text)
-
-
-def _vnpus(r: _Reader, chips: Sequence[Chip]) -> list[Partition]:
-    """Every chip of the chip map has its vNPU table; one that cannot be read fails that chip."""
-    found: list[Partition] = []
-    expected = {f"npu-smi-vnpu:{c.card}:{c.chip}": c for c in chips}
-    extra = [n for n in r.sections.by_name if n.startswith("npu-smi-vnpu:") and n not in expected]
-    if extra:
-        r.fail("npu-smi", "unreadable", f"vNPU tables for chips not in the chip map: {extra}", VNPU)
-    for name, c in expected.items():
-        table = r.read(
-            name,
-            "npu-smi",
-            lambda s, c=c: ascend.parse_vnpu_table(s.stdout, c.card, c.chip),
-            scope=c.accelerator,
-        )
-        if table is not None:
-            found += table.partitions
-    return found
-
-
-def _with_devnodes(partitions, devnodes, paths) -> list[Partition]:
-    """
-    A vNPU's device node is part of what makes it this vNPU: the driver makes a new node (a new
-    inode) with every vNPU, so a successor made at the same id, with the same printed fields,
-    between two runs is still told apart. Without the stat, the identity has no such field.
-    """
-    if devnodes is None:
-        return partitions
-    found = []
-    for p in partitions:
-        dev = devnodes.get(f"{paths.dev_dir}/vdavinci{p.id}")
-        fields = p.identity_fields + (("devnode", dev.dev_ino if dev else "absent"),)
-        found.append(replace(p, identity_fields=fields))
-    return found
-
-
-def _holders(
-    partitions, processes, devnodes, scan, paths, sandboxes, containers, cgroups
-) -> list[Holder]:
-    """
-    Rule 2's three witnesses: the in-use columns, the vendor process list, the fd scan. A holder
-    is tied to a pod through npu-smi's Container ID (the CRI's container ids) or, for the fd
-    scan, the pod its process's cgroup names (`cgroups`: pid -> pod UIDs).
-    """
-    owners = _container_owners(sandboxes, containers)
-    holders: list[Holder] = []
-    for p in partitions:
-        ctr, status = p.usage_value("container_id"), p.usage_value("status")
-        if status != "0" or ctr != NO_CONTAINER:
-            owner = owners.get(ctr)
-            holders.append(
-                Holder(p.key, "npu-smi-status", None, f"Container ID {ctr}, Status {status}", owner)
-            )
-    if devnodes is None or scan is None:
-        return holders  # proc-fd is unreadable: rule 1 keeps every partition
-    open_by: dict[str, set[int]] = {}
-    for p in partitions:
-        dev = devnodes.get(f"{paths.dev_dir}/vdavinci{p.id}")
-        if dev is None:
-            holders.append(
-                Holder(
-                    p.key, "proc-fd", None, f"no device node {paths.dev_dir}/vdavinci{p.id} to scan"
-                )
-            )
-            continue
-        for fd in scan.fds:
-            if procfs.holds(fd, dev):
-                open_by.setdefault(p.key, set()).add(fd.pid)
-                owner, why = _cgroup_owner(cgroups.get(fd.pid, ()))
-                holders.append(
-                    Holder(
-                        p.key, "proc-fd", fd.pid, f"pid {fd.pid} has {dev.path} open{why}", owner
-                    )
-                )
-    holders += [
-        Holder(None, "proc-fd", pid, f"pid {pid} cannot be inspected (EPERM)")
-        for pid in scan.eperm_pids
-    ]
-    for proc in processes or ():
-        on_chip = [p for p in partitions if p.accelerator == f"npu:{proc.card}:{proc.chip}"]
-        seen = [p for p in on_chip if proc.pid in open_by.get(p.key, ())]
-        for p in seen or on_chip:
-            why = "" if seen else ", no vNPU device of it found open"
-            holders.append(
-                Holder(
-                    p.key,
-                    "npu-smi-processes",
-                    proc.pid,
-                    f"pid {proc.pid} ({proc.name}) on NPU {proc.card} chip {proc.chip}{why}",
-                )
-            )
-    return holders
-
-
-def _cgroup_owner(pods: tuple[str, ...]) -> tuple[str | None, str]:
-    """The pod a process is in, by its cgroup lines, and how its holder's detail says so."""
-    if len(pods) == 1:
-        return pods[0], f" (pod {pods[0]}, by its cgroup)"
-    if pods:
-        return None, f" (its cgroup names pods {', '.join(pods)}: not attributed)"
-    return None, ""
-
-
-def _container_owners(sandboxes, containers) -> dict[str, str]:
-    """npu-smi's 12-hex Container ID -> pod UID, when it names exactly one CRI container."""
-    if sandboxes is None or containers is None:
-        return {}
-    uid_of = {s.id: s.uid for s in sandboxes}
-    by_prefix: dict[str, list[str]] = {}
-    for c in containers:
-        if c.sandbox_id in uid_of:
-            by_prefix.setdefault(c.id[:12], []).append(uid_of[c.sandbox_id])
-    return {k: v[0] for k, v in by_prefix.items() if len(v) == 1 and k != NO_CONTAINER}
 
 
 def _pods_and_records(entries, sandboxes, containers) -> tuple[list[Pod], list[OwnerRecord]]:

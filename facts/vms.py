@@ -1,7 +1,7 @@
 """
-vGPUs and the VMs that claim them, from the node read's sections (facts.vgpu and facts.vmmeta
-parse them): mdevs and vendor-VFIO VFs as partitions, the processes that have their VFIO group or
-device open as holders, and the VMM's instance records with what their liveness needs.
+The VMs that claim vGPUs (kinds.vgpu lists the vGPUs), from the node read's sections
+(facts.vgpu and facts.vmmeta parse them): the VMM's instance records with what their liveness
+needs.
 
 A vGPU is claimed by a VM only through the VMM's records: every vGPU kind requires the
 `vm-metadata` source, so on a node whose records are not read (not a claim source, no root
@@ -12,122 +12,16 @@ affected (health scoped to the vGPU kinds).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from enforcer.model import MDEV, VFIO, VGPU_KINDS, VM_METADATA, Holder, Instance, Partition, Process
+from enforcer.model import MDEV, VFIO, VGPU_KINDS, VM_METADATA, Instance, Process
 from enforcer.policy import NodePaths
-from facts import procfs, vgpu, vmmeta
+from facts import vgpu, vmmeta
 from facts.errors import ParseError
-
-if TYPE_CHECKING:
-    from facts.snapshot import _Reader
-
-SYSFS = "sysfs"  # the source of the vGPU listing
-
-
-def observe_vgpus(r: _Reader, kinds: Sequence[str] | None) -> list[Partition]:
-    """The mdevs and the VFs with a vGPU type set, of the kinds the host manages."""
-    managed = [k for k in VGPU_KINDS if kinds is None or k in kinds]
-    if not managed or (kinds is None and "vgpu" not in r.sections.by_name):
-        return []  # a read from before vGPUs, on a host that does not name them
-    listed = r.read("vgpu", SYSFS, lambda s: vgpu.parse_vgpu_listing(s.stdout))
-    if listed is None:
-        _fail_kinds(r, SYSFS, "unreadable", "the vGPU listing could not be read", managed)
-        return []
-    defined = r.read(
-        "mdevctl", "mdevctl", lambda s: vgpu.parse_mdevctl_defined(s.stdout), MDEV, absent=[]
-    )
-    starts = {(d.parent, d.uuid): d.start or "auto" for d in defined or ()}
-    mdevs, vfs = listed
-    found = [_mdev(m, starts) for m in mdevs] if MDEV in managed else []
-    if VFIO in managed:
-        found += [_vf(v) for v in vfs if v.vgpu_type != 0]
-    return found
-
-
-def _mdev(m: vgpu.Mdev, starts: dict[tuple[str, str], str]) -> Partition:
-    fields = (
-        ("uuid", m.uuid),
-        ("parent", m.parent),
-        ("type", m.type),
-        ("type_name", m.type_name or "-"),
-        ("iommu_group", str(m.iommu_group)),
-        ("vfio_cdev", m.vfio_cdev or "-"),
-    )
-    start = starts.get((m.parent, m.uuid))
-    usage = (("mdevctl", start),) if start else ()
-    return Partition(MDEV, f"pci:{m.parent}", m.uuid, m.type, fields, usage)
-
-
-def _vf(v: vgpu.VendorVf) -> Partition:
-    fields = (
-        ("vf", v.bdf),
-        ("physfn", v.physfn),
-        ("vgpu_type", str(v.vgpu_type)),
-        ("iommu_group", "-" if v.iommu_group is None else str(v.iommu_group)),
-        ("vfio_cdev", v.vfio_cdev or "-"),
-    )
-    return Partition(VFIO, f"pci:{v.physfn}", v.bdf, str(v.vgpu_type), fields)
-
-
-def devnodes_of(p: Partition, dev_dir: str) -> list[str]:
-    """The device nodes a VMM opens to use a vGPU: its VFIO group, its VFIO cdev."""
-    fields = dict(p.identity_fields)
-    nodes = []
-    if fields["iommu_group"] != "-":
-        nodes.append(f"{dev_dir}/vfio/{fields['iommu_group']}")
-    if fields["vfio_cdev"] != "-":
-        nodes.append(f"{dev_dir}/vfio/devices/{fields['vfio_cdev']}")
-    return nodes
-
-
-def vgpu_holders(
-    partitions: Sequence[Partition],
-    devnodes: dict[str, procfs.DevNode] | None,
-    scan: procfs.FdScan | None,
-    dev_dir: str,
-    owner_of,
-) -> list[Holder]:
-    """Rule 2 for vGPUs: processes with its VFIO group or cdev open (a hypervisor using it)."""
-    if devnodes is None or scan is None:
-        return []  # proc-fd is unreadable: rule 1 keeps every partition
-    return [
-        holder
-        for p in partitions
-        if p.kind in VGPU_KINDS
-        for holder in fd_holders(p, devnodes_of(p, dev_dir), devnodes, scan, owner_of)
-    ]
-
-
-def fd_holders(
-    p: Partition,
-    wanted: Sequence[str],
-    devnodes: dict[str, procfs.DevNode],
-    scan: procfs.FdScan,
-    owner_of,
-    whose: str = "",
-) -> list[Holder]:
-    """
-    The processes with one of `wanted` (P's device nodes, as the node read stat'ed them) open:
-    each holds P. P with none of them to scan is held: nothing can tell that nobody uses it.
-    `whose`: how a holder's detail names the node's owner when it is not P ("its DCU's ").
-    """
-    nodes = [devnodes[n] for n in wanted if n in devnodes]
-    if not nodes:
-        why = f"no device node of it ({', '.join(wanted) or 'none'}) to scan"
-        return [Holder(p.key, "proc-fd", None, why)]
-    holders = []
-    for fd in scan.fds:
-        for dev in nodes:
-            if procfs.holds(fd, dev):
-                owner, why = owner_of(fd.pid)
-                detail = f"pid {fd.pid} has {whose}{dev.path} open{why}"
-                holders.append(Holder(p.key, "proc-fd", fd.pid, detail, owner))
-    return holders
+from facts.sections import Reader
 
 
 def observe_vms(
-    r: _Reader, paths: NodePaths, claim_sources: Sequence[str], wanted: bool
+    r: Reader, paths: NodePaths, claim_sources: Sequence[str], wanted: bool
 ) -> tuple[list[Instance], dict[int, Process], dict[str, frozenset[int]]]:
     """
     The VM records of every metadata root, the PIDs they name, the listening unix sockets.
@@ -174,7 +68,7 @@ def pid_keys(paths: NodePaths) -> list[str]:
     )
 
 
-def _read_vms(r: _Reader, name: str, parse):
+def _read_vms(r: Reader, name: str, parse):
     """A vm-metadata section; one that cannot be read fails the source for every vGPU kind."""
     before = len(r.health)
     found = r.read(name, VM_METADATA, parse, MDEV)
@@ -185,7 +79,7 @@ def _read_vms(r: _Reader, name: str, parse):
 
 
 def _fail_kinds(
-    r: _Reader, source: str, status: str, reason: str, kinds: Sequence[str] = VGPU_KINDS
+    r: Reader, source: str, status: str, reason: str, kinds: Sequence[str] = VGPU_KINDS
 ) -> None:
     for kind in kinds:
         r.fail(source, status, reason, kind)

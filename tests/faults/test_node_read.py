@@ -20,6 +20,7 @@ def test_a_ledger_that_is_not_utf8_fails_only_the_ledger():
         f"PE1 boot-id 0 {b64(boot)} -",
         f"PE1 clock 0 {b64(clock)} -",
         f"PE1 ledger 0 {b64(ledger)} -",
+        "PE1 destroyed absent - -",
         "PE1 end",
     ]
     sections = parse_sections(lines)

@@ -1,5 +1,5 @@
 """
-The holders' cgroup parser (facts.procfs.parse_cgroups), fuzzed like every other parser
+The holders' cgroup parser (facts.cgroups.parse_cgroups), fuzzed like every other parser
 (test_fuzz_parsers.py) from the real forms of tests/unit/test_cgroups.py: a parse or a
 ParseError, and a parse drops no process read and invents no pod.
 """
@@ -25,7 +25,7 @@ from unit.test_cgroups import (
     v1,
 )
 
-from facts import procfs
+from facts import cgroups
 
 STDOUTS = [
     under(4242, V2_SYSTEMD_BURSTABLE) + under(4243, *HOST_PROCESSES[1:2]),
@@ -52,7 +52,7 @@ def _grep_lines(text: str) -> list[str]:
 def test_every_seed_parses():
     for stdout in STDOUTS:
         for stderr in STDERRS:
-            assert procfs.parse_cgroups(stdout, stderr, "/proc") is not None
+            assert cgroups.parse_cgroups(stdout, stderr, "/proc") is not None
 
 
 @FUZZ
@@ -63,7 +63,7 @@ def test_every_seed_parses():
 @example("", "grep: /proc/" + "1" * 5000 + "/cgroup: No such file or directory")
 @example(under(5, "0::/kubepods/pod" + UID_B + "\u2028" + "0::/x"), "")
 def test_cgroups_lists_every_process_read_and_only_pods_its_lines_name_or_raises(stdout, stderr):
-    parsed = parse_or_error(procfs.parse_cgroups, stdout, stderr, "/proc")
+    parsed = parse_or_error(cgroups.parse_cgroups, stdout, stderr, "/proc")
     if parsed is None:
         return
     lines: dict[int, list[str]] = {}

@@ -36,7 +36,8 @@ from enforcer.shell import UnsafeValue, render
 from facts import ascend, checkpoint, cri, procfs
 from facts.errors import ParseError
 from facts.snapshot import NodeSnapshot, observe, parse_sections
-from operations.enforce import destroy_command, destroy_dcu
+from kinds.hygon import destroy_dcu
+from operations.enforce import destroy_command
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 ZOMBIE = (FIXTURES / "npu-smi" / "info-vnpu_310P3_zombie-live-na.txt").read_text()
@@ -581,7 +582,7 @@ def test_a_path_the_policy_accepts_renders_in_every_command_and_one_it_refuses_n
 
 
 def vgpu(kind: str = "mdev", **fields: str) -> Partition:
-    """An mdev or a vendor-VFIO vGPU as facts.vms makes one; `fields` replace identity fields."""
+    """An mdev or a vendor-VFIO vGPU as kinds.vgpu makes one; `fields` replace identity fields."""
     if kind == "mdev":
         base = {
             "uuid": "aa618089-8b16-4d01-a136-25a0f3c73123",
@@ -706,7 +707,7 @@ def test_a_hand_built_hostile_ppu_smi_path_is_refused(value):
 
 def vdcu_group(first: dict[str, str] | None = None, **fields: str):
     """
-    The two vDCUs of DCU 2 as the node read makes them (facts.dcus) and an observation listing
+    The two vDCUs of DCU 2 as the node read makes them (kinds.hygon) and an observation listing
     them and the three DCUs; `fields` replace identity fields of both, `first` of the first only
     (its "id" key: the partition id).
     """

@@ -328,6 +328,7 @@ class InProcessDriver(Driver):
             lines.append(_line("destroyed", "0", record.read_text(), ""))
         else:
             lines.append("PE1 destroyed absent - -")
+        lines.append("PE1 drain absent - -")  # never drained
         lines.append(_line("dra-drivers", "0", "", ""))
         lines.append(_line("claim-digest", "0", self._digest() + "\n", ""))
         lines.append("PE1 end")

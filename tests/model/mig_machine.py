@@ -251,6 +251,7 @@ class MigInProcessDriver(InProcessDriver):
                 lines.append(_line(name, "0", path.read_text(), ""))
             else:
                 lines.append(f"PE1 {name} absent - -")
+        lines.append("PE1 drain absent - -")  # never drained
         lines.append(_line("claim-digest", "0", self._digest() + "\n", ""))
         lines.append("PE1 end")
         return parse_sections(lines)

@@ -26,7 +26,7 @@ from facts.cri import Sandbox
 from facts.errors import ParseError
 from facts.kubeapi import agreement, for_node, list_pods, node_registered
 from facts.nodename import DEFAULTED, NodeHostname, parse_hostname, resolve
-from facts.snapshot import Section
+from facts.sections import Section
 
 NODE = "gpu-3"
 API_SOURCES = ["kubelet-checkpoint", "cri", "kubernetes-api"]

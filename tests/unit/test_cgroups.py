@@ -18,8 +18,8 @@ from unit.test_snapshot import KEY, by_source, read
 
 from enforcer.model import Holder, SourceHealth
 from enforcer.policy import policy_from_host_data
+from facts.cgroups import parse_cgroups
 from facts.errors import ParseError
-from facts.procfs import parse_cgroups
 from facts.snapshot import NodeSnapshot, observe, parse_sections
 from simulator import namespace, scenario
 from simulator.ascend import P310P3
@@ -273,10 +273,18 @@ def test_an_fd_holder_outside_any_pod_or_gone_before_its_cgroup_was_read_is_no_o
         ]
 
 
-def test_a_read_without_the_cgroups_section_attributes_no_holder_and_is_healthy():
-    obs = read()  # the fixtures' node read predates the section
+def test_a_read_whose_cgroups_section_is_empty_attributes_no_holder_and_is_healthy():
+    obs = read()  # the fixtures' node read has an empty section
     assert obs.health == ()
     assert [h.owner_uid for h in by_source(obs, "proc-fd")] == [None]
+
+
+def test_a_read_without_the_cgroups_section_is_unreadable_like_any_other():
+    """The read is versioned (PE1 begin 1): template and parser ship together, no old reads."""
+    obs = read({"holder-cgroups": None})
+    assert [(h.source, h.status, h.reason) for h in obs.health] == [
+        ("proc-fd", "unreadable", "the node read has no section holder-cgroups")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -331,11 +339,13 @@ def fake_process(procfs: Path, pid: int, fds: dict[int, Path | str], cgroup: str
         (procfs / str(pid) / "cgroup").write_text(cgroup)
 
 
-def test_the_node_read_reads_the_cgroups_of_exactly_the_vnpu_holders(tmp_path):
+def test_the_node_read_reads_every_scanned_process_cgroup_and_python_picks_the_holders(tmp_path):
     """
     The snapshot shell over a procfs laid out in a folder: vdavinci100 is a regular file (the
     simulator's, matched by dev:ino), vdavinci101 a character device (here /dev/null, matched by
-    its device number, as a container's own /dev node of the vNPU would be).
+    its device number, as a container's own /dev node of the vNPU would be). The read collects
+    the cgroup of every process the fd scan lists; only the holders' lines are judged (pid 13's
+    is not a cgroup file, and it holds nothing).
     """
     node = SimNode.create(tmp_path / "node", [P310P3])
     assert [node.create_vnpu(0, 0, "vir02") for _ in range(2)] == [100, 101]
@@ -358,7 +368,7 @@ def test_the_node_read_reads_the_cgroups_of_exactly_the_vnpu_holders(tmp_path):
     assert cgroups.rc == "123"  # pid 14's file is gone
     assert cgroups.stderr == f"grep: {proc}/14/cgroup: No such file or directory\n"
     assert sorted({line.split(":")[0] for line in cgroups.stdout.splitlines()}) == [
-        f"{proc}/{pid}/cgroup" for pid in (11, 12, 15)
+        f"{proc}/{pid}/cgroup" for pid in (11, 12, 13, 15)
     ]
     obs = observe(sections, "k3s-310p", paths, ["kubelet-checkpoint", "cri"])
     assert [h for h in obs.health if h.source == "proc-fd"] == []
@@ -371,17 +381,24 @@ def test_the_node_read_reads_the_cgroups_of_exactly_the_vnpu_holders(tmp_path):
     }
 
 
-def test_the_node_read_without_vnpu_holders_reads_no_cgroup(tmp_path):
+def test_the_node_read_without_vnpu_holders_attributes_no_cgroup(tmp_path):
     node = SimNode.create(tmp_path / "node", [P310P3])
     node.create_vnpu(0, 0, "vir02")
     proc = tmp_path / "proc"
-    fake_process(proc, 13, {0: "/dev/zero"}, "never read\n")
+    fake_process(proc, 13, {0: "/dev/zero"}, "not judged\n")
     paths = node_paths(node.path, str(proc))
     done = subprocess.run(
         ["sh", "-c", NodeSnapshot().command(paths=paths)], capture_output=True, text=True
     )
-    cgroups = parse_sections(done.stdout.splitlines()).by_name["holder-cgroups"]
-    assert (cgroups.rc, cgroups.stdout, cgroups.stderr) == ("0", "", "")
+    sections = parse_sections(done.stdout.splitlines())
+    cgroups = sections.by_name["holder-cgroups"]
+    assert (cgroups.rc, cgroups.stdout, cgroups.stderr) == (
+        "0",
+        f"{proc}/13/cgroup:not judged\n",
+        "",
+    )
+    obs = observe(sections, "k3s-310p", paths, ["kubelet-checkpoint", "cri"])
+    assert [h for h in obs.health if h.source == "proc-fd"] == []
 
 
 # --- the simulated node: a holder in its pod's cgroup -------------------------------------------

@@ -7,7 +7,7 @@ mount namespace (simulator.namespace: its /proc is the node's). `hy-smi virtual 
 doubt keeps them all (exit 0, the next run decides), a refused destroy exits 1.
 
 The vDCUs and the observation are the node read's own: the snapshot command run in the namespace
-and observed (facts.dcus), as a run would.
+and observed (kinds.hygon), as a run would.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 from enforcer.model import HYGON, Observation, Partition
 from enforcer.policy import NodePaths
 from facts.snapshot import NodeSnapshot, observe, parse_sections
-from operations.enforce import destroy_dcu
+from kinds.hygon import destroy_dcu
 from simulator import hygon_story
 from simulator.namespace import NodeNamespace
 from simulator.node import SimNode

@@ -18,7 +18,7 @@ from enforcer.ledger import Ledger
 from enforcer.model import HYGON, Gpu, Observation, OwnerRecord, Partition, Pod, SourceHealth
 from enforcer.policy import NodePaths
 from enforcer.report import build
-from operations.enforce import destroy_dcu
+from kinds.hygon import destroy_dcu
 
 BDFS = ("0000:3d:00.0", "0000:3e:00.0")
 POD_A, POD_B = "7d3c2b1a-0f9e-4d8c-b7a6-958473625140", "3a9f8e7d-6c5b-4a39-8271-605f4e3d2c1b"

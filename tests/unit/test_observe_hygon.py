@@ -1,7 +1,7 @@
 """
 The node read on a Hygon DCU node: the rendered snapshot command run with `sh` on a simulated
 node (simulator.hygon_story's), its hy-smi sections and the hydcu driver's PCI functions turned
-into `hygon-vdcu` partitions (facts.dcus), their identities and holders (a process with the DCU's
+into `hygon-vdcu` partitions (kinds.hygon), their identities and holders (a process with the DCU's
 DRM node open holds every vDCU of it), and gpustack's `vdev<i>.conf` records as owner records.
 Anything that cannot be told for sure fails closed: the source is unreadable, no vDCU is made.
 """

@@ -186,8 +186,9 @@ def test_the_node_read_renders_every_value_shlex_quoted():
     assert f"tool npu-smi-m {shlex.quote(NPU_SMI)} info -m\n" in script
     assert f"tool crictl-pods {shlex.quote(CRICTL)} pods -o json\n" in script
     devs = (
-        "for f in /srv/n1/dev/vdavinci* /srv/n1/dev/nvidia-caps/nvidia-cap* \\\n"
-        "  /srv/n1/dev/vfio/[0-9]* /srv/n1/dev/vfio/devices/vfio*; do\n"
+        "for f in /srv/n1/dev/vdavinci* /srv/n1/dev/nvidia-caps/nvidia-cap*"
+        " /srv/n1/dev/alixpu_ppu* /srv/n1/dev/alixpu-caps/alixpu-cap* /srv/n1/dev/dri/card*"
+        " /srv/n1/dev/dri/renderD* /srv/n1/dev/vfio/[0-9]* /srv/n1/dev/vfio/devices/vfio*; do\n"
     )
     assert devs in script
     checkpoint = "/srv/n1/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"

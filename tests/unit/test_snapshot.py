@@ -14,7 +14,8 @@ from pathlib import Path
 from enforcer.model import Holder, Observation, OwnerRecord, Pod, SourceHealth
 from enforcer.policy import NodePaths
 from facts import protowire
-from facts.snapshot import Section, Sections, observe, parse_sections
+from facts.sections import Section, Sections
+from facts.snapshot import observe, parse_sections
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 PATHS = NodePaths.from_rootfs("/srv/n1")
@@ -73,10 +74,13 @@ def healthy_node() -> dict[str, tuple[str, str, str]]:
         "npu-smi-info": ("0", HOST_TABLE, ""),
         "devnodes": ("0", DEVNODES, ""),
         "fd-scan": ("0", FD_OPEN_0 + FD_OPEN_101, ""),
+        "holder-cgroups": ("0", "", ""),
         "checkpoint": ("0", CHECKPOINT, ""),
         "crictl-pods": ("0", PODS, ""),
         "crictl-ps": ("0", CONTAINERS, ""),
         "ledger": ("absent", "", ""),
+        "destroyed": ("absent", "", ""),
+        "drain": ("absent", "", ""),
         "dra-drivers": ("0", "", ""),
         "claim-digest": ("0", DIGEST + "\n", ""),
     }

@@ -1,0 +1,167 @@
+"""
+NVIDIA MIG GPU instances (nvidia-smi): GPUs and MIG devices, GPU and compute instances, the
+process table, the capability devices `/dev/nvidia-caps/nvidia-cap<minor>` (facts.mig reads them,
+shared with T-Head's PPUs); the records of NVIDIA's, GKE's and gpustack's device plugins; the
+guarded `nvidia-smi mig -dci`/`-dgi` (operations/templates/destroy-mig.sh.j2).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from enforcer.model import MIG, PPU, Claim, Holder, Observation, OwnerRecord, Partition
+from enforcer.policy import NodePaths
+from enforcer.shell import b64, decimal, render
+from facts.mig import NOTHING, mig_holders, observe_mig
+from facts.sections import Reader
+from kinds.base import Claims, Context, Found, Kind, Markers, Witness, on_gpu
+
+TOOL = "nvidia-smi"
+GPU_OPERATOR_SMI = "/run/nvidia/driver/usr/bin/nvidia-smi"  # in the GPU Operator's driver root
+_HEX_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+MIG_UUID = re.compile(rf"MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/[0-9]+/[0-9]+", re.ASCII)
+GPU_UUID = re.compile(rf"GPU-{_HEX_UUID}", re.ASCII)
+# NVIDIA's plugin names a profile's resource with '.' for '+' (`1g.10gb+me`: `mig-1g.10gb.me`).
+MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-([0-9]+g\.[0-9]+gb(?:\.[a-z]+)*)$", re.ASCII)
+# GKE's device plugin (container-engine-accelerators pkg/gpu/nvidia/mig/mig.go) names a GPU
+# instance `nvidia<GPU minor>/gi<GI id>` and gives its container /dev/nvidia<minor> and the
+# capability devices of the GI and its CI 0: no UUID anywhere (Partition.aliases).
+GKE_GI = re.compile(r"^nvidia[0-9]+/gi[0-9]+$", re.ASCII)
+NVIDIA_CAP = re.compile(r"^/dev/nvidia-caps/(nvidia-cap[0-9]+)$", re.ASCII)
+
+
+def observe(r: Reader, ctx: Context) -> Found:
+    if not ctx.manages(MIG):
+        read = NOTHING
+    else:
+        read = observe_mig(r, ctx.wanted(MIG, TOOL))
+    return Found(read.partitions, gpus=read.gpus, state=read)
+
+
+def holders(r: Reader, found: Found, w: Witness) -> tuple[list[Partition], list[Holder]]:
+    held = mig_holders(r, found.state, w.devnodes, w.scan, w.paths.dev_dir, w.owner_of)
+    return found.partitions, held
+
+
+def advertises(device_id: str) -> list[tuple[str, str]] | None:
+    """NVIDIA's plugin advertises each MIG device by its UUID, GKE's each GI by its name; an id
+    holding a GPU's UUID and no MIG device's is a slot (Kind.slots)."""
+    if migs := MIG_UUID.findall(device_id):
+        return [(MIG, u) for u in migs]
+    if GKE_GI.match(device_id):
+        return [(MIG, device_id)]
+    return None
+
+
+def claims(record: OwnerRecord) -> Claims:
+    return _mig_claims(record), False
+
+
+def _mig_claims(record: OwnerRecord) -> list[Claim]:
+    if record.source == "markers":
+        return marker_claims(record)
+    texts = [*record.device_ids, *(v for _, v in record.envs), *(v for _, v in record.annotations)]
+    named = sorted({u for t in texts for u in MIG_UUID.findall(t)})
+    named += _gke_names(record)
+    found = [
+        Claim(
+            record.owner_uid,
+            record.source,
+            "exact",
+            f"{record.where}: {u}",
+            kind=MIG,
+            uuid=u,
+        )
+        for u in named
+    ]
+    rest = [MIG_UUID.sub("", t) for t in texts] if named else texts
+    gpus = sorted({g for t in rest for g in GPU_UUID.findall(t)})
+    ids = rest[: len(record.device_ids)]
+    per_id = Counter(g for d in ids for g in set(GPU_UUID.findall(d))) if gpus else Counter()
+    for gpu in gpus:
+        count = per_id.get(gpu, 1)
+        what = f"{count} partition(s) on {gpu}"
+        found.append(on_gpu(record, "device-wide", f"gpu:{gpu}", None, count, what, MIG))
+    resource = MIG_RESOURCE.match(record.resource)
+    if resource and not found:
+        profile = resource[1]
+        count = len(record.device_ids) or None
+        found.append(on_gpu(record, "device-wide", None, profile, count, record.resource, MIG))
+    return found
+
+
+def _gke_names(record: OwnerRecord) -> list[str]:
+    """GKE's GPU instance ids; else the capability devices its container was given."""
+    if ids := sorted({d for d in record.device_ids if GKE_GI.match(d)}):
+        return ids
+    return sorted({m[1] for d in record.devices if (m := NVIDIA_CAP.match(d))})
+
+
+def marker_claims(record: OwnerRecord, kind: str = MIG, prefix: str = "gpu") -> list[Claim]:
+    """A device plugin's ownership record names its partition: MIG UUID, and GI on its card."""
+    notes = dict(record.annotations)
+    if notes.get("vendor") != {MIG: "nvidia", PPU: "thead"}[kind]:
+        return []
+    return [
+        Claim(
+            record.owner_uid,
+            record.source,
+            "exact",
+            record.where,
+            kind=kind,
+            accelerator=f"{prefix}:{notes['card']}",
+            partition_id=notes.get("gi"),
+            uuid=uuid,
+        )
+        for uuid in record.device_ids
+    ]
+
+
+def destroy(p: Partition, obs: Observation, paths: NodePaths) -> str:
+    """A GPU instance: its compute instances first, then itself (nvidia-smi refuses otherwise)."""
+    fields = dict(p.identity_fields)
+    computes = fields["cis"].split()
+    return render(
+        "destroy-mig.sh.j2",
+        paths=paths,
+        nvidia_smi=paths.tool(TOOL),
+        gpu_uuid=fields["gpu"],
+        gi=decimal(fields["gi"]),
+        expected=[fields["profile"], fields["profile_id"], fields["placement"]],
+        computes=computes,
+        ci_ids=[decimal(c.split(":")[0]) for c in computes],
+        identity=b64(p.identity(obs.boot_id)),
+        boot_id=obs.boot_id,
+        digest=obs.claim_digest,
+    )
+
+
+KIND = Kind(
+    name="mig",
+    kinds=(MIG,),
+    sections={
+        "nvidia-smi-list": "nvidia-smi -L",
+        "nvidia-smi-lgi": "nvidia-smi mig -lgi",
+        "nvidia-smi-lci": "nvidia-smi mig -lci",
+        "nvidia-smi": "nvidia-smi",
+        "nvidia-caps": "cat /proc/driver/nvidia-caps/mig-minors",
+        "nvidia-gpus": "grep '' /proc/driver/nvidia/gpus/*/information",
+        "nvidia-driver": "ls /proc/driver/nvidia/capabilities/gpu*/mig/gi* " + GPU_OPERATOR_SMI,
+    },
+    devnodes=("nvidia-caps/nvidia-cap*",),
+    witnesses="nvidia-smi process table and fd scan of the capability devices",
+    sources=("nvidia-smi",),
+    observe=observe,
+    holders=holders,
+    claims=claims,
+    destroy=destroy,
+    vendors={"nvidia.com": (MIG,)},
+    nodes=((re.compile(r"^/dev/nvidia(?:[0-9]+|-caps/.+)$", re.ASCII), (MIG,)),),
+    listing=TOOL,
+    driver=("nvidia-smi-list", ("nvidia-driver",)),
+    elsewhere=(GPU_OPERATOR_SMI, "the GPU Operator's driver root"),
+    advertises=advertises,
+    slots=(GPU_UUID,),
+    markers=Markers("nvidia", always=True, by_card=True),
+)
