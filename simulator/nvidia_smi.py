@@ -5,7 +5,8 @@ Output is driver 580.173.02's, byte for byte where a capture shows it: the layou
 widths, the R580 "Shared Memory-Usage" MIG table) are those of the prickle-exporter captures of
 an H100 80GB HBM3 and an H200 (tests/samples/nvidia-smi_*_prickle-exporter.txt); the
 messages of `mig -cgi/-cci/-dci/-dgi` are the transcripts' (NVIDIA MIG user guide, H100 notes,
-zhihu A100 article). MIG state and ids come from simulator/mig.py. A node made with a driver
+zhihu A100 article). MIG state and ids come from simulator/mig.py; arguments, the mig
+commands and the outputs' skeletons from mig_smi.py (this file: `SMI`). A node made with a driver
 from R610 on (`SimNode.create(driver_version="610.43.02")`) prints the R610 banner ("KMD
 Version", "CUDA UMD Version": the RTX PRO 6000 capture) and the rest as R580.
 

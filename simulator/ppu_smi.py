@@ -2,7 +2,8 @@
 `ppu-smi` (T-Head PPU) for a simulated node: `python -m simulator.ppu_smi --node DIR <args>`,
 run through `<node>/bin/ppu-smi` (SimNode.create(..., ppus=[PPU])). The PPUs live in the state's
 "ppus" list, apart from nvidia-smi's GPUs; GI/CI bookkeeping is simulator/mig.py's (its T-Head
-section: profiles, ids, capacity).
+section: profiles, ids, capacity); arguments, the mig commands and the outputs' skeletons are
+mig_smi.py's, shared with nvidia-smi (this file: `SMI`, what ppu-smi prints differently).
 
 The only public ppu-smi output is the T-Head SAIL PPU-SMI reference (PPU-SMI 1.28, driver 2.1.0)
 in tests/samples/ppu-smi_*: a vendor document with hand-edited values, not a capture. What
