@@ -321,8 +321,8 @@ def ci_profiles(gp: GiProfile) -> tuple[CiProfile, ...]:
     return tuple(out)
 
 
-def find_ci_profile(gp: GiProfile, token: str | int | None) -> CiProfile | None:
-    options = ci_profiles(gp)
+def pick_ci_profile(options: Sequence[CiProfile], token: str | int | None) -> CiProfile | None:
+    """A CI profile among `options` by id, name or "MIG <name>"; None: the last (the whole GI)."""
     if token is None:
         return options[-1]
     text = str(token).strip()
@@ -332,10 +332,19 @@ def find_ci_profile(gp: GiProfile, token: str | int | None) -> CiProfile | None:
     return None
 
 
-def ci_profile_of(gp: GiProfile, ci: Mapping[str, Any]) -> CiProfile:
-    found = find_ci_profile(gp, ci["profile"])
+def stored_ci_profile(options: Sequence[CiProfile], ci: Mapping[str, Any]) -> CiProfile:
+    """The profile, among its GI's `options`, a stored CI was made with."""
+    found = pick_ci_profile(options, ci["profile"])
     assert found is not None
     return found
+
+
+def find_ci_profile(gp: GiProfile, token: str | int | None) -> CiProfile | None:
+    return pick_ci_profile(ci_profiles(gp), token)
+
+
+def ci_profile_of(gp: GiProfile, ci: Mapping[str, Any]) -> CiProfile:
+    return stored_ci_profile(ci_profiles(gp), ci)
 
 
 # --- GPU instances -------------------------------------------------------------------------------
@@ -660,20 +669,11 @@ def ppu_ci_total(gp: GiProfile, cp: CiProfile) -> int:
 
 
 def ppu_find_ci_profile(gp: GiProfile, token: str | int | None) -> CiProfile | None:
-    options = ppu_ci_profiles(gp)
-    if token is None:
-        return options[-1]
-    text = str(token).strip()
-    for c in options:
-        if text.isdigit() and int(text) == c.id or text in (c.name, f"MIG {c.name}"):
-            return c
-    return None
+    return pick_ci_profile(ppu_ci_profiles(gp), token)
 
 
 def ppu_ci_profile_of(gp: GiProfile, ci: Mapping[str, Any]) -> CiProfile:
-    found = ppu_find_ci_profile(gp, ci["profile"])
-    assert found is not None
-    return found
+    return stored_ci_profile(ppu_ci_profiles(gp), ci)
 
 
 def ppu_ci_free(gpu: Mapping[str, Any], gi: Mapping[str, Any], cp: CiProfile) -> int:

@@ -74,6 +74,7 @@ from facts import cri, kubeapi
 from facts.errors import ParseError
 from facts.snapshot import Sections, observe, parse_sections
 from simulator import crictl as sim_crictl
+from simulator import mig_smi
 from simulator import nvidia_smi as sim_smi
 from simulator.mig import MigError
 from simulator.mig_model import H100
@@ -197,10 +198,11 @@ class MigInProcessDriver(InProcessDriver):
         return _make_mig_node(path, self.gpus)
 
     def _smi(self, state: dict, *args: str) -> tuple[str, str, str]:
-        fault = state["faults"]["tools"].get("nvidia-smi", {}).get(sim_smi._fault_point(list(args)))
+        point = mig_smi.fault_point(sim_smi.SMI, list(args))
+        fault = state["faults"]["tools"].get("nvidia-smi", {}).get(point)
         if fault and fault.keys() & {"exit", "stdout", "stderr"}:
             return str(fault.get("exit", 0)), fault.get("stdout", ""), fault.get("stderr", "")
-        out, err, rc = sim_smi._refusal_or(self.sim, list(args))
+        out, err, rc = mig_smi.refusal_or(sim_smi.SMI, self.sim, list(args))
         return str(rc), _mig_table_fixed(out) if not args else out, err
 
     def _caps(self) -> list[Path]:
