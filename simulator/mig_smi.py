@@ -54,7 +54,6 @@ class Table(NamedTuple):
     mig_top: str
     mig_head: tuple[str, ...]
     mig_rows: Callable[[State, Sequence[State]], list[str]]  # a MIG card's rows
-    mig_end: tuple[str, ...]  # after the rows ("No MIG devices found" boxed in mig_top's width)
     process_head: tuple[str, ...]
     process_row: Callable[[State], str]  # ("No running processes found" boxed in rule's width)
 
@@ -119,7 +118,7 @@ def render_table(smi: Smi, state: State, cards: Sequence[State], processes: Sequ
         rows = [row for c in cards if c["mig"] for row in t.mig_rows(c, processes)]
         lines += ["", t.mig_top, *t.mig_head]
         none = [boxed("No MIG devices found", len(t.mig_top)), t.mig_top]
-        lines += [*rows, *t.mig_end] if rows else none
+        lines += rows or none
     shown = {c["index"] for c in cards}
     mine = sorted(
         (p for p in processes if p["gpu"] in shown),  # a PPU's rows have "gpu" too

@@ -132,7 +132,8 @@ def _mig_rows(gpu: State, processes: Sequence[State]) -> list[str]:
         )
         lines.append(f"|{'':18}|{bar1:<34}|{'':11}|{'':23}|")
         previous = gi["id"]
-    return lines
+    # A rule closes each GPU's devices: real nvidia-smi prints one between two GPUs' (H100x8).
+    return [*lines, MIG_RULE] if lines else lines
 
 
 def _process_name(name: str) -> str:
@@ -282,7 +283,6 @@ SMI = mig_smi.Smi(
         mig_top=RULE,
         mig_head=MIG_HEAD,
         mig_rows=_mig_rows,
-        mig_end=(MIG_RULE,),
         process_head=PROC_HEAD,
         process_row=_process_row,
     ),

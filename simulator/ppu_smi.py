@@ -209,7 +209,6 @@ SMI = mig_smi.Smi(
         mig_top=MIG_TOP,
         mig_head=MIG_HEAD,
         mig_rows=_mig_rows,
-        mig_end=(),
         process_head=PROC_HEAD,
         process_row=_process_row,
     ),

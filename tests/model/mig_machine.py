@@ -132,32 +132,13 @@ def _make_mig_node(path: Path, gpus: tuple[dict, ...]) -> tuple[SimNode, Policy]
     return sim, mig_policy(path)
 
 
-def _mig_table_fixed(text: str) -> str:
-    """
-    The simulator's default table with the rule real nvidia-smi prints between the last MIG
-    device of one GPU and the first of the next (the H100x8 capture): simulator/nvidia_smi.py
-    `render_table` leaves it out, and facts/nvidia.py then rightly refuses the table.
-    """
-    gpu, devices = None, False
-    fixed: list[str] = []
-    for line in text.split("\n"):
-        devices = (devices or line.startswith("| MIG devices:")) and line != ""
-        words = line.strip("|").split()
-        if devices and len(words) > 4 and all(w.isdigit() for w in words[:4]):
-            if gpu not in (None, words[0]) and not fixed[-1].startswith("+"):
-                fixed.append(sim_smi.MIG_RULE)
-            gpu = words[0]
-        fixed.append(line)
-    return "\n".join(fixed)
-
-
 # --- drivers --------------------------------------------------------------------------------------
 
 
 class MigNamespaceDriver(NamespaceDriver):
     """The real node read and the real destroy-mig.sh.j2, `sh -c` in the node's namespace."""
 
-    gpus = GPUS[:1]  # the simulator's nvidia-smi table of two MIG GPUs does not parse
+    gpus = GPUS
 
     def make_node(self, path: Path) -> tuple[SimNode, Policy]:
         return _make_mig_node(path, self.gpus)
@@ -203,7 +184,7 @@ class MigInProcessDriver(InProcessDriver):
         if fault and fault.keys() & {"exit", "stdout", "stderr"}:
             return str(fault.get("exit", 0)), fault.get("stdout", ""), fault.get("stderr", "")
         out, err, rc = mig_smi.refusal_or(sim_smi.SMI, self.sim, list(args))
-        return str(rc), _mig_table_fixed(out) if not args else out, err
+        return str(rc), out, err
 
     def _caps(self) -> list[Path]:
         caps = Path(self.paths.dev_dir) / "nvidia-caps"

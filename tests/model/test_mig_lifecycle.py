@@ -4,8 +4,7 @@ Model-based lifecycle testing on MIG (issue 18): random lifecycles of tests/mode
 a DRA driver, the kubernetes-api source agreeing or not) against the real decision code.
 
 - `test_mig_lifecycle_on_the_node`: the real node read and destroy-mig.sh.j2 in the node's
-  namespace, a few histories, on one H100 (the simulator's nvidia-smi table of two MIG GPUs lacks
-  the rule between them and does not parse: see mig_machine._mig_table_fixed).
+  namespace, a few histories, on two H100s.
 - `test_mig_lifecycle_in_process`: more histories, two H100s; `make bench` runs 10,000.
 - stories by hand, one per rule; and the contract hazard the machine found (a GI made again at
   an ended pod's place, read before its checkpoint entry), which the API's Pending requests close.
