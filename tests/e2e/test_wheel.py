@@ -28,13 +28,13 @@ from simulator.demo import infer_b_starts
 from simulator.namespace import NodeNamespace
 from simulator.node import SimNode
 
-PACKAGES = ("enforcer", "facts", "operations", "schemas")  # the folders the design names
+PACKAGES = ("enforcer", "facts", "kinds", "operations", "schemas")  # the folders the design names
 SIMULATOR = "simulator"  # the test double: in the checkout, never in the wheel
 INSTALL_HINT = "pip install 'partition-enforcer[kubernetes]'"
 # Where the installed interpreter finds each package.
 WHERE = (
-    "import json, enforcer, facts, operations, schemas; "
-    "print(json.dumps({m.__name__: m.__file__ for m in (enforcer, facts, operations, schemas)}))"
+    f"import json, {', '.join(PACKAGES)}; "
+    f"print(json.dumps({{m.__name__: m.__file__ for m in ({', '.join(PACKAGES)})}}))"
 )
 
 
