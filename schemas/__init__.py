@@ -1,6 +1,6 @@
 """
 The JSON Schemas: host data (the policy), the ledger, the run report, the fleet view's
-inventory record, the simulator's scenarios.
+inventory record.
 A package so that they ship in the wheel beside the code that reads them (package data), and
 are read the same way from a checkout and from an installed wheel.
 

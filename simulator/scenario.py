@@ -1,5 +1,5 @@
 """
-Scenarios: a simulated node described in YAML (schemas/scenario.schema.json), built into a folder.
+Scenarios: a simulated node described in YAML (simulator/scenario.schema.json), built into a folder.
 
 Build order follows the story a node lives: chips, registered devices, pods (their CRI states),
 vNPUs in the order listed (so the driver's lowest-free-id rule gives the ids written), attaches,
@@ -8,6 +8,7 @@ checkpoint entries, then holder processes for `held` vNPUs.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -16,10 +17,10 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, ValidationError
 
-import schemas
 from simulator.node import SimNode
 from simulator.state import ToolError
 
+SCHEMA = Path(__file__).with_name("scenario.schema.json")
 DEFAULT_HOLD_SECONDS = 3600
 
 
@@ -46,7 +47,7 @@ def _key_path(error: ValidationError) -> str:
 
 
 def validate(doc: Any) -> None:
-    schema = schemas.load("scenario")
+    schema = json.loads(SCHEMA.read_text())
     errors = sorted(Draft202012Validator(schema).iter_errors(doc), key=lambda e: e.json_path)
     if errors:
         raise ScenarioError([f"{_key_path(e)}: {e.message}" for e in errors])

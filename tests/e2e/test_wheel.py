@@ -78,7 +78,7 @@ def venv(wheel, tmp_path_factory) -> Path:
 def test_the_wheel_carries_every_file_of_the_packages_and_nothing_else(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = sources(*PACKAGES)
-    # schemas, templates, the node-side client, the scenario, the deploys: all of the folders
+    # schemas, templates, the node-side client, the deploys: all of the folders
     assert {"schemas/ledger.schema.json", "facts/pod_resources_client.py"} <= set(shipped)
     assert [name for name in shipped if name not in names] == []
     ours = {name for name in names if ".dist-info/" not in name}
