@@ -23,7 +23,7 @@ def _mig(driver: type, name: str) -> type[MigLifecycle]:
 
 
 def test_mig_lifecycle_on_the_node(namespaces):
-    """The MIG machine through the real node read and destroy-mig.sh.j2 (one H100: see GPUS)."""
+    """The MIG machine through the real node read and destroy-mig.sh.j2 (two H100s)."""
     machine = _mig(MigNamespaceDriver, "MigNodeLifecycle")
     run_state_machine_as_test(
         machine,
