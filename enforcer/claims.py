@@ -61,6 +61,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from enforcer.model import (
+    CDI,
+    DRA,
     KINDS,
     VM_METADATA,
     Claim,
@@ -72,10 +74,6 @@ from enforcer.model import (
 from kinds import REGISTRY, vendors
 from kinds.base import on_gpu
 
-# A DRA claim's record (facts.snapshot): resource `dra:<driver>`, device ids
-# `<driver>/<pool>/<device>`, its CDI devices under the annotation CDI.
-DRA = "dra:"
-CDI = "cdi.k8s.io/devices"
 # The partition kinds of each vendor, by the domain of a resource or a DRA driver's name.
 VENDORS = vendors()
 # The device nodes that reach a partition of each kind, given to a container.
@@ -95,7 +93,11 @@ def claims_from_records(records: Iterable[OwnerRecord]) -> tuple[Claim, ...]:
 
 
 def _requests(record: OwnerRecord) -> bool:
-    return record.source == KUBERNETES_API and bool(record.resource)
+    return (
+        record.source == KUBERNETES_API
+        and bool(record.resource)
+        and not record.resource.startswith(DRA)  # a ResourceClaim's allocation
+    )
 
 
 def _allocating(records: tuple[OwnerRecord, ...]) -> list[Claim]:

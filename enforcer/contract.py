@@ -31,6 +31,7 @@ from enforcer.advertised import Desired, desired
 from enforcer.claims import exact_claims, protect
 from enforcer.ledger import Entry, Ledger
 from enforcer.model import (
+    DRA_SOURCE,
     MIG,
     NODE,
     VGPU_KINDS,
@@ -49,7 +50,7 @@ TOOL_SOURCES = (
     *kinds.SOURCES,
     "proc-fd",
     "node",
-    "dra",  # a partition vendor's DRA driver is present: its allocations are not read yet
+    DRA_SOURCE,  # a partition vendor's DRA driver: its claims read whole (facts.dra_node)
 )
 # What rule 2's evidence names, by kind.
 WITNESSES = kinds.WITNESSES
@@ -143,7 +144,8 @@ def not_claimed(
 
 
 def _claim_line(c: Claim, names: dict[str, str], stuck: dict[str, str]) -> str:
-    who = f"{'VM' if c.source == VM_METADATA else 'pod'} {names.get(c.owner_uid, c.owner_uid)}"
+    noun = {VM_METADATA: "VM", DRA_SOURCE: "DRA claim"}.get(c.source, "pod")
+    who = f"{noun} {names.get(c.owner_uid, c.owner_uid)}"
     line = f"{c.scope} claim by {who} ({c.source}: {c.record})"
     if c.owner_uid in stuck:
         line += f"; {stuck[c.owner_uid]}"

@@ -22,7 +22,16 @@ from functools import cache
 from enforcer import streaks
 from enforcer.claims import claims_from_records, vm_records
 from enforcer.ledger import Ledger
-from enforcer.model import VM_METADATA, Claim, Container, Instance, Observation, OwnerRecord, Pod
+from enforcer.model import (
+    DRA_SOURCE,
+    VM_METADATA,
+    Claim,
+    Container,
+    Instance,
+    Observation,
+    OwnerRecord,
+    Pod,
+)
 from enforcer.policy import Policy
 
 
@@ -150,7 +159,7 @@ def _absent_from_api(obs: Observation) -> tuple[Pod, ...]:
     if not _api_agrees(obs):
         return ()
     listed = {p.uid for p in obs.pods if p.source == "kubernetes-api"}
-    owners = {r.owner_uid for r in obs.records} - listed
+    owners = {r.owner_uid for r in obs.records if r.source != DRA_SOURCE} - listed
     return tuple(
         Pod(u, "kubernetes-api", "ended", detail="not in the API's pod list") for u in owners
     )

@@ -28,6 +28,12 @@ KINDS = (VNPU, MIG, MDEV, VFIO, PPU, HYGON)
 PREFIXES = {MIG: "gpu", PPU: "ppu", HYGON: "dcu"}
 VM_METADATA = "vm-metadata"
 DRAIN_MARKER = "drain-marker"  # the node read's section of <state_dir>/drain.json (enforcer.drain)
+# A DRA claim's record (facts.snapshot, facts.kubeapi): resource `dra:<driver>`, device ids
+# `<driver>/<pool>/<device>`, its CDI devices under the annotation CDI.
+DRA = "dra:"
+DRA_SOURCE = "dra"  # the DRA drivers' own records on the node (facts.dra_node)
+CDI = "cdi.k8s.io/devices"
+CLAIM = "resource.k8s.io/claim"  # the annotation an API record names its ResourceClaim by
 NO_CONTAINER = "000000000000"  # npu-smi's Container ID for a vNPU no container is using
 
 

@@ -42,6 +42,10 @@ PREFIX = "enforcer_"
 KUBELET = "/var/lib/kubelet"
 CHECKPOINT = f"{KUBELET}/device-plugins/kubelet_internal_checkpoint"
 POD_RESOURCES = "/var/lib/kubelet/pod-resources/kubelet.sock"
+# NVIDIA's DRA driver: its checkpoint under the kubelet's plugins (facts.dra), and the roots its
+# per-claim CDI specs are in (/etc/cdi by default; /var/run/cdi under its Helm chart).
+DRA_CHECKPOINT = "plugins/gpu.nvidia.com/checkpoint.json"
+CDI_ROOTS = ("/etc/cdi", "/var/run/cdi")
 
 
 class PolicyError(ValueError):
@@ -79,6 +83,11 @@ class NodePaths:
     vm_metadata_roots: tuple[VmRoot, ...] = ()
     metrics_dir: str = ""  # the node_exporter textfile's folder; "": the state dir
     kubelet_dir: str = KUBELET  # where DRA drivers register (plugins_registry, plugins)
+    cdi_roots: tuple[str, ...] = CDI_ROOTS
+
+    @property
+    def dra_checkpoint(self) -> str:
+        return f"{self.kubelet_dir}/{DRA_CHECKPOINT}"
 
     @classmethod
     def from_rootfs(
@@ -104,6 +113,7 @@ class NodePaths:
             lock_path=under(rootfs, lock_path),
             checkpoint=under(rootfs, CHECKPOINT),
             kubelet_dir=under(rootfs, KUBELET),
+            cdi_roots=tuple(under(rootfs, r) for r in CDI_ROOTS),
             pod_resources=under(rootfs, POD_RESOURCES),
             dev_dir=under(rootfs, "/dev"),
             tools=tuple(sorted((tools or {}).items())),

@@ -1,55 +1,26 @@
 """
-DRA drivers present on the node. A Dynamic Resource Allocation driver prepares devices for
-ResourceClaims with no device-plugin checkpoint entry: NVIDIA's (`gpu.nvidia.com`,
-kubernetes-sigs/dra-driver-nvidia-gpu) registers with kubelet as
-`<kubelet>/plugins_registry/<driver>-reg.sock` and keeps its state and socket under
-`<kubelet>/plugins/<driver>/`. Until the allocations of a partition vendor's driver are read (a
-claim source of their own), every partition of that vendor is kept: its health says why.
+NVIDIA's DRA driver's node-local formats (kubernetes-sigs/dra-driver-nvidia-gpu,
+docs/research/dra-nvidia-gpu.md): device names. (facts.dra_node reads them on the node.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
 
-from enforcer.claims import vendor_kinds
-from facts.errors import ParseError
-
-REGISTRATION = "-reg.sock"  # kubelet's plugin watcher: <driver>-reg.sock (pluginwatcher)
-
-
-def parse_dra_listing(text: str, kubelet_dir: str) -> dict[str, str]:
-    """
-    The `dra-drivers` section, one path a line under plugins_registry/ or plugins/: the drivers
-    of a partition vendor, by name, with the first path that shows each. Other plugins (CSI
-    drivers, other vendors' DRA drivers) are not partition vendors': left out.
-    """
-    found: dict[str, str] = {}
-    for n, path in enumerate(text.splitlines(), start=1):
-        driver = _driver(path, kubelet_dir)
-        if driver is None:
-            raise ParseError("not an entry of the kubelet's plugin directories", path, n)
-        if vendor_kinds(driver):
-            found.setdefault(driver, path)
-    return found
+# The driver's parse-back of a MIG device's canonical name (mig.go:244).
+MIG_NAME = re.compile(r"^gpu-([0-9]+)-mig-(.+)-([0-9]+)-([0-9]+)$", re.ASCII)
+_CDI = re.compile(r"^k8s\.gpu\.nvidia\.com/(?:claim=[0-9a-f-]{36}-|device=)(.+)$", re.ASCII)
 
 
-def _driver(path: str, kubelet_dir: str) -> str | None:
-    for folder, suffix in (("plugins_registry", REGISTRATION), ("plugins", "")):
-        name = path.removeprefix(f"{kubelet_dir}/{folder}/")
-        if name != path and name and "/" not in name:
-            return name.removesuffix(suffix) if suffix and name.endswith(suffix) else name
-    return None
+def mig_names(minor: int, profile: str, profile_id: int, start: int, size: int) -> tuple[str, str]:
+    """The canonical names the driver gives a GPU instance: up to v25.8.1, and from v25.12.0."""
+    spelled = re.sub(r"[^a-z0-9-.]", "-", profile.replace(".", "").lower()).strip("-")
+    return (
+        f"gpu-{minor}-mig-{profile_id}-{start}-{size}",
+        f"gpu-{minor}-mig-{spelled}-{profile_id}-{start}",
+    )
 
 
-def kept_kinds(drivers: dict[str, str], kinds: Sequence[str]) -> dict[str, str]:
-    """Each of `kinds` a present driver's vendor makes, with the reason it is kept."""
-    kept: dict[str, str] = {}
-    for driver, path in drivers.items():
-        for kind in vendor_kinds(driver):
-            if kind in kinds:
-                kept.setdefault(
-                    kind,
-                    f"DRA driver {driver} is present ({path}): its allocations are not read "
-                    f"yet, so every {kind} partition is kept",
-                )
-    return kept
+def device_of_cdi(cdi_id: str) -> str | None:
+    match = _CDI.match(cdi_id)
+    return match[1] if match else None

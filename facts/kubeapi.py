@@ -4,6 +4,7 @@ node with the official `kubernetes` client, shared by every host of the inventor
 
     list_pods(kubeconfig) -> PodList            # one LIST (all pages), or ok=False and why
     for_node(pod_list, "node3") -> (pods, records, health)
+    claims_on(pod_list, "node3") -> {claim uid}  # the ResourceClaims allocated to the node
     node_registered(kubeconfig, "node3") -> (True | False | None, why)   # one GET of the Node
     agreement(health, pod_list, "node3", registered, sandboxes) -> health  # stale: disagrees
 
@@ -26,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from enforcer.model import OwnerRecord, Pod, SourceHealth
+from enforcer.model import CLAIM, DRA, OwnerRecord, Pod, SourceHealth
 from facts.cri import Sandbox
 
 # The optional `kubernetes` extra. Without it this source is `unavailable`, saying how to
@@ -47,6 +48,8 @@ else:
 SOURCE = "kubernetes-api"
 PAGE_SIZE = 500
 ENDED = ("Succeeded", "Failed")
+# resource.k8s.io, newest first: v1 since Kubernetes 1.34 (DRA GA), v1beta2 1.33, v1beta1 1.32.
+CLAIM_VERSIONS = ("v1", "v1beta2", "v1beta1")
 # kubelet's annotation keys (k8s.io/kubernetes pkg/kubelet/types/pod_update.go). kubelet sets
 # config.source on every pod it runs ("api", or "file"/"http" for a static pod: IsStaticPod is
 # source != "api"), and passes a pod's annotations to its CRI sandbox (kuberuntime
@@ -73,6 +76,27 @@ class ApiPod:
 
 
 @dataclass(frozen=True)
+class ApiClaim:
+    """
+    One ResourceClaim as the API server listed it (resource.k8s.io, types.go
+    ResourceClaimStatus): the devices allocated, by (driver, pool, device); the nodes its
+    allocation's node selector names; the pods it is reserved for, by (name, uid).
+    """
+
+    uid: str
+    name: str
+    namespace: str
+    results: tuple[tuple[str, str, str], ...]
+    nodes: tuple[str, ...]
+    reserved: tuple[tuple[str, str], ...]
+
+    def on(self, node_name: str) -> bool:
+        """Allocated to that node: its selector names it, or a device is of its pool (the DRA
+        drivers of node-local devices publish one pool per node, named after it)."""
+        return node_name in self.nodes or any(pool == node_name for _, pool, _ in self.results)
+
+
+@dataclass(frozen=True)
 class PodList:
     """The whole list, or `ok=False` with the reason it could not be read whole."""
 
@@ -80,6 +104,7 @@ class PodList:
     reason: str
     pods: tuple[ApiPod, ...]
     listed_at: float  # control node clock, when the LIST started
+    claims: tuple[ApiClaim, ...] = ()  # every ResourceClaim (DRA), listed with the pods
 
 
 class _Failure(Exception):
@@ -97,11 +122,15 @@ def list_pods(kubeconfig: str | None, timeout: float = 10) -> PodList:
     KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG or ~/.kube/config (as kubectl does).
     """
     listed_at = time.time()
+    deadline = time.monotonic() + timeout
     try:
-        pods = _list_all(_configuration(kubeconfig), time.monotonic() + timeout)
+        cfg = _configuration(kubeconfig)
+        pods = _list_all(cfg, deadline)
+        claims = _list_claims(cfg, deadline)
     except _Failure as failure:
         return PodList(False, str(failure), (), listed_at)
-    return PodList(True, f"{len(pods)} pods listed", pods, listed_at)
+    said = f"{len(pods)} pods listed" + (f", {len(claims)} ResourceClaims" if claims else "")
+    return PodList(True, said, pods, listed_at, claims)
 
 
 _RUN_LISTS: dict[str | None, PodList] = {}
@@ -128,7 +157,34 @@ def for_node(
     mine = tuple(p for p in pods.pods if p.node_name == node_name)
     health = SourceHealth(SOURCE, "ok", reason=f"{len(mine)} of {len(pods.pods)} pods on node")
     records = tuple(r for p in mine for r in (_record(p), *_requests(p)))
+    records += tuple(r for c in pods.claims if c.on(node_name) for r in _allocated(c, node_name))
     return tuple(_pod(p) for p in mine), records, health
+
+
+def claims_on(pods: PodList, node_name: str) -> frozenset[str] | None:
+    """The uids of the ResourceClaims allocated to the node; None: the list is not whole."""
+    return frozenset(c.uid for c in pods.claims if c.on(node_name)) if pods.ok else None
+
+
+def _allocated(c: ApiClaim, node_name: str) -> tuple[OwnerRecord, ...]:
+    """
+    A claim allocated to the node, one record per pod it is reserved for and driver: the pod
+    (alive, or that may still be coming: it is reserved before it starts) claims those devices.
+    One reserved for no pod claims nothing: nothing uses it, and it may be deallocated.
+    """
+    drivers = dict.fromkeys(d for d, pool, _ in c.results if pool == node_name)
+    return tuple(
+        OwnerRecord(
+            uid,
+            SOURCE,
+            f"ResourceClaim {c.namespace}/{c.name} ({c.uid}) reserved for pod {name}",
+            f"{DRA}{driver}",
+            tuple(f"{d}/{p}/{x}" for d, p, x in c.results if d == driver and p == node_name),
+            annotations=((CLAIM, c.uid),),
+        )
+        for name, uid in c.reserved
+        for driver in drivers
+    )
 
 
 def _pod(p: ApiPod) -> Pod:
@@ -279,6 +335,71 @@ def _get_page(
     return _decode(_request(url, deadline, call, limit=PAGE_SIZE, _continue=token), url)
 
 
+def _list_claims(cfg: client.Configuration, deadline: float) -> tuple[ApiClaim, ...]:
+    """
+    Every ResourceClaim, of the newest resource.k8s.io version the server serves; none when it
+    serves none (a cluster without DRA has no claims). Any other failure: the list is not whole.
+    """
+    for version in CLAIM_VERSIONS:
+        try:
+            return _claim_pages(cfg, version, deadline)
+        except _NotFound:
+            continue
+    return ()
+
+
+def _claim_pages(cfg: client.Configuration, version: str, deadline: float) -> tuple[ApiClaim, ...]:
+    claims: list[ApiClaim] = []
+    token: str | None = None
+    page = 0
+    with client.ApiClient(cfg) as api:
+        resource = getattr(client, f"Resource{version.capitalize()}Api")(api)
+        while True:
+            page += 1
+            url = f"GET {cfg.host}/apis/resource.k8s.io/{version}/resourceclaims (page {page})"
+            call = resource.list_resource_claim_for_all_namespaces
+            data = _request(url, deadline, call, limit=PAGE_SIZE, _continue=token)
+            body = _decode(data, url, "ResourceClaimList")
+            claims += _parse_items(body, page, _parse_claim, "ResourceClaim")
+            token = body["metadata"].get("continue") or None
+            if token is None:
+                return tuple(claims)
+
+
+def _parse_claim(item: dict[str, Any]) -> ApiClaim:
+    meta, status = item["metadata"], item.get("status") or {}
+    allocation = status.get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or []
+    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []
+    return ApiClaim(
+        uid=_text(meta["uid"], "metadata.uid"),
+        name=_text(meta["name"], "metadata.name"),
+        namespace=_text(meta["namespace"], "metadata.namespace"),
+        results=tuple(
+            (_text(r["driver"], "driver"), _text(r["pool"], "pool"), _text(r["device"], "device"))
+            for r in results
+        ),
+        nodes=tuple(n for t in terms for n in _selected(t)),
+        reserved=tuple(
+            (_text(c["name"], "reservedFor.name"), _text(c["uid"], "reservedFor.uid"))
+            for c in status.get("reservedFor") or ()
+            if c.get("resource") == "pods" and not c.get("apiGroup")
+        ),
+    )
+
+
+def _selected(term: dict[str, Any]) -> list[str]:
+    """The node names a node selector term pins (metadata.name or the hostname label, In)."""
+    keys = ("metadata.name", "kubernetes.io/hostname")
+    found = [*(term.get("matchFields") or ()), *(term.get("matchExpressions") or ())]
+    return [
+        _text(v, "nodeSelector value")
+        for e in found
+        if e.get("key") in keys and e.get("operator") == "In"
+        for v in e.get("values") or ()
+    ]
+
+
 def _request(what: str, deadline: float, call: Callable[..., Any], *args: Any, **kw: Any) -> bytes:
     """One API request within the deadline: the answer's body, or a _Failure naming `what`."""
     remaining = deadline - time.monotonic()
@@ -298,28 +419,32 @@ def _request(what: str, deadline: float, call: Callable[..., Any], *args: Any, *
             response.release_conn()
 
 
-def _decode(data: bytes, url: str) -> dict[str, Any]:
+def _decode(data: bytes, url: str, kind: str = "PodList") -> dict[str, Any]:
     try:
         body = json.loads(data)
     except ValueError as error:  # also UnicodeDecodeError
         raise _Failure(f"{url}: not JSON: {_oneline(error)}") from error
-    if not isinstance(body, dict) or body.get("kind") != "PodList":
-        raise _Failure(f"{url}: not a PodList: {_oneline(repr(body))}")
+    if not isinstance(body, dict) or body.get("kind") != kind:
+        raise _Failure(f"{url}: not a {kind}: {_oneline(repr(body))}")
     if not isinstance(body.get("metadata"), dict) or not isinstance(body.get("items"), list):
-        raise _Failure(f"{url}: PodList without metadata or items")
+        raise _Failure(f"{url}: {kind} without metadata or items")
     if not isinstance(body["metadata"].get("continue", ""), str):
-        raise _Failure(f"{url}: PodList with a continue token that is not a string")
+        raise _Failure(f"{url}: {kind} with a continue token that is not a string")
     return body
 
 
 def _parse_page(body: dict[str, Any], page: int) -> list[ApiPod]:
-    pods = []
+    return _parse_items(body, page, _parse_pod, "pod")
+
+
+def _parse_items(body: dict[str, Any], page: int, parse: Callable, noun: str) -> list:
+    found = []
     for index, item in enumerate(body["items"]):
         try:
-            pods.append(_parse_pod(item))
+            found.append(parse(item))
         except (KeyError, TypeError, AttributeError, ValueError) as error:
-            raise _Failure(f"page {page} item {index}: malformed pod: {error!r}") from error
-    return pods
+            raise _Failure(f"page {page} item {index}: malformed {noun}: {error!r}") from error
+    return found
 
 
 def _parse_pod(item: dict[str, Any]) -> ApiPod:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from enforcer.model import MIG, PPU, Gpu, Holder, Partition
-from facts import nvidia, ppu, procfs, thead
+from facts import dra, nvidia, ppu, procfs, thead
 from facts.errors import ParseError
 from facts.sections import Reader
 
@@ -166,16 +166,27 @@ def _nvidia_places(r: Reader, partitions: list[Partition]) -> dict | None:
 
 
 def _with_aliases(partitions: list[Partition], places: dict | None) -> list[Partition]:
-    """Each GI with the names GKE's plugin gives it: its GI name, its GI's and CIs' caps."""
+    """
+    Each GI with the names GKE's plugin gives it (its GI name, its GI's and CIs' caps) and those
+    NVIDIA's DRA driver gives it (facts.dra: its canonical names, and its GPU's `gpu-<minor>`).
+    """
     if not places:
         return partitions
     names: dict[tuple[str, str], list[str]] = {}
+    minor: dict[str, int] = {}
     for name, (accelerator, gi, ci) in places.items():
         names.setdefault((accelerator, gi), []).append((name, ci))
+        if name.startswith("nvidia") and "/gi" in name:  # nvidia<GPU minor>/gi<id>
+            minor[accelerator] = int(name.removeprefix("nvidia").split("/")[0])
     found = []
     for p in partitions:
-        cis = {int(c.split(":")[0]) for c in dict(p.identity_fields)["cis"].split()}
+        fields = dict(p.identity_fields)
+        cis = {int(c.split(":")[0]) for c in fields["cis"].split()}
         own = [n for n, ci in names.get((p.accelerator, p.id), ()) if ci is None or ci in cis]
+        if p.accelerator in minor:
+            start, size = (int(x) for x in fields["placement"].split(":"))
+            m, profile_id = minor[p.accelerator], int(fields["profile_id"])
+            own += [f"gpu-{m}", *dra.mig_names(m, p.profile, profile_id, start, size)]
         found.append(replace(p, aliases=tuple(sorted(own))))
     return found
 

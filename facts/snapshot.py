@@ -15,8 +15,10 @@ from pathlib import Path
 
 from pyinfra.api import FactBase
 
-from enforcer.claims import CDI, DRA
 from enforcer.model import (
+    CDI,
+    DRA,
+    DRA_SOURCE,
     DRAIN_MARKER,
     NODE,
     PREFIXES,
@@ -33,7 +35,7 @@ from enforcer.model import (
 )
 from enforcer.policy import NodePaths
 from enforcer.shell import render
-from facts import cgroups, checkpoint, cri, dra, markers, podresources, procfs, vms
+from facts import cgroups, checkpoint, cri, dra_node, markers, podresources, procfs, vms
 from facts.errors import ParseError
 from facts.sections import Reader, Sections
 from facts.sections import parse_sections as parse_framing
@@ -43,7 +45,6 @@ from kinds.base import Context, Witness
 ABSENT = "(absent)"  # the ledger and drain sections' value for a file that is not there
 CLIENT = Path(__file__).with_name("pod_resources_client.py")  # runs on the node, stdlib only
 POD_RESOURCES = "kubelet-pod-resources"
-DRA_SOURCE = "dra"  # a DRA driver's allocations (facts.dra)
 MARKERS = "markers"
 
 
@@ -121,6 +122,8 @@ SHARED = {
     "destroyed": "cat destroyed",
     "drain": "cat drain.json",
     "dra-drivers": "ls /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins",
+    "dra-checkpoint": "cat plugins/gpu.nvidia.com/checkpoint.json",
+    "dra-cdi": "cat k8s.gpu.nvidia.com-claim_*.yaml",
     "claim-digest": "sha256sum kubelet_internal_checkpoint",
     "last-read": "write last-read",
 }
@@ -227,9 +230,9 @@ def observe(
         holders += held
     pods, records = _pods_and_records(entries, sandboxes, containers)
     more_pods, more_records = _pod_resources(answered, sandboxes)
-    pods, records = pods + more_pods, records + more_records + marked
-    keep = set(claim_sources)
-    _dra_drivers(r, paths, {p.kind for p in partitions})
+    dra_pods, dra_records = dra_node.observe_dra(r, paths, boot_id, {p.kind for p in partitions})
+    pods, records = pods + more_pods + dra_pods, records + more_records + marked + dra_records
+    keep = {*claim_sources, DRA_SOURCE}  # the DRA driver's claims: read where it is
     _tools_missing(r, paths)
     return Observation(
         node=node,
@@ -257,14 +260,6 @@ def observe(
         if kubelet
         else (),
     )
-
-
-def _dra_drivers(r: Reader, paths: NodePaths, kinds: set[str]) -> None:
-    """A partition vendor's DRA driver keeps every partition of its kinds listed (facts.dra)."""
-    listing = lambda s: dra.parse_dra_listing(s.stdout, paths.kubelet_dir)  # noqa: E731
-    drivers = r.read("dra-drivers", DRA_SOURCE, listing)
-    for kind, why in dra.kept_kinds(drivers or {}, sorted(kinds)).items():
-        r.fail(DRA_SOURCE, "unreadable", why, kind)
 
 
 def _tools_missing(r: Reader, paths: NodePaths) -> None:

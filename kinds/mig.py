@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from enforcer.model import MIG, PPU, Claim, Holder, Observation, OwnerRecord, Partition
+from enforcer.model import CDI, DRA, MIG, PPU, Claim, Holder, Observation, OwnerRecord, Partition
 from enforcer.policy import NodePaths
 from enforcer.shell import b64, decimal, render
+from facts import dra
 from facts.mig import NOTHING, mig_holders, observe_mig
 from facts.sections import Reader
 from kinds.base import Claims, Context, Found, Kind, Markers, Witness, on_gpu
@@ -29,6 +30,12 @@ MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-([0-9]+g\.[0-9]+gb(?:\.[a-z]+)*)$",
 # capability devices of the GI and its CI 0: no UUID anywhere (Partition.aliases).
 GKE_GI = re.compile(r"^nvidia[0-9]+/gi[0-9]+$", re.ASCII)
 NVIDIA_CAP = re.compile(r"^/dev/nvidia-caps/(nvidia-cap[0-9]+)$", re.ASCII)
+# NVIDIA's DRA driver (gpu.nvidia.com, facts.dra): its records name devices `<driver>/<pool>/<name>`
+# by canonical name: a MIG device (a GI alias, facts.mig), a whole GPU `gpu-<minor>` (an alias of
+# every GI on it), a GPU passed through to a VM `gpu-vfio-<n>` (no partition).
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_GPU = re.compile(r"^gpu-[0-9]+$", re.ASCII)
+DRA_VFIO = re.compile(r"^gpu-vfio-[0-9]+$", re.ASCII)
 
 
 def observe(r: Reader, ctx: Context) -> Found:
@@ -55,7 +62,44 @@ def advertises(device_id: str) -> list[tuple[str, str]] | None:
 
 
 def claims(record: OwnerRecord) -> Claims:
+    if record.resource == f"{DRA}{DRA_DRIVER}":
+        return dra_claims(record)
     return _mig_claims(record), False
+
+
+def dra_claims(record: OwnerRecord) -> Claims:
+    """
+    A claim NVIDIA's DRA driver prepared, or the kubelet or the API says it allocated: each device
+    it names claims exactly the partition of that name or UUID (a whole GPU: every GI on it), and
+    a GPU UUID the whole GPU. One name not understood leaves the record to the others, and to
+    `enforcer.claims._unrecognised`: it keeps every partition of the vendor, and asks a person.
+    """
+    names = [d.split("/", 2)[2] for d in record.device_ids if d.startswith(f"{DRA_DRIVER}/")]
+    names += [n for _, v in record.annotations if _ == CDI for n in _cdi_devices(v)]
+    texts = [d for d in record.device_ids if not d.startswith(f"{DRA_DRIVER}/")]
+    if any(n is None for n in names) or not all(_dra_known(n) for n in names):
+        return [], False
+    exact = sorted({n for n in names if not DRA_VFIO.match(n)})  # type: ignore[arg-type]
+    exact += sorted({u for t in texts for u in MIG_UUID.findall(t)})
+    exact += sorted({t for t in texts if GKE_GI.match(t)})
+    exact += [m[1] for d in record.devices if (m := NVIDIA_CAP.match(d))]
+    found = [
+        Claim(record.owner_uid, record.source, "exact", f"{record.where}: {n}", kind=MIG, uuid=n)
+        for n in dict.fromkeys(exact)
+    ]
+    gpus = sorted({g for t in texts if not MIG_UUID.search(t) for g in GPU_UUID.findall(t)})
+    what = "a whole GPU: every partition on it"
+    found += [on_gpu(record, "device-wide", f"gpu:{g}", None, None, what, MIG) for g in gpus]
+    return found, True
+
+
+def _dra_known(name: str) -> bool:
+    return bool(dra.MIG_NAME.match(name) or DRA_GPU.match(name) or DRA_VFIO.match(name))
+
+
+def _cdi_devices(value: str) -> list[str | None]:
+    """The device names of a record's CDI ids (None: an id of another vendor or class)."""
+    return [dra.device_of_cdi(i) for i in value.split(",") if i]
 
 
 def _mig_claims(record: OwnerRecord) -> list[Claim]:

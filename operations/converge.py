@@ -28,7 +28,7 @@ from enforcer import report as reports
 from enforcer.contract import decide
 from enforcer.model import DRAIN_MARKER, NODE, Observation, OwnerRecord, Pod, SourceHealth
 from enforcer.policy import DEFAULTS, HOST_DATA_KEYS, Policy, PolicyError, policy_from_host_data
-from facts import cri, kubeapi, nodename
+from facts import cri, dra_node, kubeapi, nodename
 from facts.cri import Sandbox
 from facts.errors import ParseError
 from facts.snapshot import NodeSnapshot, Sections, observe
@@ -66,10 +66,11 @@ def read_node(
     obs = observe(sections, node.name, policy.paths, policy.claim_sources, policy.kinds)
     obs = replace(obs, health=obs.health + _said(node))
     if "kubernetes-api" in policy.claim_sources:
-        pods, records, health = api_source(policy, node, sections, list_pods(policy.kubeconfig))
-        obs = replace(
-            obs, pods=obs.pods + pods, records=obs.records + records, health=(*obs.health, health)
-        )
+        listed = list_pods(policy.kubeconfig)
+        pods, records, health = api_source(policy, node, sections, listed)
+        claims = kubeapi.claims_on(listed, node.name) if health.status == "ok" else None
+        records = tuple(dra_node.agreement(obs.records + records, claims))
+        obs = replace(obs, pods=obs.pods + pods, records=records, health=(*obs.health, health))
     return obs
 
 

@@ -330,6 +330,8 @@ class InProcessDriver(Driver):
             lines.append("PE1 destroyed absent - -")
         lines.append("PE1 drain absent - -")  # never drained
         lines.append(_line("dra-drivers", "0", "", ""))
+        lines.append("PE1 dra-checkpoint absent - -")
+        lines.append(_line("dra-cdi", "0", "", ""))
         lines.append(_line("claim-digest", "0", self._digest() + "\n", ""))
         lines.append("PE1 end")
         return parse_sections(lines)

@@ -67,6 +67,10 @@ class FakeApiServer:
     stall: float = 0.0  # seconds to wait before answering
     expire_after_pages: int | None = None  # answer 410 Gone to later continue tokens
     requests: list[dict[str, list[str]]] = field(default_factory=list)
+    # The ResourceClaims it serves, by resource.k8s.io version (none: a cluster without DRA);
+    # claims_status: what it answers their LIST instead, when not 200.
+    claims: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    claims_status: int = 200
     authorization: list[str] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
     url: str = ""
@@ -75,11 +79,17 @@ class FakeApiServer:
     def answer(self, path: str) -> tuple[int, dict[str, Any]]:
         url = urlsplit(path)
         query = parse_qs(url.query)
-        self.requests.append(query)
         if url.path.startswith("/api/v1/nodes/"):
             return self.node(url.path.removeprefix("/api/v1/nodes/"))
-        if url.path != "/api/v1/pods":
+        version = url.path.removeprefix("/apis/resource.k8s.io/").removesuffix("/resourceclaims")
+        if version in self.claims:
+            if self.claims_status != 200:
+                return self.claims_status, status_body(self.claims_status, "Forbidden", "no")
+            items = self.claims[version]
+            return 200, {"kind": "ResourceClaimList", "metadata": {}, "items": items}
+        if url.path != "/api/v1/pods":  # no resource.k8s.io: a cluster without DRA
             return 404, status_body(404, "NotFound", f"the server could not find {url.path}")
+        self.requests.append(query)  # the pod LISTs
         if self.status != 200:
             return self.status, status_body(self.status, "InternalError", "etcdserver: timeout")
         token = query.get("continue", ["0"])[0]
@@ -390,3 +400,85 @@ def test_without_the_kubernetes_client_the_source_is_unavailable_saying_how_to_i
     assert install in reason and "kubernetes" in reason
     assert registered[0] is None and install in registered[1]
     assert install in cordon
+
+
+# --- ResourceClaims (DRA), listed with the pods ----------------------------------------------
+
+
+def resource_claim(
+    name: str, node: str, devices: list[str], reserved: list[str], driver: str = "gpu.nvidia.com"
+) -> dict[str, Any]:
+    """A ResourceClaim as resource.k8s.io/v1 lists it (kubernetes/api resource/v1/types.go)."""
+    selector = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    results = [{"request": "gpu", "driver": driver, "pool": node, "device": d} for d in devices]
+    return {
+        "metadata": {"name": name, "namespace": "ai", "uid": f"claim-{name}"},
+        "spec": {"devices": {"requests": [{"name": "gpu"}]}},
+        "status": {
+            "allocation": {
+                "devices": {"results": results},
+                "nodeSelector": {"nodeSelectorTerms": [selector]},
+            },
+            "reservedFor": [{"resource": "pods", "name": p, "uid": f"uid-{p}"} for p in reserved],
+        },
+    }
+
+
+def test_resource_claims_allocated_to_the_node_claim_their_devices_for_the_pods_reserved(
+    fake: FakeApiServer, tmp_path: Path
+) -> None:
+    fake.items = [pod("a", "n1", "Pending"), pod("b", "n2", "Running")]
+    fake.claims["v1"] = [
+        resource_claim("mig-a", "n1", ["gpu-0-mig-1g10gb-19-0"], ["a"]),
+        resource_claim("idle", "n1", ["gpu-1"], []),  # allocated, reserved for no pod
+        resource_claim("mig-b", "n2", ["gpu-0-mig-1g10gb-19-0"], ["b"]),
+    ]
+    listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=5)
+    assert listed.ok, listed.reason
+    assert listed.reason == "2 pods listed, 3 ResourceClaims"
+    _, records, _ = for_node(listed, "n1")
+    (claim,) = [r for r in records if r.resource.startswith("dra:")]
+    assert claim.owner_uid == "uid-a"
+    assert claim.resource == "dra:gpu.nvidia.com"
+    assert claim.device_ids == ("gpu.nvidia.com/n1/gpu-0-mig-1g10gb-19-0",)
+    assert claim.where == "ResourceClaim ai/mig-a (claim-mig-a) reserved for pod a"
+    assert kubeapi.claims_on(listed, "n1") == {"claim-mig-a", "claim-idle"}
+    assert kubeapi.claims_on(replace(listed, ok=False), "n1") is None
+
+
+def test_resource_claims_fall_back_to_the_newest_version_the_server_serves(
+    fake: FakeApiServer, tmp_path: Path
+) -> None:
+    fake.claims["v1beta1"] = [resource_claim("old", "n1", ["gpu-0"], ["a"])]
+    listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=5)
+    assert listed.ok and [c.name for c in listed.claims] == ["old"]
+
+
+def test_a_cluster_that_serves_no_resource_claims_has_none(
+    fake: FakeApiServer, tmp_path: Path
+) -> None:
+    listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=5)
+    assert listed.ok and listed.claims == ()
+
+
+@pytest.mark.parametrize("status", [403, 500])
+def test_resource_claims_that_cannot_be_listed_leave_the_source_unavailable(
+    fake: FakeApiServer, tmp_path: Path, status: int
+) -> None:
+    fake.claims["v1"], fake.claims_status = [], status
+    listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=5)
+    assert not listed.ok
+    assert "/apis/resource.k8s.io/v1/resourceclaims (page 1)" in listed.reason
+    assert f"HTTP {status}" in listed.reason
+    assert for_node(listed, "n1")[2].status == "unavailable"
+
+
+def test_a_malformed_resource_claim_leaves_the_list_not_whole(
+    fake: FakeApiServer, tmp_path: Path
+) -> None:
+    broken = resource_claim("x", "n1", ["gpu-0"], ["a"])
+    del broken["status"]["allocation"]["devices"]["results"][0]["device"]
+    fake.claims["v1"] = [broken]
+    listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=5)
+    assert not listed.ok
+    assert "malformed ResourceClaim" in listed.reason

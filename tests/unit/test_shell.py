@@ -280,6 +280,8 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "fd-scan",
         "holder-cgroups",
         "dra-drivers",
+        "dra-checkpoint",
+        "dra-cdi",
         "checkpoint",
         "crictl-pods",
         "crictl-ps",

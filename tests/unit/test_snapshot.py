@@ -82,6 +82,8 @@ def healthy_node() -> dict[str, tuple[str, str, str]]:
         "destroyed": ("absent", "", ""),
         "drain": ("absent", "", ""),
         "dra-drivers": ("0", "", ""),
+        "dra-checkpoint": ("absent", "", ""),
+        "dra-cdi": ("0", "", ""),
         "claim-digest": ("0", DIGEST + "\n", ""),
     }
 

@@ -218,7 +218,7 @@ def test_markers_not_a_claim_source_are_not_read():
     assert not any(h.source == "markers" for h in obs.health)
 
 
-def test_a_dra_driver_of_nvidia_keeps_every_mig_partition_and_says_why():
+def test_a_dra_driver_of_nvidia_without_its_checkpoint_keeps_every_mig_partition_and_says_why():
     listing = (
         "/srv/n1/var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock\n"
         "/srv/n1/var/lib/kubelet/plugins_registry/csi.example.com-reg.sock\n"
@@ -230,8 +230,9 @@ def test_a_dra_driver_of_nvidia_keeps_every_mig_partition_and_says_why():
     assert failed == [("dra", "unreadable", MIG)]
     assert obs.health[0].reason == (
         "DRA driver gpu.nvidia.com is present "
-        "(/srv/n1/var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock): its allocations "
-        "are not read yet, so every nvidia-mig partition is kept"
+        "(/srv/n1/var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock), its checkpoint "
+        "/srv/n1/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json is not: its claims "
+        "cannot be read"
     )
 
 

@@ -1,0 +1,196 @@
+"""
+The `dra` claim source as the node read gives it (facts.dra parses the driver's formats): which
+partition vendors' DRA drivers are on the node, and the claims NVIDIA's driver (gpu.nvidia.com,
+kubernetes-sigs/dra-driver-nvidia-gpu) holds, from its checkpoint and its per-claim CDI specs.
+
+- A claim the driver's checkpoint holds, being prepared or prepared, claims its devices exactly.
+  Its owner is the claim (`resourceclaim:<uid>`), alive while the driver holds it: the kubelet
+  unprepares a claim only after its pods are gone, and the driver forgets it only when every
+  device of it was destroyed (device_state.go Unprepare).
+- A CDI spec of a claim the checkpoint does not hold claims the devices its nodes reach, and says
+  so: the driver deletes the spec before it forgets the claim, so the spec outlives it only when
+  that went wrong.
+- The checkpoint not read whole (unreadable, of a shape not known, missing while the driver is
+  there) or written in another boot: every partition of the vendor is kept, the source `dra` not
+  ok for those kinds. Another partition vendor's DRA driver: its allocations are not read, and
+  every partition of that vendor is kept.
+- `agreement` compares the checkpoint with the API's ResourceClaims (facts.kubeapi): a claim
+  prepared here and not allocated there, or the reverse, keeps its devices and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from enforcer.claims import vendor_kinds
+from enforcer.model import CLAIM, DRA, DRA_SOURCE, OwnerRecord, Pod
+from enforcer.policy import NodePaths
+from facts import dra
+from facts.errors import ParseError
+from facts.sections import Reader
+
+DRIVER = "gpu.nvidia.com"
+OWNER = "resourceclaim:"  # a claim's owner: resourceclaim:<claim uid>
+REGISTRATION = "-reg.sock"  # kubelet's plugin watcher: <driver>-reg.sock (pluginwatcher)
+_ABSENT = object()
+
+
+def observe_dra(
+    r: Reader, paths: NodePaths, boot_id: str, kinds: set[str]
+) -> tuple[list[Pod], list[OwnerRecord]]:
+    """NVIDIA's driver's claims as owners and records; other vendors' drivers keep their kinds."""
+    listing = lambda s: parse_dra_listing(s.stdout, paths.kubelet_dir)  # noqa: E731
+    drivers = r.read("dra-drivers", DRA_SOURCE, listing)
+    if drivers is None:
+        return [], []
+    others = {d: p for d, p in drivers.items() if d != DRIVER}
+    for kind, why in kept_kinds(others, sorted(kinds)).items():
+        r.fail(DRA_SOURCE, "unreadable", why, kind)
+    scopes = [k for k in vendor_kinds(DRIVER) if k in kinds]
+    claims = _checkpoint(r, paths, boot_id, drivers.get(DRIVER), scopes)
+    if claims is None:
+        return [], []
+    specs = Scoped(r, scopes).read("dra-cdi", DRA_SOURCE, lambda s: dra.parse_cdi_listing(s.stdout))
+    held = {c.uid for c in claims}
+    records = [_claim_record(paths, c) for c in claims]
+    pods = [_alive(record, c) for record, c in zip(records, claims, strict=True)]
+    left = [_spec_record(s) for s in specs or () if s.claim_uid not in held]
+    return pods + [_alive(record, None) for record in left], records + left
+
+
+def _checkpoint(
+    r: Reader, paths: NodePaths, boot_id: str, driver: str | None, scopes: list[str]
+) -> tuple[dra.PreparedClaim, ...] | None:
+    """The claims the checkpoint holds; None, and the vendor's kinds kept, when not read whole."""
+    read = Scoped(r, scopes)
+    found = read.read(
+        "dra-checkpoint", DRA_SOURCE, lambda s: dra.parse_checkpoint(s.stdout), absent=_ABSENT
+    )
+    if found is None:
+        return None
+    where = paths.dra_checkpoint
+    if found is _ABSENT:
+        if driver is None:
+            return ()
+        why = f"DRA driver {DRIVER} is present ({driver}), its checkpoint {where} is not"
+        r.fail_kinds(DRA_SOURCE, "unreadable", f"{why}: its claims cannot be read", scopes)
+        return None
+    if found.boot_id and found.boot_id != boot_id:
+        why = (
+            f"{where} was written in boot {found.boot_id}, this is boot {boot_id}: the driver has "
+            "not started since the reboot, and which claims it holds is not known"
+        )
+        r.fail_kinds(DRA_SOURCE, "stale", why, scopes)
+        return None
+    return found.claims
+
+
+class Scoped(Reader):
+    """A reader whose failures poison only `scopes` (the vendor's kinds), not the whole node."""
+
+    def __init__(self, r: Reader, scopes: Sequence[str]):
+        super().__init__(r.sections)
+        self.into, self.scopes = r, scopes
+
+    def fail(self, source: str, status: str, reason: str, scope: str = "") -> None:
+        self.into.fail_kinds(source, status, reason, self.scopes)
+
+
+def _claim_record(paths: NodePaths, c: dra.PreparedClaim) -> OwnerRecord:
+    """A claim the driver holds: the devices it prepared, or is preparing (its results)."""
+    named = [f"{DRIVER}/{d.pool}/{d.name}" for d in c.devices]
+    named += [f"{a.driver}/{a.pool}/{a.device}" for a in c.results if a.driver == DRIVER]
+    named += [d.uuid for d in c.devices if d.type in ("gpu", "mig") and d.uuid]
+    named += [
+        f"nvidia{d.parent_minor}/gi{d.gi}"
+        for d in c.devices
+        if d.parent_minor is not None and d.gi is not None
+    ]
+    pods = ", ".join(f"pod {name}" for name, _ in c.reserved_for) or "no pod"
+    where = f"DRA checkpoint {paths.dra_checkpoint}: claim {_label(c)} {c.state}, for {pods}"
+    return OwnerRecord(f"{OWNER}{c.uid}", DRA_SOURCE, where, f"{DRA}{DRIVER}", _once(named))
+
+
+def _spec_record(s: dra.CdiSpec) -> OwnerRecord:
+    """A CDI spec whose claim the checkpoint does not hold: the devices its nodes reach."""
+    names = [f"{DRIVER}/-/{n.removeprefix(f'{s.claim_uid}-')}" for n in s.devices]
+    where = f"CDI spec {s.path} of claim {s.claim_uid}, not in the DRA driver's checkpoint"
+    return OwnerRecord(
+        f"{OWNER}{s.claim_uid}", DRA_SOURCE, where, f"{DRA}{DRIVER}", _once(names), devices=s.nodes
+    )
+
+
+def _alive(record: OwnerRecord, claim: dra.PreparedClaim | None) -> Pod:
+    held = f"{claim.state} in the DRA driver's checkpoint" if claim else "its CDI spec is there"
+    name, namespace = (claim.name, claim.namespace) if claim else ("", "")
+    return Pod(record.owner_uid, DRA_SOURCE, "alive", name, namespace, held)
+
+
+def _label(c: dra.PreparedClaim) -> str:
+    return f"{c.namespace}/{c.name} ({c.uid})" if c.name else c.uid
+
+
+def _once(values: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(values))
+
+
+def agreement(
+    records: Sequence[OwnerRecord], api_claims: frozenset[str] | None
+) -> list[OwnerRecord]:
+    """
+    The checkpoint's claims and the API's (`api_claims`: the uids of the claims allocated to this
+    node, by the API's word; None: the API was not read whole). Where they disagree the devices
+    stay claimed (by whichever says so) and the record says how they disagree.
+    """
+    if api_claims is None:
+        return list(records)
+    held = {r.owner_uid.removeprefix(OWNER) for r in records if r.source == DRA_SOURCE}
+    found = []
+    for r in records:
+        uid = r.owner_uid.removeprefix(OWNER)
+        if r.source == DRA_SOURCE and uid not in api_claims:
+            r = replace(r, where=f"{r.where}; not allocated to this node in the API")
+        claim = dict(r.annotations).get(CLAIM)
+        if claim and r.resource == f"{DRA}{DRIVER}" and claim not in held:
+            r = replace(r, where=f"{r.where}; not prepared on the node (not in the checkpoint)")
+        found.append(r)
+    return found
+
+
+def parse_dra_listing(text: str, kubelet_dir: str) -> dict[str, str]:
+    """
+    The `dra-drivers` section, one path a line under plugins_registry/ or plugins/: the drivers
+    of a partition vendor, by name, with the first path that shows each. Other plugins (CSI
+    drivers, other vendors' DRA drivers) are not partition vendors': left out.
+    """
+    found: dict[str, str] = {}
+    for n, path in enumerate(text.splitlines(), start=1):
+        driver = _driver(path, kubelet_dir)
+        if driver is None:
+            raise ParseError("not an entry of the kubelet's plugin directories", path, n)
+        if vendor_kinds(driver):
+            found.setdefault(driver, path)
+    return found
+
+
+def _driver(path: str, kubelet_dir: str) -> str | None:
+    for folder, suffix in (("plugins_registry", REGISTRATION), ("plugins", "")):
+        name = path.removeprefix(f"{kubelet_dir}/{folder}/")
+        if name != path and name and "/" not in name:
+            return name.removesuffix(suffix) if suffix and name.endswith(suffix) else name
+    return None
+
+
+def kept_kinds(drivers: dict[str, str], kinds: Sequence[str]) -> dict[str, str]:
+    """Each of `kinds` a present driver's vendor makes, with the reason it is kept."""
+    kept: dict[str, str] = {}
+    for driver, path in drivers.items():
+        for kind in vendor_kinds(driver):
+            if kind in kinds:
+                kept.setdefault(
+                    kind,
+                    f"DRA driver {driver} is present ({path}): its allocations are not read yet, "
+                    f"so every {kind} partition is kept",
+                )
+    return kept
