@@ -522,3 +522,15 @@ def test_a_cdi_spec_the_driver_would_not_write_fails_closed_naming_it(text: str,
     assert says in str(err.value)
     if "listing" not in str(err.value):
         assert CDI_FILE in str(err.value)  # the path a person must look at
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_a_mutated_cdi_spec_parses_or_raises_parse_error_only(data: st.DataObject):
+    raw = (FIXTURES / "cdi" / CDI_FILE).read_bytes()
+    i = data.draw(st.integers(0, len(raw) - 1))
+    mutated = raw[:i] + bytes([data.draw(st.integers(0, 255))]) + raw[i + 1 :]
+    try:
+        parse_cdi_listing(listing(mutated))
+    except ParseError:
+        pass
