@@ -14,6 +14,7 @@ from enforcer.model import CDI, DRA, MIG, PPU, Claim, Holder, Observation, Owner
 from enforcer.policy import NodePaths
 from enforcer.shell import b64, decimal, render
 from facts import dra
+from facts.errors import ParseError
 from facts.mig import NOTHING, mig_holders, observe_mig
 from facts.sections import Reader
 from kinds.base import Claims, Context, Found, Kind, Markers, Witness, on_gpu
@@ -94,12 +95,20 @@ def dra_claims(record: OwnerRecord) -> Claims:
 
 
 def _dra_known(name: str) -> bool:
-    return bool(dra.MIG_NAME.match(name) or DRA_GPU.match(name) or DRA_VFIO.match(name))
+    return bool(dra.MIG_NAME.fullmatch(name) or DRA_GPU.match(name) or DRA_VFIO.match(name))
 
 
 def _cdi_devices(value: str) -> list[str | None]:
-    """The device names of a record's CDI ids (None: an id of another vendor or class)."""
-    return [dra.device_of_cdi(i) for i in value.split(",") if i]
+    """The device names of a record's CDI ids (None: one of another vendor or class, or not
+    understood)."""
+    return [_cdi_device(i) for i in value.split(",") if i]
+
+
+def _cdi_device(cdi_id: str) -> str | None:
+    try:
+        return dra.device_of_cdi(cdi_id)
+    except ParseError:
+        return None
 
 
 def _mig_claims(record: OwnerRecord) -> list[Claim]:
