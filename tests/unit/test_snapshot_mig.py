@@ -112,9 +112,14 @@ def test_a_mig_node_gives_each_gpu_instance_with_its_compute_instances_and_uuids
     gi1 = dict(obs.partitions[1].identity_fields)
     assert gi1["placement"] == "0:4" and gi1["cis"] == "0:1c.3g.40gb:2:1"
     # Its MIG device UUID, then the names GKE's plugin gives it: its GI's and CI 0's capability
-    # devices (mig-minors: 3 + 1 * 9 = 12, then 13) and `nvidia<GPU minor>/gi<id>`.
+    # devices (mig-minors: 3 + 1 * 9 = 12, then 13) and `nvidia<GPU minor>/gi<id>`; and those
+    # NVIDIA's DRA driver gives it: its GPU's, its own up to v25.8.1 (GI profile 9, placement
+    # 0:4) and from v25.12.0 (profile without '.', GI profile, start).
     assert obs.partitions[1].uuids == (
         "MIG-5ff0d535-9a82-5af6-80df-768b9d3ac092",
+        "gpu-0",
+        "gpu-0-mig-3g40gb-9-0",
+        "gpu-0-mig-9-0-4",
         "nvidia-cap12",
         "nvidia-cap13",
         "nvidia0/gi1",
