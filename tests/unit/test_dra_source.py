@@ -1,0 +1,206 @@
+"""
+The `dra` claim source on a MIG node (issue 21): NVIDIA's DRA driver's checkpoint and CDI specs in
+the node read, what they claim, and when they keep every partition of the vendor instead. The
+node is the captured H100 "mixed" sample (unit.test_snapshot_mig): GPU 0 (device minor 0) with
+GI 1 (3g.40gb, GI profile 9, placement 0:4; processes hold it), GI 11 (1g.10gb+me, 20, 4:1),
+GI 13 (1g.10gb, 19, 6:1). The checkpoints are written by the fixtures' builder
+(tests/fixtures/dra/build.py).
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from fixtures.dra import build
+from unit.test_snapshot_mig import GPU, read
+
+from enforcer.contract import decide
+from enforcer.ledger import Ledger
+from enforcer.model import MIG, Observation, OwnerRecord
+from enforcer.policy import policy_from_host_data
+from facts import dra_node
+
+BOOT = "8f6a1c2e-3b4d-4e5f-9a0b-1c2d3e4f5a6b"  # the node's boot id in the sample read
+REGISTERED = "/srv/n1/var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock\n"
+UID = "0c9d8e7f-6a5b-4c3d-9e2f-1a0b9c8d7e6f"
+GI13_MIG = "MIG-32f6caec-eb59-57d6-a949-936498630e5d"
+SOURCES = ("kubelet-checkpoint", "cri")
+
+
+def node(
+    checkpoint: bytes | None, *, cdi: str = "", driver: str = REGISTERED, **more
+) -> Observation:
+    """The sample node with the driver registered and its checkpoint (None: not there)."""
+    sections = {
+        "boot-id": ("0", f"{BOOT}\n", ""),
+        "dra-drivers": ("0", driver, ""),
+        "dra-checkpoint": ("absent", "", "")
+        if checkpoint is None
+        else ("0", checkpoint.decode(), ""),
+        "dra-cdi": ("0", cdi, ""),
+    }
+    return read(SOURCES, **(sections | more))
+
+
+def verdicts(obs: Observation) -> dict[str, tuple[str, str]]:
+    policy = policy_from_host_data("h100", {"enforcer_grace_runs": 1, "enforcer_grace_seconds": 0})
+    decision = decide(obs, Ledger(), policy, obs.now)
+    return {v.partition.id: (v.status, v.reason) for v in decision.verdicts}
+
+
+def completed(*devices: dict, results: list[dict] | None = None) -> dict:
+    names = [d["mig"]["device"]["DeviceName"] for d in devices]
+    stat = build.status(results or [build.result("mig", n) for n in names], [("llm-0", UID)])
+    return build.claim_v2(build.COMPLETED, stat, [build.group(list(devices))])
+
+
+def concrete(gi: int, ci: int, uuid: str, name: str) -> dict:
+    dev = build.device(name, [build.claim_uid_cdi(UID, name)], requests=("mig",))
+    return build.mig_concrete(0, gi, ci, uuid, GPU, dev)
+
+
+def test_a_claim_the_driver_prepared_keeps_its_gi_and_the_gis_it_names_not_are_candidates():
+    claim = completed(concrete(13, 0, GI13_MIG, "gpu-0-mig-1g10gb-19-6"))
+    obs = node(build.write_v2({UID: claim}, boot_id=BOOT))
+    assert [h for h in obs.health if h.status != "ok"] == []
+    said = verdicts(obs)
+    assert said["13"][0] == "claimed"
+    assert f"DRA claim resourceclaim:{UID}" in said["13"][1]
+    assert "PrepareCompleted, for pod llm-0" in said["13"][1]
+    assert said["11"][0] == "orphan"
+
+
+def test_a_claim_being_prepared_keeps_the_gi_its_allocation_names_by_placement():
+    """PrepareStarted: only the allocation's device name (`gpu-0-mig-1g10gb-me-20-4`: GI 11)."""
+    stat = build.status([build.result("mig", "gpu-0-mig-1g10gb-me-20-4")])
+    started = build.claim_v2(build.STARTED, stat, name="llm-1", namespace="ai")
+    said = verdicts(node(build.write_v2({UID: started}, boot_id=BOOT)))
+    assert said["11"][0] == "claimed"
+    assert "exact claim by DRA claim ai/llm-1 (dra: DRA checkpoint" in said["11"][1]
+    assert "PrepareStarted, for no pod: gpu-0-mig-1g10gb-me-20-4" in said["11"][1]
+    assert said["13"][0] == "orphan"
+
+
+def test_a_static_mig_claim_of_v25_3_keeps_its_gi_by_its_older_name_and_uuid():
+    name = "gpu-0-mig-19-6-1"  # gpu-<minor>-mig-<GI profile>-<start>-<size>: GI 13
+    dev = build.device(name, [f"k8s.gpu.nvidia.com/device={name}"], ["mig"])
+    stat = build.status([build.result("mig", name)], [("static-0", UID)])
+    claim = build.claim_v1(stat, [build.group([build.mig_info(GI13_MIG, dev)])])
+    said = verdicts(node(build.write_v1({UID: claim})))
+    assert said["13"][0] == "claimed"
+    assert said["11"][0] == "orphan"
+
+
+def test_an_unprepare_that_failed_half_way_keeps_what_is_left_and_nothing_else():
+    """The claim stays PrepareCompleted naming a GI already destroyed (GI 7) and GI 13."""
+    claim = completed(
+        concrete(7, 0, build.MIG_B, "gpu-0-mig-1g10gb-19-0"),
+        concrete(13, 0, GI13_MIG, "gpu-0-mig-1g10gb-19-6"),
+    )
+    said = verdicts(node(build.write_v2({UID: claim}, boot_id=BOOT)))
+    assert said["13"][0] == "claimed"
+    assert said["11"][0] == "orphan"
+
+
+def test_a_whole_gpu_claim_keeps_every_gi_on_that_gpu():
+    dev = build.device("gpu-0", [build.claim_uid_cdi(UID, "gpu-0")])
+    stat = build.status([build.result("gpu", "gpu-0")], [("train", UID)])
+    claim = build.claim_v2(build.COMPLETED, stat, [build.group([build.gpu(GPU, dev)])])
+    said = verdicts(node(build.write_v2({UID: claim}, boot_id=BOOT)))
+    assert said["13"][0] == said["11"][0] == "claimed"
+    assert said["13"][1].endswith("PrepareCompleted, for pod train: gpu-0)")
+
+
+def test_a_checkpoint_of_another_boot_keeps_every_mig_partition_until_the_driver_restarts():
+    obs = node(build.write_v2({}, boot_id=build.BOOT_ID))
+    (stale,) = [h for h in obs.health if h.status != "ok"]
+    assert (stale.source, stale.status, stale.scope) == ("dra", "stale", MIG)
+    assert f"written in boot {build.BOOT_ID}, this is boot {BOOT}" in stale.reason
+    assert {s for s, _ in verdicts(obs).values()} == {"inconclusive"}
+
+
+@pytest.mark.parametrize(
+    "fixture, why",
+    [
+        ("checkpoint-bad-checksum.json", "checksum"),
+        ("checkpoint-unknown-v3.json", "v3"),
+        ("checkpoint-prerelease-shapeP.json", "pre-release"),
+    ],
+)
+def test_a_checkpoint_not_understood_keeps_every_mig_partition_and_says_why(fixture, why):
+    obs = node((build.HERE / fixture).read_bytes())
+    (failed,) = [h for h in obs.health if h.status != "ok"]
+    assert (failed.source, failed.status, failed.scope) == ("dra", "unreadable", MIG)
+    assert why in failed.reason
+    assert {s for s, _ in verdicts(obs).values()} == {"inconclusive"}
+
+
+def test_the_driver_registered_without_its_checkpoint_keeps_every_mig_partition():
+    obs = node(None)
+    assert {s for s, _ in verdicts(obs).values()} == {"inconclusive"}
+    assert "its claims cannot be read" in obs.health[0].reason
+
+
+def test_no_driver_and_no_checkpoint_claims_nothing_and_keeps_nothing():
+    said = verdicts(node(None, driver=""))
+    assert said["13"][0] == said["11"][0] == "orphan"
+
+
+def test_a_cdi_spec_whose_claim_the_checkpoint_forgot_keeps_the_gi_its_nodes_reach():
+    """GI 13's capability devices are nvidia-cap120 (GI) and nvidia-cap121 (CI 0)."""
+    spec = (build.HERE / "cdi").glob("*.yaml").__next__()
+    uid = spec.name.removeprefix("k8s.gpu.nvidia.com-claim_").removesuffix(".yaml")
+    text = (
+        spec.read_text()
+        .replace("nvidia-cap66", "nvidia-cap120")
+        .replace("nvidia-cap67", "nvidia-cap121")
+    )
+    line = f"spec /srv/n1/var/run/cdi/{spec.name} {base64.b64encode(text.encode()).decode()}\n"
+    said = verdicts(node(build.write_v2({}, boot_id=BOOT), cdi=line))
+    assert said["13"][0] == "claimed"
+    assert f"of claim {uid}, not in the DRA driver's checkpoint" in said["13"][1]
+    assert said["11"][0] == "orphan"
+
+
+def test_the_checkpoint_and_the_api_disagreeing_keeps_the_devices_and_says_so():
+    here = OwnerRecord(f"resourceclaim:{UID}", "dra", "DRA checkpoint x: claim u PrepareCompleted")
+    there = OwnerRecord(
+        "pod-b",
+        "kubernetes-api",
+        "ResourceClaim ai/b (uid-b) reserved for pod b",
+        "dra:gpu.nvidia.com",
+        ("gpu.nvidia.com/h100/gpu-0-mig-3g40gb-9-0",),
+        annotations=(("resource.k8s.io/claim", "uid-b"),),
+    )
+    agreed = dra_node.agreement([here, there], frozenset({"uid-b"}))
+    assert agreed[0].where.endswith("; not allocated to this node in the API")
+    assert agreed[1].where.endswith("; not prepared on the node (not in the checkpoint)")
+    assert dra_node.agreement([here, there], None) == [here, there]
+    both = dra_node.agreement([here, there], frozenset({UID, "uid-b"}))
+    assert both[0] == here
+
+
+def test_a_pod_resources_dra_claim_names_its_gi_exactly_and_one_not_understood_keeps_them_all():
+    from enforcer.claims import claims_from_records
+
+    given = OwnerRecord(
+        "pod-a",
+        "kubelet-pod-resources",
+        "pod-resources ai/a/main DRA claim ai/mig",
+        "dra:gpu.nvidia.com",
+        ("gpu.nvidia.com/h100/gpu-0-mig-1g10gb-19-6",),
+        annotations=(("cdi.k8s.io/devices", build.claim_uid_cdi(UID, "gpu-0-mig-1g10gb-19-6")),),
+    )
+    (claim,) = claims_from_records([given])
+    assert (claim.scope, claim.kind, claim.uuid) == ("exact", MIG, "gpu-0-mig-1g10gb-19-6")
+    odd = OwnerRecord(
+        "pod-a",
+        "kubelet-pod-resources",
+        "pod-resources ai/a/main DRA claim ai/odd",
+        "dra:gpu.nvidia.com",
+        ("gpu.nvidia.com/h100/channel-0",),
+    )
+    kept = claims_from_records([odd])
+    assert {(c.scope, c.unrecognised) for c in kept} == {("device-wide", True)}
+    assert MIG in {c.kind for c in kept}
