@@ -39,6 +39,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -118,9 +119,10 @@ def render_checkpoint(dra: State) -> bytes:
     return b'{"checksum":%d,"v1":%s,"v2":%s}' % (n1, raw_v1, go_marshal(v2))
 
 
-def _status(results: list[State], pool: str, pod: tuple[str, str] | None) -> State:
+def _status(names: Sequence[str], pool: str, pod: tuple[str, str] | None) -> State:
     """ResourceClaimStatus (resource/v1 types.go:1894-2081): allocation, reservedFor."""
     term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pool]}]}
+    results = [{"request": _request(n), "driver": DRIVER, "pool": pool, "device": n} for n in names]
     status: State = {
         "allocation": {
             "devices": {"results": results},
@@ -130,10 +132,6 @@ def _status(results: list[State], pool: str, pod: tuple[str, str] | None) -> Sta
     if pod:
         status["reservedFor"] = [{"resource": "pods", "name": pod[0], "uid": pod[1]}]
     return status
-
-
-def _result(name: str, pool: str) -> State:
-    return {"request": _request(name), "driver": DRIVER, "pool": pool, "device": name}
 
 
 def _request(name: str) -> str:
@@ -188,25 +186,57 @@ def _results(claim: State) -> list[State]:
     return list(claim["status"]["allocation"]["devices"]["results"])
 
 
+def _completed_names(claims: State) -> set[str]:
+    """The devices the PrepareCompleted claims' results name (what the driver keeps)."""
+    done = [c for c in claims.values() if c["checkpointState"] == COMPLETED]
+    return {r["device"] for c in done for r in _results(c)}
+
+
 def _requests(results: list[State]) -> list[State]:
     """spec.devices.requests, minimal: one ExactCount request per request name."""
-    counts: dict[str, int] = {}
-    for r in results:
-        counts[r["request"]] = counts.get(r["request"], 0) + 1
+    counts = Counter(r["request"] for r in results)
+    exact = {"allocationMode": "ExactCount"}
     return [
-        {
-            "name": name,
-            "exactly": {
-                "deviceClassName": DEVICE_CLASS[name],
-                "allocationMode": "ExactCount",
-                "count": count,
-            },
-        }
-        for name, count in counts.items()
+        {"name": n, "exactly": {"deviceClassName": DEVICE_CLASS[n], **exact, "count": c}}
+        for n, c in counts.items()
     ]
 
 
 NAME = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")  # NewMigSpecTupleFromCanonicalName
+Where = tuple[int, int, int] | None  # a prepared device's (GPU index, GI, CI); None: a whole GPU
+
+
+def _prepared(release: str, gpu: State, where: Where, dev: State) -> State:
+    """One PreparedDevice as the release's prepared.go marshals it (`vfio` unset: omitted)."""
+    if where is None:
+        return {"gpu": {"info": {"uuid": gpu["uuid"]}, "device": dev}, "mig": None}
+    uuid = mig.mig_uuid(gpu, where[1], where[2])
+    if not at_least(release, "v25.12.0"):
+        return {"gpu": None, "mig": {"info": {"uuid": uuid}, "device": dev}}
+    # MigLiveTuple; LiveTuple() leaves parentPCIBusID unset, omitted (v0.4.1 deviceinfo.go:124)
+    concrete = dict(parentMinor=gpu["minor"], giId=where[1], ciId=where[2], migUUID=uuid)
+    return {
+        "gpu": None,
+        "mig": {"concrete": {**concrete, "parentUUID": gpu["uuid"]}, "device": dev},
+    }
+
+
+def _claim_resources(claim: State, kubelet: str) -> list[State]:
+    """pod-resources ClaimResources: one per device (>= 1.31), one per driver (1.30)."""
+    found = [
+        (d["gpu"] or d["mig"])["device"] for g in claim["preparedDevices"] for d in g["devices"]
+    ]
+    if kubelet == "1.30":
+        return [{"cdi_devices": [{"name": i} for f in found for i in f["CDIDeviceIDs"]]}]
+    return [
+        {
+            "cdi_devices": [{"name": i} for i in f["CDIDeviceIDs"]],
+            "driver_name": DRIVER,
+            "pool_name": f["PoolName"],
+            "device_name": f["DeviceName"],
+        }
+        for f in found
+    ]
 
 
 class DraModel:
@@ -214,31 +244,17 @@ class DraModel:
 
     def __init__(self, node: Any):
         self.node = node
-
-    # --- paths -----------------------------------------------------------------------------------
-
-    @property
-    def plugin_dir(self) -> Path:
-        """`Config.DriverPluginPath()`: `<kubelet>/plugins/gpu.nvidia.com` (main.go:80-82)."""
-        return self.node.rootfs / KUBELET / "plugins" / DRIVER
-
-    @property
-    def checkpoint_path(self) -> Path:
-        return self.plugin_dir / "checkpoint.json"
-
-    @property
-    def registration(self) -> Path:
-        """kubeletplugin's registration socket `<driver>-reg.sock` (draplugin.go:666-691)."""
-        return self.node.rootfs / KUBELET / "plugins_registry" / f"{DRIVER}-reg.sock"
+        kubelet = node.rootfs / KUBELET
+        self.plugin_dir = kubelet / "plugins" / DRIVER  # Config.DriverPluginPath(), main.go:80
+        self.checkpoint_path = self.plugin_dir / "checkpoint.json"
+        self.registration = kubelet / "plugins_registry" / f"{DRIVER}-reg.sock"  # draplugin.go
 
     def cdi_path(self, claim_uid: str) -> Path:
         """GenerateTransientSpecName(vendor, "claim", uid) + ".yaml" (cdi.go, CDI spec.go)."""
         return self.node.rootfs / CDI_ROOT / f"{CDI_VENDOR}-claim_{claim_uid}.yaml"
 
-    # --- state -----------------------------------------------------------------------------------
-
     def dra_state(self) -> State:
-        """A copy of state["dra"] (DraError when not installed)."""
+        """A copy of state["dra"]."""
         state = self.node.state()
         if "dra" not in state:
             raise DraError(f"the DRA driver {DRIVER} is not installed")
@@ -246,7 +262,7 @@ class DraModel:
 
     @contextmanager
     def _change(self, *, running: bool = True) -> Iterator[State]:
-        """The node's `_mutate()`; the checkpoint is written (if changed) before the unlock."""
+        """The node's `_mutate()`; the checkpoint is rewritten, if changed, before the unlock."""
         with self.node._mutate() as state:
             if "dra" not in state:
                 raise DraError(f"the DRA driver {DRIVER} is not installed")
@@ -256,10 +272,9 @@ class DraModel:
             self._write_checkpoint(state["dra"])
 
     def _write_checkpoint(self, dra: State) -> None:
-        data = render_checkpoint(dra)
-        path = self.checkpoint_path
+        data, path = render_checkpoint(dra), self.checkpoint_path
         if not path.exists() or path.read_bytes() != data:
-            _publish(path, data, ".", "", 0o600)  # os.CreateTemp(dir, "."): 0600
+            _publish(path, data, ".", "", 0o600)  # os.CreateTemp(dir, "."), 0600, rename
 
     # --- the driver ------------------------------------------------------------------------------
 
@@ -267,10 +282,10 @@ class DraModel:
         self, release: str = "v0.4.1", dynamic_mig: bool = True, pool: str | None = None
     ) -> None:
         """
-        The plugin starts on the node for the first time: registration socket, plugin folder
-        with dra.sock and pu.lock (cp.lock from v25.12.0: device_state.go), an empty checkpoint
-        (with nodeBootID from v0.4.x). DynamicMIG is first in v25.12.0 (a4674388); with it on
-        no static MIG device is offered (allocatable.go:186-190). `pool`: the node folder's name.
+        The plugin's first start: registration socket, plugin folder with dra.sock and pu.lock
+        (cp.lock from v25.12.0), an empty checkpoint (nodeBootID from v0.4.x). DynamicMIG is
+        first in v25.12.0 (a4674388); with it no static MIG device is offered (v0.4.1
+        allocatable.go:186-190). `pool`: default the node folder's name.
         """
         if release not in RELEASES:
             raise ValueError(f"unknown release {release!r}; have {RELEASES}")
@@ -285,8 +300,8 @@ class DraModel:
                 "pool": pool or self.node.path.name,
                 "running": True,
                 "boot_id": state["boot_id"] if at_least(release, "v0.4.1") else "",
-                "claims": {},  # claim UID -> its v2 record, in struct field order
-                "names": {},  # claim UID -> [name, namespace] (the kubelet knows them)
+                "claims": {},  # claim UID -> its v2 record, keys in struct field order
+                "names": {},  # claim UID -> [name, namespace], as the kubelet knows them
                 "api": {},  # claim UID -> [name, namespace, status]: the API's allocation
             }
             self.registration.parent.mkdir(parents=True, exist_ok=True)
@@ -309,36 +324,36 @@ class DraModel:
         stop: str | None = None,
     ) -> list[str]:
         """
-        NodePrepareResources for one claim (research §2.2; v0.4.1 device_state.go Prepare): a
-        PrepareCompleted claim is a no-op, a PrepareStarted one is rolled back first, then
-        PrepareStarted (v2 only; name/namespace from v25.12.0), the devices, the CDI spec (from
-        v25.12.0), PrepareCompleted. `devices`: ("gpu", index) | ("mig", index, gi) (static,
-        DynamicMIG off) | ("dynamic", index, profile, start) (a GI and its default CI, made
-        through node.nvidia). `stop="started"`: the plugin dies once the devices exist. Pod
-        None: no reservedFor. The API gets the allocation unless it has one. Returns the names.
+        NodePrepareResources (research §2.2, v0.4.1 device_state.go:231-341): a PrepareCompleted
+        claim is a no-op, a PrepareStarted one rolled back first; then PrepareStarted (v2 only;
+        name/namespace from v25.12.0), the devices, the CDI spec (from v25.12.0),
+        PrepareCompleted. `devices`: ("gpu", index) | ("mig", index, gi) (static: DynamicMIG
+        off) | ("dynamic", index, profile, start) (GI + default CI through node.nvidia).
+        `stop="started"`: the plugin dies once the devices exist. Pod None: no reservedFor.
+        The API gets this allocation unless it has one. Returns the device names.
         """
         dra = self.dra_state()
         if dra["claims"].get(claim_uid, {}).get("checkpointState") == COMPLETED:
             return [r["device"] for r in _results(dra["claims"][claim_uid])]
         if claim_uid in dra["claims"]:
             self._roll_back(claim_uid)
-        state = self.node.state()
-        names = [self._device_name(state, d) for d in devices]
-        self._check_overlap(dra, names)
+        names = [self._device_name(self.node.state(), d) for d in devices]
+        taken = _completed_names(dra["claims"]) & set(names)  # validateNoOverlapping...
+        if taken:
+            raise DraError(f"device(s) {sorted(taken)} are prepared for another claim already")
         pod = (pod_name, pod_uid) if pod_name and pod_uid else None
-        status = _status([_result(n, dra["pool"]) for n in names], dra["pool"], pod)
+        status = _status(names, dra["pool"], pod)
         with self._change() as state:
             dra = state["dra"]
             dra["names"][claim_uid] = [name, namespace]
             dra["api"].setdefault(claim_uid, [name, namespace, status])
             if at_least(dra["release"], "v25.8.1"):
-                started = {"checkpointState": STARTED, "status": status}
-                if at_least(dra["release"], "v25.12.0"):
-                    started.update(name=name, namespace=namespace)
-                dra["claims"][claim_uid] = started
+                named = {"name": name, "namespace": namespace}
+                named = named if at_least(dra["release"], "v25.12.0") else {}
+                dra["claims"][claim_uid] = {"checkpointState": STARTED, "status": status, **named}
         made = [self._make(d, n) for d, n in zip(devices, names, strict=True)]
         if stop != "started":
-            self._complete(claim_uid, status, devices, made)
+            self._complete(claim_uid, status, made)
         return names
 
     def _device_name(self, state: State, device: tuple[Any, ...]) -> str:
@@ -348,25 +363,15 @@ class DraModel:
         if kind == "mig" and not dra["dynamic_mig"]:
             gi = mig.gi_at(gpu, device[2])
             return mig_name(dra["release"], gpu["minor"], mig.profile_of(gpu, gi), gi["start"])
-        if kind == "dynamic" and dra["dynamic_mig"]:
-            gp = mig.find_profile(gpu, device[2])
-            if gp is None:
-                raise ValueError(f"no MIG profile {device[2]!r} on GPU {device[1]}")
-            return mig_name(dra["release"], gpu["minor"], gp, int(device[3]))
-        raise ValueError(
-            f"{device!r}: not a device of this driver (dynamic_mig={dra['dynamic_mig']})"
-        )
+        gp = mig.find_profile(gpu, device[2]) if kind == "dynamic" else None
+        if gp is None or not dra["dynamic_mig"]:
+            raise ValueError(
+                f"{device!r}: no device of this driver (dynamic_mig {dra['dynamic_mig']})"
+            )
+        return mig_name(dra["release"], gpu["minor"], gp, int(device[3]))
 
-    @staticmethod
-    def _check_overlap(dra: State, names: list[str]) -> None:
-        """validateNoOverlappingPreparedDevices (v0.4.1 device_state.go:1222)."""
-        for uid, claim in dra["claims"].items():
-            taken = {r["device"] for r in _results(claim)} & set(names)
-            if claim["checkpointState"] == COMPLETED and taken:
-                raise DraError(f"device(s) {sorted(taken)} already prepared for claim {uid}")
-
-    def _make(self, device: tuple[Any, ...], name: str) -> tuple[int, int, int] | None:
-        """A device's (GPU index, GI, CI); a dynamic one is made (nvlib.go createMigDevice)."""
+    def _make(self, device: tuple[Any, ...], name: str) -> Where:
+        """A device's place; a dynamic one is made (nvlib.go createMigDevice: GI, then CI)."""
         if device[0] == "gpu":
             return None
         gi = device[2]
@@ -378,26 +383,24 @@ class DraModel:
         found = next(g for g in self.node.nvidia.instances(device[1]) if g["id"] == gi)
         return device[1], gi, found["cis"][0]["id"]
 
-    def _complete(
-        self, uid: str, status: State, devices: Sequence[tuple[Any, ...]], made: list[Any]
-    ) -> None:
+    def _complete(self, uid: str, status: State, made: list[Where]) -> None:
         """The CDI spec (from v25.12.0), then PrepareCompleted with its preparedDevices."""
         state = self.node.state()
         release, pool = state["dra"]["release"], state["dra"]["pool"]
         groups: dict[str, list[State]] = {}  # one per default config, GPU and MIG (Go map order)
         cdi = []
-        for device, result, where in zip(devices, _results({"status": status}), made, strict=True):
-            gpu, name = mig.gpu_at(state, device[1]), result["device"]
-            cdi_ids = [cdi_id(uid, name, release)]
+        for result, where in zip(_results({"status": status}), made, strict=True):
+            name = result["device"]
+            gpu = mig.gpu_at(state, where[0]) if where else _by_minor(state, name)
             dev = {"Requests": [result["request"]], "PoolName": pool, "DeviceName": name}
-            groups.setdefault(result["request"], []).append(
-                _prepared(release, gpu, where, {**dev, "CDIDeviceIDs": cdi_ids})
-            )
-            caps = where and tuple(mig.cap_minor(gpu["minor"], *where[1:n]) for n in (2, 3))
-            cdi.append((name, gpu["minor"], caps))
+            dev["CDIDeviceIDs"] = [cdi_id(uid, name, release)]
+            groups.setdefault(result["request"], []).append(_prepared(release, gpu, where, dev))
+            minor = gpu["minor"]
+            caps = where and (mig.cap_minor(minor, where[1]), mig.cap_minor(minor, *where[1:]))
+            cdi.append((name, minor, caps))
         if at_least(release, "v25.12.0"):
             _publish(self.cdi_path(uid), render_cdi(uid, cdi).encode(), "spec.", ".tmp", 0o644)
-        config = {"mpsControlDaemonID": ""}  # timeSliceApplied: TimeSlicingSettings gate off
+        config = {"mpsControlDaemonID": ""}  # no timeSliceApplied: TimeSlicingSettings gate off
         prepared = [{"devices": g, "configState": config} for g in groups.values()]
         with self._change() as state:
             record = {"checkpointState": COMPLETED, "status": status, "preparedDevices": prepared}
@@ -407,24 +410,26 @@ class DraModel:
         self, claim_uid: str, *, fail_at: tuple[str, int] | None = None, leak: bool = False
     ) -> None:
         """
-        NodeUnprepareResources (research §2.3; v0.4.1 device_state.go Unprepare): unknown claim
-        a no-op; PrepareStarted: its dynamic MIG devices rolled back; PrepareCompleted: with
-        DynamicMIG each MIG device in order, CI then GI (static MIG, GPUs: nothing). Then the
-        CDI spec and the claim go. `fail_at=("ci"|"gi", n)`: the n-th (1-based) MIG device's CI
-        destroy fails, or its GI destroy after the CI is gone: DraError, and nothing else
-        changes (the claim stays PrepareCompleted with every device, the CDI spec stays).
-        `leak=True`: a driver bug: claim and CDI spec go, the MIG devices stay.
+        NodeUnprepareResources (research §2.3, v0.4.1 device_state.go:429-497): an unknown
+        claim is a no-op; PrepareStarted: rolled back; PrepareCompleted with DynamicMIG: each
+        MIG device in order, CI then GI (static MIG, GPUs: nothing). Then the CDI spec and the
+        claim go. `fail_at=("ci"|"gi", n)`: the n-th (from 1) MIG device's CI destroy fails, or
+        its GI destroy once its CI is gone: DraError, nothing else changes (the claim stays
+        PrepareCompleted with all its devices, the CDI spec stays). `leak`: a driver bug: the
+        claim and CDI spec go, its MIG devices stay.
         """
-        claim = self.dra_state()["claims"].get(claim_uid)
+        dra = self.dra_state()
+        claim = dra["claims"].get(claim_uid)
         if claim is None:
             return
         if claim["checkpointState"] == STARTED:
             self._roll_back(claim_uid)
-        elif self.dra_state()["dynamic_mig"] and not leak:
-            for n, where in enumerate(self._mig_devices(claim), start=1):
-                fail = fail_at[0] if fail_at and fail_at[1] == n else None
+        elif dra["dynamic_mig"] and not leak:
+            for n, device in enumerate(self._mig_devices(claim), start=1):
                 try:
-                    self._delete_mig(*where, fail=fail)
+                    self._delete_mig(
+                        *device, fail=fail_at[0] if fail_at and fail_at[1] == n else None
+                    )
                 except DraError as err:
                     raise DraError(
                         f"unprepare devices failed for claim {claim_uid}: {err}"
@@ -435,18 +440,16 @@ class DraModel:
 
     def _mig_devices(self, claim: State) -> list[tuple[int, int, int, str]]:
         """(GPU index, GI, CI, name) of each MIG device of a PrepareCompleted claim."""
-        by_uuid = {g["uuid"]: g["index"] for g in self.node.state()["gpus"]}
-        found = []
-        for group in claim.get("preparedDevices", []):
-            for device in group["devices"]:
-                if device["mig"] and "concrete" in device["mig"]:
-                    c = device["mig"]["concrete"]
-                    name = device["mig"]["device"]["DeviceName"]
-                    found.append((by_uuid[c["parentUUID"]], c["giId"], c["ciId"], name))
-        return found
+        index = {g["uuid"]: g["index"] for g in self.node.state()["gpus"]}
+        migs = [d["mig"] for g in claim["preparedDevices"] for d in g["devices"] if d["mig"]]
+        return [
+            (index[c["parentUUID"]], c["giId"], c["ciId"], m["device"]["DeviceName"])
+            for m in migs
+            if (c := m.get("concrete"))
+        ]
 
     def _delete_mig(self, index: int, gi: int, ci: int, name: str, fail: str | None = None) -> None:
-        """deleteMigDevice (nvlib.go:1101-1199): no GI is success; CI (if any), then the GI."""
+        """deleteMigDevice (nvlib.go:1101-1199): no GI is success; its CI (if any), the GI."""
         live = {g["id"]: g for g in self.node.nvidia.instances(index)}
         try:
             if gi not in live:
@@ -468,41 +471,32 @@ class DraModel:
         a PrepareCompleted claim names it. The record stays (Prepare overwrites it).
         """
         dra, state = self.dra_state(), self.node.state()
-        if not dra["dynamic_mig"]:
-            return
-        done = {
-            r["device"]
-            for c in dra["claims"].values()
-            if c["checkpointState"] == COMPLETED
-            for r in _results(c)
-        }
-        for result in _results(dra["claims"][claim_uid]):
+        done = _completed_names(dra["claims"])
+        for result in _results(dra["claims"][claim_uid]) if dra["dynamic_mig"] else ():
             parsed = NAME.match(result["device"])
             if not parsed or result["device"] in done:
                 continue
-            minor, profile, start = int(parsed[1]), int(parsed[3]), int(parsed[4])
-            for gpu in state["gpus"]:
-                for gi in gpu["gis"] if gpu["minor"] == minor else ():
-                    if (gi["profile"], gi["start"]) == (profile, start):
-                        ci = gi["cis"][0]["id"] if gi["cis"] else 0
-                        self._delete_mig(gpu["index"], gi["id"], ci, result["device"])
+            gpu = _by_minor(state, result["device"])
+            for gi in gpu["gis"]:
+                if (gi["profile"], gi["start"]) == (int(parsed[3]), int(parsed[4])):
+                    ci = gi["cis"][0]["id"] if gi["cis"] else 0
+                    self._delete_mig(gpu["index"], gi["id"], ci, result["device"])
 
     def restart(self) -> list[str]:
         """
         The plugin starts again (v0.4.1 device_state.go:184-229, driver.go:78-110). v0.4.x: a
-        stored nodeBootID that differs means a fresh empty checkpoint with the current one; an
-        empty one gets the current one, the claims kept; older releases keep the file as it is.
-        With DynamicMIG, DestroyUnknownMIGDevices (device_state.go, nvlib.go:420-455): every
-        MIG device (a CI: a GI without CI is none) whose name no PrepareCompleted claim's results
-        hold is deleted, CI then GI, stopping at the first failure (best effort). PrepareStarted
-        records stay (only the 10-minute stale-claim cleanup, not simulated, drops them): their
-        MIG devices are deleted here. MIG mode is not turned off (maybeDisableMigMode: not
-        simulated). Returns the names of the MIG devices deleted.
+        stored nodeBootID that differs: a fresh empty checkpoint with the current one; an empty
+        one: the current one injected, claims kept. Older releases keep the file as it is. With
+        DynamicMIG, DestroyUnknownMIGDevices (nvlib.go:420-455): each MIG device (a CI: a GI
+        without CI is none) whose name no PrepareCompleted claim's results hold is deleted, CI
+        then GI, up to the first failure. PrepareStarted records stay (the 10-minute stale-claim
+        cleanup is not simulated) though their MIG devices go here; MIG mode stays on
+        (maybeDisableMigMode is not simulated). Returns the names of the devices deleted.
         """
         with self._change(running=False) as state:
             dra = state["dra"]
             if dra["release"] == "v0.4.1" and dra["boot_id"] != state["boot_id"]:
-                if dra["boot_id"]:  # "Invalidating checkpoint", createCheckpoint(fresh)
+                if dra["boot_id"]:  # "Invalidating checkpoint": createCheckpoint(fresh)
                     dra["claims"] = {}
                 dra["boot_id"] = state["boot_id"]
             dra["running"] = True
@@ -510,51 +504,43 @@ class DraModel:
 
     def _destroy_unknown(self) -> list[str]:
         state = self.node.state()
-        dra = state["dra"]
-        claims = dra["claims"].values()
-        expected = {
-            r["device"] for c in claims if c["checkpointState"] == COMPLETED for r in _results(c)
-        }
+        release, expected = state["dra"]["release"], _completed_names(state["dra"]["claims"])
         deleted = []
         for gpu in (g for g in state["gpus"] if g["mig"]):
             for _, gi, ci in mig.mig_devices(gpu):
-                gp = mig.profile_of(gpu, gi)
-                name = mig_name(dra["release"], gpu["minor"], gp, gi["start"])
+                name = mig_name(release, gpu["minor"], mig.profile_of(gpu, gi), gi["start"])
                 if name in expected:
                     continue
                 try:
                     self._delete_mig(gpu["index"], gi["id"], ci["id"], name)
                 except DraError:
-                    return deleted  # obliterateStaleMIGDevices returns its first error
+                    return deleted  # obliterateStaleMIGDevices stops at its first error
                 deleted.append(name)
         return deleted
 
     def reboot(self, state: State) -> None:
         """
-        SimNode.reboot's part (inside its `_mutate`): the plugin is down until `restart()`, the
-        checkpoint file stays as it was (stale nodeBootID), /var/run/cdi is tmpfs: specs gone.
+        SimNode.reboot's part, inside its `_mutate`: the plugin is down until `restart()`, its
+        checkpoint stays as it was (stale nodeBootID), /var/run/cdi (tmpfs) loses the specs.
         """
         if "dra" in state:
             state["dra"]["running"] = False
             for spec in (self.node.rootfs / CDI_ROOT).glob(f"{CDI_VENDOR}-claim_*.yaml"):
                 spec.unlink()
 
-    # --- what the kubelet and the API server say ---------------------------------------------
+    # --- what the kubelet and the API server say -------------------------------------------------
 
     def pod_resources(self, pod_uid: str, kubelet: str = "1.31") -> list[dict[str, Any]]:
         """
-        The pod-resources List entry of a pod's containers, as plain data (research §4): each
-        container of the pod (every one gets every claim reserved for the pod that is
-        PrepareCompleted here) with `dynamic_resources` [{claim_name, claim_namespace,
-        claim_resources}]. kubelet >= 1.31: a claim resource per device with driver_name,
-        pool_name, device_name; "1.30": one per driver with its CDI devices only (UNVERIFIED:
-        kubelet 1.30's grouping). A pod the CRI does not list: [].
+        pod-resources List for a pod, as plain data (research §4): each of its containers (each
+        gets every claim PrepareCompleted here and reserved for the pod) with
+        `dynamic_resources` [{claim_name, claim_namespace, claim_resources}]; kubelet >= 1.31 a
+        claim resource per device with driver_name, pool_name, device_name, "1.30" one per driver
+        with its CDI devices only (that grouping UNVERIFIED). A pod the CRI does not list: [].
         """
         state = self.node.state()
         dra = state["dra"]
         pods = [p for p in state["pods"] if p["uid"] == pod_uid]
-        if not pods:
-            return []
         dynamic = [
             {
                 "claim_name": dra["names"][uid][0],
@@ -566,7 +552,9 @@ class DraModel:
             and any(r["uid"] == pod_uid for r in claim["status"].get("reservedFor", []))
         ]
         return [
-            {"container": c["name"], "dynamic_resources": dynamic} for c in pods[0]["containers"]
+            {"container": c["name"], "dynamic_resources": dynamic}
+            for p in pods
+            for c in p["containers"]
         ]
 
     def allocate(
@@ -578,12 +566,11 @@ class DraModel:
         pod_uid: str | None,
         device_names: Sequence[str],
     ) -> None:
-        """The API server's allocation of a claim to devices of this node (pod None: unreserved)."""
+        """The API server allocates a claim to devices of this node (pod None: unreserved)."""
         with self._change(running=False) as state:
             dra = state["dra"]
             pod = (pod_name, pod_uid) if pod_name and pod_uid else None
-            status = _status([_result(n, dra["pool"]) for n in device_names], dra["pool"], pod)
-            dra["api"][claim_uid] = [name, namespace, status]
+            dra["api"][claim_uid] = [name, namespace, _status(device_names, dra["pool"], pod)]
             dra["names"].setdefault(claim_uid, [name, namespace])
 
     def deallocate(self, claim_uid: str) -> None:
@@ -605,34 +592,7 @@ class DraModel:
         ]
 
 
-def _claim_resources(claim: State, kubelet: str) -> list[dict[str, Any]]:
-    devices = [d for g in claim["preparedDevices"] for d in g["devices"]]
-    found = [(d["gpu"] or d["mig"])["device"] for d in devices]
-    if kubelet == "1.30":
-        return [{"cdi_devices": [{"name": i} for f in found for i in f["CDIDeviceIDs"]]}]
-    return [
-        {
-            "cdi_devices": [{"name": i} for i in f["CDIDeviceIDs"]],
-            "driver_name": DRIVER,
-            "pool_name": f["PoolName"],
-            "device_name": f["DeviceName"],
-        }
-        for f in found
-    ]
-
-
-def _prepared(release: str, gpu: State, where: tuple[int, int, int] | None, dev: State) -> State:
-    """One PreparedDevice as the release's prepared.go marshals it (`vfio` omitted: unset)."""
-    if where is None:
-        return {"gpu": {"info": {"uuid": gpu["uuid"]}, "device": dev}, "mig": None}
-    uuid = mig.mig_uuid(gpu, where[1], where[2])
-    if not at_least(release, "v25.12.0"):
-        return {"gpu": None, "mig": {"info": {"uuid": uuid}, "device": dev}}
-    concrete = {  # MigLiveTuple; LiveTuple() leaves parentPCIBusID unset (omitted)
-        "parentMinor": gpu["minor"],
-        "giId": where[1],
-        "ciId": where[2],
-        "migUUID": uuid,
-        "parentUUID": gpu["uuid"],
-    }
-    return {"gpu": None, "mig": {"concrete": concrete, "device": dev}}
+def _by_minor(state: State, name: str) -> State:
+    """The GPU a device name's `gpu-<minor>` names."""
+    minor = int(name.split("-")[1])
+    return next(g for g in state["gpus"] if g["minor"] == minor)

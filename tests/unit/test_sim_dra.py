@@ -218,7 +218,7 @@ def test_static_mig_names_before_v25_12_use_profile_id_start_and_size(node: SimN
     mig = checkpoint(node)["v2"]["preparedClaims"][DONE]["preparedDevices"][0]["devices"][0]["mig"]
     assert mig["info"] == {"uuid": node.mig_uuid(0, gi, 0)}
     assert mig["device"]["CDIDeviceIDs"] == ["k8s.gpu.nvidia.com/device=gpu-0-mig-19-0-1"]
-    with pytest.raises(ValueError, match="not a device of this driver"):
+    with pytest.raises(ValueError, match="no device of this driver"):
         node.dra.prepare(STARTED, "s", "team-a", None, None, [("dynamic", 0, "1g.10gb", 1)])
 
 
@@ -296,6 +296,18 @@ def test_crash_after_the_devices_leaves_prepare_started_then_rolls_back(node: Si
     node.dra.unprepare(STARTED)  # the partial path: found by its name, destroyed
     assert gis(node) == []
     assert "preparedClaims" not in checkpoint(node)["v2"]
+
+
+def test_prepare_retried_after_a_crash_rolls_the_partial_attempt_back(node: SimNode) -> None:
+    node.dra.install()
+    devices = [("dynamic", 0, "1g.10gb", 1)]
+    node.dra.prepare(STARTED, "s", "team-a", "infer-1", POD_UID, devices, stop="started")
+    uuid = node.mig_uuid(0, 8, 0)
+    node.dra.prepare(STARTED, "s", "team-a", "infer-1", POD_UID, devices)  # the kubelet retries
+    assert gis(node) == [(8, [0])]  # destroyed by name, made again at the same placement
+    claim = checkpoint(node)["v2"]["preparedClaims"][STARTED]
+    assert claim["checkpointState"] == "PrepareCompleted" and "name" not in claim
+    assert claim["preparedDevices"][0]["devices"][0]["mig"]["concrete"]["migUUID"] == uuid
 
 
 # --- restart --------------------------------------------------------------------------------------
