@@ -332,6 +332,8 @@ class DraModel:
         `stop="started"`: the plugin dies once the devices exist. Pod None: no reservedFor.
         The API gets this allocation unless it has one. Returns the device names.
         """
+        if stop not in (None, "started"):
+            raise ValueError(f"stop {stop!r}: None or 'started'")
         dra = self.dra_state()
         if dra["claims"].get(claim_uid, {}).get("checkpointState") == COMPLETED:
             return [r["device"] for r in _results(dra["claims"][claim_uid])]
@@ -411,17 +413,22 @@ class DraModel:
     ) -> None:
         """
         NodeUnprepareResources (research §2.3, v0.4.1 device_state.go:429-497): an unknown
-        claim is a no-op; PrepareStarted: rolled back; PrepareCompleted with DynamicMIG: each
+        claim is a no-op; PrepareStarted: rolled back (v25.8.1: a no-op, the record stays,
+        device_state.go:214-217); PrepareCompleted with DynamicMIG: each
         MIG device in order, CI then GI (static MIG, GPUs: nothing). Then the CDI spec and the
         claim go. `fail_at=("ci"|"gi", n)`: the n-th (from 1) MIG device's CI destroy fails, or
         its GI destroy once its CI is gone: DraError, nothing else changes (the claim stays
         PrepareCompleted with all its devices, the CDI spec stays). `leak`: a driver bug: the
         claim and CDI spec go, its MIG devices stay.
         """
+        if fail_at and fail_at[0] not in ("ci", "gi"):
+            raise ValueError(f"fail_at {fail_at!r}: ('ci' or 'gi', n)")
         dra = self.dra_state()
         claim = dra["claims"].get(claim_uid)
         if claim is None:
             return
+        if claim["checkpointState"] == STARTED and dra["release"] == "v25.8.1":
+            return  # "unprepare noop: claim preparation started but not completed", record kept
         if claim["checkpointState"] == STARTED:
             self._roll_back(claim_uid)
         elif dra["dynamic_mig"] and not leak:

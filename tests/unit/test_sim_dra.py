@@ -310,6 +310,14 @@ def test_prepare_retried_after_a_crash_rolls_the_partial_attempt_back(node: SimN
     assert claim["preparedDevices"][0]["devices"][0]["mig"]["concrete"]["migUUID"] == uuid
 
 
+def test_v25_8_1_unprepare_of_a_started_claim_keeps_its_record(node: SimNode) -> None:
+    node.dra.install("v25.8.1", dynamic_mig=False)
+    node.dra.prepare(STARTED, "s", "team-a", None, None, [("gpu", 0)], stop="started")
+    raw = node.dra.checkpoint_path.read_bytes()
+    node.dra.unprepare(STARTED)  # "unprepare noop: claim preparation started but not completed"
+    assert node.dra.checkpoint_path.read_bytes() == raw
+
+
 # --- restart --------------------------------------------------------------------------------------
 
 
