@@ -260,6 +260,13 @@ class DraModel:
             raise DraError(f"the DRA driver {DRIVER} is not installed")
         return state["dra"]
 
+    def _running(self) -> State:
+        """state["dra"] of a running plugin (the kubelet's calls fail while it is down)."""
+        dra = self.dra_state()
+        if not dra["running"]:
+            raise DraError(f"the DRA driver {DRIVER} is not running (restart() it)")
+        return dra
+
     @contextmanager
     def _change(self, *, running: bool = True) -> Iterator[State]:
         """The node's `_mutate()`; the checkpoint is rewritten, if changed, before the unlock."""
@@ -334,7 +341,7 @@ class DraModel:
         """
         if stop not in (None, "started"):
             raise ValueError(f"stop {stop!r}: None or 'started'")
-        dra = self.dra_state()
+        dra = self._running()
         if dra["claims"].get(claim_uid, {}).get("checkpointState") == COMPLETED:
             return [r["device"] for r in _results(dra["claims"][claim_uid])]
         if claim_uid in dra["claims"]:
@@ -414,16 +421,16 @@ class DraModel:
         """
         NodeUnprepareResources (research §2.3, v0.4.1 device_state.go:429-497): an unknown
         claim is a no-op; PrepareStarted: rolled back (v25.8.1: a no-op, the record stays,
-        device_state.go:214-217); PrepareCompleted with DynamicMIG: each
-        MIG device in order, CI then GI (static MIG, GPUs: nothing). Then the CDI spec and the
-        claim go. `fail_at=("ci"|"gi", n)`: the n-th (from 1) MIG device's CI destroy fails, or
-        its GI destroy once its CI is gone: DraError, nothing else changes (the claim stays
+        device_state.go:214-217); PrepareCompleted with DynamicMIG: each MIG device in order,
+        CI then GI (static MIG, GPUs: nothing). Then the CDI spec and the claim go.
+        `fail_at=("ci"|"gi", n)`: the n-th (from 1) MIG device's CI destroy fails, or its GI
+        destroy once its CI is gone: DraError, nothing else changes (the claim stays
         PrepareCompleted with all its devices, the CDI spec stays). `leak`: a driver bug: the
-        claim and CDI spec go, its MIG devices stay.
+        claim and its CDI spec go, its MIG devices stay.
         """
         if fail_at and fail_at[0] not in ("ci", "gi"):
             raise ValueError(f"fail_at {fail_at!r}: ('ci' or 'gi', n)")
-        dra = self.dra_state()
+        dra = self._running()
         claim = dra["claims"].get(claim_uid)
         if claim is None:
             return

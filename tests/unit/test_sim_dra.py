@@ -330,6 +330,8 @@ def test_restart_after_a_reboot_empties_a_v0_4_1_checkpoint(node: SimNode) -> No
     assert not node.dra.cdi_path(DONE).exists()  # /var/run is tmpfs
     with pytest.raises(DraError, match="not running"):
         prepare_dynamic(node, STARTED, 1)
+    with pytest.raises(DraError, match="not running"):
+        node.dra.unprepare(DONE)
     assert node.dra.restart() == []
     assert checkpoint(node)["v2"] == {
         "checksum": checkpoint(node)["v2"]["checksum"],
