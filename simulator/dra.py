@@ -292,7 +292,7 @@ class DraModel:
         The plugin's first start: registration socket, plugin folder with dra.sock and pu.lock
         (cp.lock from v25.12.0), an empty checkpoint (nodeBootID from v0.4.x). DynamicMIG is
         first in v25.12.0 (a4674388); with it no static MIG device is offered (v0.4.1
-        allocatable.go:186-190). `pool`: default the node folder's name.
+        nvlib.go:231-291). `pool`: default the node folder's name.
         """
         if release not in RELEASES:
             raise ValueError(f"unknown release {release!r}; have {RELEASES}")
@@ -380,7 +380,7 @@ class DraModel:
         return mig_name(dra["release"], gpu["minor"], gp, int(device[3]))
 
     def _make(self, device: tuple[Any, ...], name: str) -> Where:
-        """A device's place; a dynamic one is made (nvlib.go createMigDevice: GI, then CI)."""
+        """A device's place; a dynamic one is made (v0.4.1 nvlib.go:926 createMigDevice)."""
         if device[0] == "gpu":
             return None
         gi = device[2]
@@ -463,7 +463,7 @@ class DraModel:
         ]
 
     def _delete_mig(self, index: int, gi: int, ci: int, name: str, fail: str | None = None) -> None:
-        """deleteMigDevice (nvlib.go:1101-1199): no GI is success; its CI (if any), the GI."""
+        """deleteMigDevice (v0.4.1 nvlib.go:1056): no GI is success; its CI (if any), the GI."""
         live = {g["id"]: g for g in self.node.nvidia.instances(index)}
         try:
             if gi not in live:
