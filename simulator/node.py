@@ -14,6 +14,7 @@ the same time without losing either. Every change re-renders the kubelet checkpo
     vgpu_model.py   mdevs and vendor-VFIO VFs, VM processes, hypeman's records
     pods.py         pods, the kubelet checkpoint, gpustack's pod work trees
     faults.py       injected faults, and `answer` (how every tool prints)
+    dra.py          NVIDIA's DRA kubelet plugin: its checkpoint, CDI specs, claims (`node.dra`)
 
 What spans them is here: `create` (the folder's layout), `unhold`, `remove_process`, `reboot`
 and `summary`.
@@ -30,6 +31,7 @@ from typing import Any
 
 from simulator import mig, procs, show, vgpu
 from simulator.ascend import AscendModel, chip_state
+from simulator.dra import DraModel
 from simulator.faults import FaultModel
 from simulator.hygon import HygonModel, dcu_state
 from simulator.mig_model import NVIDIA, PPU_SMI, THEAD, MigModel
@@ -54,6 +56,7 @@ class SimNode(AscendModel, HygonModel, VgpuModel, PodModel, FaultModel):
         super().__init__(path)
         self.nvidia = MigModel(self, NVIDIA)
         self.thead = MigModel(self, THEAD)
+        self.dra = DraModel(self)
 
     @classmethod
     def create(
@@ -169,7 +172,8 @@ class SimNode(AscendModel, HygonModel, VgpuModel, PodModel, FaultModel):
         vnpu-cfg-recover; MIG mode stays, its instances do not), sandboxes NOTREADY and
         containers EXITED. The checkpoint file survives. vGPUs: hypervisors killed, mdevs and
         VF vGPU types gone, mdevctl's "auto" definitions started again (vgpu.reboot); VM
-        records stay. Returns the new boot id.
+        records stay. The DRA driver is down until `dra.restart()`, its checkpoint as it was
+        (stale boot id), its CDI specs gone with tmpfs (DraModel.reboot). Returns the new boot id.
         """
         with self._mutate() as state:
             self._kill_holders(state)
@@ -177,6 +181,7 @@ class SimNode(AscendModel, HygonModel, VgpuModel, PodModel, FaultModel):
                 self._retire_devfile(vnpu["id"])
             self.nvidia.reboot(state)
             self.thead.reboot(state)
+            self.dra.reboot(state)
             if "dcus" in state:  # vDCUs do not survive a reboot either (UNVERIFIED)
                 state["dcus"]["vdcus"] = []
             if state.get("vgpu"):
