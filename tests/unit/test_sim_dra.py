@@ -8,6 +8,7 @@ ResourceClaims (§5).
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import stat
@@ -418,3 +419,41 @@ def test_resource_claims_list_allocated_claims_prepared_or_not(node: SimNode) ->
     node.dra.deallocate(DONE)
     assert [c["metadata"]["uid"] for c in node.dra.resource_claims()] == [STARTED]
     assert list(checkpoint(node)["v1"]["preparedClaims"]) == [DONE]  # the node still has it
+
+
+# --- the simulator's files, read by the product's parsers (facts.dra) --------------------------
+
+H100_B = {**H100, "index": 1, "uuid": "GPU-5e2a9c1f-77b4-4c02-9d3e-0a1b2c3d4e5f"}
+CLAIM_B = "1c9d8e7f-6a5b-4c3d-9e2f-1a0b9c8d7e6f"
+
+
+@pytest.mark.parametrize("release", ["v25.3.2", "v25.8.1", "v25.12.0", "v0.4.1"])
+def test_every_release_the_simulator_writes_is_read_by_the_products_parser(
+    tmp_path: Path, release: str
+) -> None:
+    """Two independent writers of the driver's format (this simulator, the fixtures' builder)
+    and one reader: a disagreement in either shows here or in tests/unit/test_dra_checkpoint.py."""
+    from facts import dra
+
+    gpus = [GPU, {**H100_B, "bus_id": "00000000:17:00.0"}]
+    node = SimNode.create(tmp_path / "node-a", [], gpus=gpus, boot_id=BOOT)
+    dynamic = release in ("v25.12.0", "v0.4.1")
+    node.dra.install(release, dynamic_mig=dynamic)
+    first = (
+        [("dynamic", 0, "1g.10gb", 0)] if dynamic else [("mig", 0, node.create_gi(0, "1g.10gb"))]
+    )
+    names = node.dra.prepare(DONE, "a", "ai", "infer-0", POD_UID, first)
+    if release != "v25.3.2":  # v1 only: no record of a claim being prepared
+        second = [("dynamic", 0, "1g.10gb", 1)] if dynamic else [("gpu", 1)]
+        node.dra.prepare(CLAIM_B, "b", "ai", "infer-1", POD_UID, second, stop="started")
+    read = dra.parse_checkpoint(node.dra.checkpoint_path.read_text())
+    assert read.release == release.rsplit(".", 1)[0]
+    assert read.boot_id == (BOOT if release == "v0.4.1" else "")
+    done = next(c for c in read.claims if c.uid == DONE)
+    assert (done.state, [d.name for d in done.devices]) == ("PrepareCompleted", names)
+    assert [c.state for c in read.claims if c.uid == CLAIM_B] == (
+        [] if release == "v25.3.2" else ["PrepareStarted"]
+    )
+    specs = sorted((node.path / "rootfs/var/run/cdi").glob("*.yaml")) if dynamic else []
+    listing = "".join(f"spec {s} {base64.b64encode(s.read_bytes()).decode()}\n" for s in specs)
+    assert [s.claim_uid for s in dra.parse_cdi_listing(listing)] == ([DONE] if dynamic else [])
