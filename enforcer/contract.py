@@ -140,7 +140,7 @@ def not_claimed(
     claims = protected.get(p.key)
     if not claims:
         return None
-    return "; ".join(_claim_line(c, names, stuck) for c in claims)
+    return "; ".join(dict.fromkeys(_claim_line(c, names, stuck) for c in claims))
 
 
 def _claim_line(c: Claim, names: dict[str, str], stuck: dict[str, str]) -> str:

@@ -53,10 +53,10 @@ def observe_dra(
         return [], []
     specs = Scoped(r, scopes).read("dra-cdi", DRA_SOURCE, lambda s: dra.parse_cdi_listing(s.stdout))
     held = {c.uid for c in claims}
-    records = [_claim_record(paths, c) for c in claims]
-    pods = [_alive(record, c) for record, c in zip(records, claims, strict=True)]
+    records = [r for c in claims for r in _claim_records(paths, c)]
     left = [_spec_record(s) for s in specs or () if s.claim_uid not in held]
-    return pods + [_alive(record, None) for record in left], records + left
+    pods = [_alive(f"{OWNER}{c.uid}", c) for c in claims]
+    return pods + [_alive(r.owner_uid, None) for r in left], records + left
 
 
 def _checkpoint(
@@ -97,19 +97,31 @@ class Scoped(Reader):
         self.into.fail_kinds(source, status, reason, self.scopes)
 
 
-def _claim_record(paths: NodePaths, c: dra.PreparedClaim) -> OwnerRecord:
-    """A claim the driver holds: the devices it prepared, or is preparing (its results)."""
-    named = [f"{DRIVER}/{d.pool}/{d.name}" for d in c.devices]
-    named += [f"{a.driver}/{a.pool}/{a.device}" for a in c.results if a.driver == DRIVER]
-    named += [d.uuid for d in c.devices if d.type in ("gpu", "mig") and d.uuid]
-    named += [
-        f"nvidia{d.parent_minor}/gi{d.gi}"
-        for d in c.devices
-        if d.parent_minor is not None and d.gi is not None
-    ]
+def _claim_records(paths: NodePaths, c: dra.PreparedClaim) -> list[OwnerRecord]:
+    """
+    A claim the driver holds, one record per device it prepared, by every name the driver gives
+    it (canonical name, UUID, GPU minor and GI); and one per device it is preparing (a result of
+    its allocation no prepared device is yet: only its name is known).
+    """
     pods = ", ".join(f"pod {name}" for name, _ in c.reserved_for) or "no pod"
     where = f"DRA checkpoint {paths.dra_checkpoint}: claim {_label(c)} {c.state}, for {pods}"
-    return OwnerRecord(f"{OWNER}{c.uid}", DRA_SOURCE, where, f"{DRA}{DRIVER}", _once(named))
+    named = [[f"{DRIVER}/{d.pool}/{d.name}", *_names(d)] for d in c.devices]
+    prepared = {d.name for d in c.devices}
+    named += [
+        [f"{a.driver}/{a.pool}/{a.device}"]
+        for a in c.results
+        if a.driver == DRIVER and a.device not in prepared
+    ]
+    owner, resource = f"{OWNER}{c.uid}", f"{DRA}{DRIVER}"
+    return [OwnerRecord(owner, DRA_SOURCE, where, resource, _once(n)) for n in named]
+
+
+def _names(d: dra.DraDevice) -> list[str]:
+    """A prepared device's other names: its UUID (a GPU's or a MIG device's), its GI."""
+    found = [d.uuid] if d.type in ("gpu", "mig") and d.uuid else []
+    if d.parent_minor is not None and d.gi is not None:
+        found.append(f"nvidia{d.parent_minor}/gi{d.gi}")
+    return found
 
 
 def _spec_record(s: dra.CdiSpec) -> OwnerRecord:
@@ -121,10 +133,10 @@ def _spec_record(s: dra.CdiSpec) -> OwnerRecord:
     )
 
 
-def _alive(record: OwnerRecord, claim: dra.PreparedClaim | None) -> Pod:
+def _alive(owner: str, claim: dra.PreparedClaim | None) -> Pod:
     held = f"{claim.state} in the DRA driver's checkpoint" if claim else "its CDI spec is there"
     name, namespace = (claim.name, claim.namespace) if claim else ("", "")
-    return Pod(record.owner_uid, DRA_SOURCE, "alive", name, namespace, held)
+    return Pod(owner, DRA_SOURCE, "alive", name, namespace, held)
 
 
 def _label(c: dra.PreparedClaim) -> str:

@@ -84,8 +84,10 @@ def dra_claims(record: OwnerRecord) -> Claims:
     exact += sorted({u for t in texts for u in MIG_UUID.findall(t)})
     exact += sorted({t for t in texts if GKE_GI.match(t)})
     exact += [m[1] for d in record.devices if (m := NVIDIA_CAP.match(d))]
+    # One line of evidence for all the names of what it claims (contract.not_claimed: once).
+    shown = f"{record.where}: {', '.join(dict.fromkeys(n for n in names if n) or texts)}"
     found = [
-        Claim(record.owner_uid, record.source, "exact", f"{record.where}: {n}", kind=MIG, uuid=n)
+        Claim(record.owner_uid, record.source, "exact", shown, kind=MIG, uuid=n)
         for n in dict.fromkeys(exact)
     ]
     gpus = sorted({g for t in texts if not MIG_UUID.search(t) for g in GPU_UUID.findall(t)})

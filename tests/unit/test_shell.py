@@ -5,7 +5,9 @@ hostile values are refused with UnsafeValue, and what is rendered is valid sh.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
 import shlex
 import shutil
 import subprocess
@@ -307,3 +309,47 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
     assert sections.by_name["devnodes"].stdout == ""
     assert sections.by_name["claim-digest"].stdout == "absent\n"
     assert sections.by_name["clock"].stdout.strip().isdigit()
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shutil.which("sh") and shutil.which("sha256sum")),
+    reason="needs Linux, sh and GNU coreutils",
+)
+def test_the_node_read_takes_the_dra_checkpoint_and_cdi_specs_byte_exact_and_digests_them(
+    tmp_path: Path,
+):
+    """
+    NVIDIA's DRA driver's checkpoint has no trailing newline (facts.dra checks its checksum over
+    the bytes), its CDI specs are read in both roots, and the claim digest the destroy compares
+    is the kubelet checkpoint's (here: absent), then the DRA checkpoint's.
+    """
+    paths = NodePaths.from_rootfs(str(tmp_path), tools={"crictl": str(tmp_path / "none")})
+    checkpoint = Path(paths.dra_checkpoint)
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b'{"checksum":1,"v1":{}}')
+    specs = [Path(r) / "k8s.gpu.nvidia.com-claim_u.yaml" for r in paths.cdi_roots]
+    for n, spec in enumerate(specs):
+        spec.parent.mkdir(parents=True)
+        spec.write_text(f"spec {n}\n")
+    (Path(paths.cdi_roots[0]) / "other-vendor.yaml").write_text("not ours\n")
+
+    def read() -> dict:
+        done = subprocess.run(
+            ["sh", "-c", snapshot(paths, pod_resources=False)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return parse_sections(done.stdout.splitlines()).by_name
+
+    sections = read()
+    assert sections["dra-checkpoint"].stdout == '{"checksum":1,"v1":{}}'
+    assert sections["dra-cdi"].stdout == "".join(
+        f"spec {spec} {base64.b64encode(spec.read_bytes()).decode()}\n" for spec in specs
+    )
+    dra = hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+    assert sections["claim-digest"].stdout == f"absent+{dra}\n"
+    checkpoint.write_bytes(b'{"checksum":2,"v1":{}}')
+    assert read()["claim-digest"].stdout != f"absent+{dra}\n"
+    checkpoint.unlink()
+    assert (read()["dra-checkpoint"].rc, read()["claim-digest"].stdout) == ("absent", "absent\n")
