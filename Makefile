@@ -16,9 +16,10 @@ $(READY): pyproject.toml
 # The seed story on an embedded simulated node: zombie vNPUs pending, then destroyed; the
 # running and the starting pod's vNPUs kept, with the reason; the pending pod then fits. Then
 # the MIG story on a simulated H100: a GI whose record the plugin's GC deleted kept, a leak
+# destroyed; and on an H100 with NVIDIA's DRA driver: a prepared claim's GI kept, a leaked one
 # destroyed.
 demo: $(READY)
-	rm -rf $(NODE) $(NODE)-h100 $(NODE)-ppu $(NODE)-dcu $(NODE)-vmhost
+	rm -rf $(NODE) $(NODE)-h100 $(NODE)-dra $(NODE)-ppu $(NODE)-dcu $(NODE)-vmhost
 	$(BIN)/python -m simulator.namespace -- $(BIN)/python -m simulator.demo $(NODE)
 
 lint: $(READY)
@@ -37,7 +38,7 @@ fleet: $(READY)
 	$(BIN)/python tests/fleet/harness.py $(N) fleet
 
 clean:
-	rm -rf $(VENV) $(NODE) $(NODE)-h100 $(NODE)-ppu $(NODE)-dcu $(NODE)-vmhost fleet .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(NODE) $(NODE)-h100 $(NODE)-dra $(NODE)-ppu $(NODE)-dcu $(NODE)-vmhost fleet .pytest_cache .ruff_cache
 
 # Issue 7: the model-based lifecycle test at scale (in-process driver), with its counts; issue 5:
 # decide() on synthetic nodes, and a converge run's cost over SSH on the fleet (root).

@@ -1,8 +1,9 @@
 """
 `make demo`: the seed story on a simulated 310P node, then the MIG story on a simulated H100 node
-(simulator.mig_story) and on a simulated T-Head PPU (simulator.ppu_story), the leaked-vDCU
-story on a simulated Hygon DCU node (simulator.hygon_story), then the vGPU story on a VM host
-(simulator.vgpu_story), each converged by the real pyinfra CLI.
+(simulator.mig_story), the DRA story on an H100 node with NVIDIA's DRA driver
+(simulator.dra_story), the MIG story on a simulated T-Head PPU (simulator.ppu_story), the
+leaked-vDCU story on a simulated Hygon DCU node (simulator.hygon_story), then the vGPU story on a
+VM host (simulator.vgpu_story), each converged by the real pyinfra CLI.
 
 Runs inside its own PID and mount namespace (python -m simulator.namespace -- ...), so the fd
 scan sees the nodes' processes only. The seed story: infer-a runs on vNPU 100; two zombies (101,
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from enforcer.policy import DEFAULTS
 from enforcer.report import table
-from simulator import hygon_story, mig_story, ppu_story, scenario, vgpu_story
+from simulator import dra_story, hygon_story, mig_story, ppu_story, scenario, vgpu_story
 from simulator.namespace import mount_proc_driver, unmount_proc_driver
 from simulator.node import SimNode
 from simulator.show import render_summary
@@ -84,10 +85,9 @@ def main(node_dir: str, runs: int = 5) -> int:
     print(f"vNPU {made} (vir04) created for train-c")
     print(render_summary(node, node.state()))
     SimNode(node_path).unhold_all()
-    others = [
-        node_path.with_name(f"{node_path.name}-{k}") for k in ("h100", "ppu", "dcu", "vmhost")
-    ]
-    for story, path in zip((mig, thead, hygon, vm_host), others, strict=True):
+    kinds = ("h100", "dra", "ppu", "dcu", "vmhost")
+    others = [node_path.with_name(f"{node_path.name}-{k}") for k in kinds]
+    for story, path in zip((mig, dra, thead, hygon, vm_host), others, strict=True):
         story(path, runs)
     summary([node_path, *others])
     return 0
@@ -140,6 +140,32 @@ def mig(node_path: Path, runs: int) -> None:
             say(f"llm-b's container runs and opens GI {gis['b']}")
         time.sleep(1)
     node.unhold_all()
+    unmount_proc_driver(node_path)  # the next node has no NVIDIA driver
+
+
+def dra(node_path: Path, runs: int) -> None:
+    """The DRA story: a claim prepared for a pod in its init container, a GI the driver leaked."""
+    node, gis = dra_story.build(node_path)
+    mount_proc_driver(node_path)  # this namespace's /proc/driver: this node's simulated GPU
+    say(
+        f"the H100 node with NVIDIA's DRA driver {dra_story.RELEASE} (dynamic MIG): llm-a's claim "
+        f"was prepared on GI {gis['a']} while llm-a is still in its init container; batch-b's "
+        f"claim was unprepared but the driver left its GI {gis['leak']}; eval-c's unprepare "
+        f"failed half way: GI {gis['halfway']} has no CI left, its claim is still prepared"
+    )
+    print(render_summary(node, node.state()))
+    print("the DRA driver's checkpoint holds:", *dra_story.claims(node), sep="\n")
+    for run in range(1, runs + 1):
+        say(f"partition-enforcer run {run} of {runs} on the DRA node")
+        enforce(node_path, run, "demo_dra.py")
+        print("GPU instances now:", sorted(int(g["id"]) for g in node.gpu_instances(0)))
+        if run == 2:
+            dra_story.retry_unprepare(node)
+            say(
+                f"the kubelet retries eval-c's unprepare: the driver deletes GI {gis['halfway']} "
+                "and forgets the claim"
+            )
+        time.sleep(1)
     unmount_proc_driver(node_path)  # the next node has no NVIDIA driver
 
 
