@@ -34,8 +34,8 @@ from enforcer.model import (
     DRA_SOURCE,
     MIG,
     NODE,
+    OWNER_NOUNS,
     VGPU_KINDS,
-    VM_METADATA,
     Claim,
     Observation,
     Partition,
@@ -89,6 +89,7 @@ class Index:
     desired: Desired  # partitions device plugins advertise (enforcer.advertised)
     keys: frozenset[str]  # the partition keys listed
     accelerators: frozenset[str]  # the chips and GPUs listed
+    read: tuple[str, ...]  # the claim sources read: the policy's, and a DRA driver's (evidence)
 
     @classmethod
     def of(cls, obs: Observation, policy: Policy) -> Index:
@@ -100,7 +101,14 @@ class Index:
             desired=desired(obs.partitions, obs.advertised),
             keys=frozenset(p.key for p in obs.partitions),
             accelerators=frozenset(a.accelerator for a in (*obs.chips, *obs.gpus)),
+            read=(*policy.claim_sources, *_dra_read(obs)),
         )
+
+
+def _dra_read(obs: Observation) -> tuple[str, ...]:
+    """NVIDIA's DRA driver's claims, when its checkpoint was read whole (facts.dra_node)."""
+    ok = any(h.source == DRA_SOURCE and h.status == "ok" for h in obs.health)
+    return (DRA_SOURCE,) if ok else ()
 
 
 def failed_sources(obs: Observation, policy: Policy) -> list[SourceHealth]:
@@ -144,8 +152,7 @@ def not_claimed(
 
 
 def _claim_line(c: Claim, names: dict[str, str], stuck: dict[str, str]) -> str:
-    noun = {VM_METADATA: "VM", DRA_SOURCE: "DRA claim"}.get(c.source, "pod")
-    who = f"{noun} {names.get(c.owner_uid, c.owner_uid)}"
+    who = f"{OWNER_NOUNS.get(c.source, 'pod')} {names.get(c.owner_uid, c.owner_uid)}"
     line = f"{c.scope} claim by {who} ({c.source}: {c.record})"
     if c.owner_uid in stuck:
         line += f"; {stuck[c.owner_uid]}"
@@ -412,7 +419,7 @@ def _judge(
     waiting = proven_over_time(entry, policy, now)
     evidence = (
         f"no holder: {WITNESSES.get(p.kind, 'fd scan')}",
-        "no live claim in " + ", ".join(policy.claim_sources),
+        "no live claim in " + ", ".join(index.read),
     )
     if waiting:
         status, reason = "pending", waiting

@@ -26,12 +26,14 @@ HYGON = "hygon-vdcu"  # a Hygon DCU's virtual DCU (hy-smi virtual)
 KINDS = (VNPU, MIG, MDEV, VFIO, PPU, HYGON)
 # The accelerator key's prefix of each kind whose accelerators are GPU-like (`Gpu.kind`).
 PREFIXES = {MIG: "gpu", PPU: "ppu", HYGON: "dcu"}
-VM_METADATA = "vm-metadata"
 DRAIN_MARKER = "drain-marker"  # the node read's section of <state_dir>/drain.json (enforcer.drain)
 # A DRA claim's record (facts.snapshot, facts.kubeapi): resource `dra:<driver>`, device ids
 # `<driver>/<pool>/<device>`, its CDI devices under the annotation CDI.
 DRA = "dra:"
 DRA_SOURCE = "dra"  # the DRA drivers' own records on the node (facts.dra_node)
+VM_METADATA = "vm-metadata"
+# What the report calls an owner, by the source of its claim (else a pod).
+OWNER_NOUNS = {VM_METADATA: "VM", DRA_SOURCE: "DRA claim"}
 CDI = "cdi.k8s.io/devices"
 CLAIM = "resource.k8s.io/claim"  # the annotation an API record names its ResourceClaim by
 NO_CONTAINER = "000000000000"  # npu-smi's Container ID for a vNPU no container is using

@@ -13,7 +13,7 @@ import kinds
 import schemas
 from enforcer.contract import Decision
 from enforcer.model import (
-    VM_METADATA,
+    OWNER_NOUNS,
     Claim,
     Observation,
     Partition,
@@ -40,7 +40,7 @@ def build(
     breaker = next((v.reason for v in verdicts if v.status == "breaker"), None)
     # A verdict about a partition no longer listed has no claims: its key may be a successor's.
     claims_of = {p: decision.exact.get(p.key, []) for p in obs.partitions}
-    names = {p.uid: f"{p.namespace}/{p.name}" for p in obs.pods if p.name}
+    names = {p.uid: "/".join(filter(None, (p.namespace, p.name))) for p in obs.pods if p.name}
     names |= {vm.owner_uid: vm.name for vm in obs.instances if vm.name}
     report = {
         "version": 1,
@@ -231,7 +231,7 @@ def dangling_line(claim: dict) -> str:
     n = claim["named"]
     what = " ".join(x for x in (n["kind"], n["accelerator"], n["id"] and f"id {n['id']}") if x)
     what += f" {n['uuid']}" if n["uuid"] else ""
-    who = "VM" if claim["source"] == VM_METADATA else "pod"
+    who = OWNER_NOUNS.get(claim["source"], "pod")
     return (
         f"{who} {owner_name(claim['owner'])} names {what}, which is not listed "
         f"({claim['source']}: {claim['record']})"

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from enforcer.claims import vendor_kinds
-from enforcer.model import CLAIM, DRA, DRA_SOURCE, OwnerRecord, Pod
+from enforcer.model import CLAIM, DRA, DRA_SOURCE, NODE, OwnerRecord, Pod, SourceHealth
 from enforcer.policy import NodePaths
 from facts import dra
 from facts.errors import ParseError
@@ -52,6 +52,9 @@ def observe_dra(
     if claims is None:
         return [], []
     specs = Scoped(r, scopes).read("dra-cdi", DRA_SOURCE, lambda s: dra.parse_cdi_listing(s.stdout))
+    if drivers.get(DRIVER) or claims:
+        said = f"{len(claims)} claim(s) in {paths.dra_checkpoint}"
+        r.health.append(SourceHealth(DRA_SOURCE, "ok", NODE, said))
     held = {c.uid for c in claims}
     records = [r for c in claims for r in _claim_records(paths, c)]
     left = [_spec_record(s) for s in specs or () if s.claim_uid not in held]
@@ -134,9 +137,10 @@ def _spec_record(s: dra.CdiSpec) -> OwnerRecord:
 
 
 def _alive(owner: str, claim: dra.PreparedClaim | None) -> Pod:
+    """A claim the driver holds is alive; the report names it by its name, else its uid."""
     held = f"{claim.state} in the DRA driver's checkpoint" if claim else "its CDI spec is there"
-    name, namespace = (claim.name, claim.namespace) if claim else ("", "")
-    return Pod(owner, DRA_SOURCE, "alive", name, namespace, held)
+    name, namespace = (claim.name, claim.namespace) if claim and claim.name else ("", "")
+    return Pod(owner, DRA_SOURCE, "alive", name or owner.removeprefix(OWNER), namespace, held)
 
 
 def _label(c: dra.PreparedClaim) -> str:

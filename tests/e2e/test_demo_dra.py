@@ -41,11 +41,11 @@ def test_prepared_claim_of_a_pod_in_init_is_kept_and_the_gi_the_driver_leaked_is
     for run in runs:
         assert [s for s in run.report["sources"] if s["status"] != "ok"] == []
         assert run.verdict(a) == "claimed"
-        assert f"DRA claim resourceclaim:{CLAIMS[LLM_A]}" in run.reason(a)
+        assert f"DRA claim {CLAIMS[LLM_A]}" in run.reason(a)
         assert "PrepareCompleted, for pod llm-a" in run.reason(a)
         # eval-c's unprepare failed half way: its GI, without a CI, stays while the claim does
         assert run.verdict(halfway) == "claimed"
-        assert f"resourceclaim:{CLAIMS[EVAL_C]}" in run.reason(halfway)
+        assert f"DRA claim {CLAIMS[EVAL_C]} (dra:" in run.reason(halfway)
     assert dra_node.instances() == {a, halfway}
     assert dra_node.enforce().verdict(leak) == "destroyed"
     audit = (dra_node.state_dir / "audit.jsonl").read_text().splitlines()

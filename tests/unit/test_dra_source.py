@@ -66,7 +66,7 @@ def test_a_claim_the_driver_prepared_keeps_its_gi_and_the_gis_it_names_not_are_c
     assert [h for h in obs.health if h.status != "ok"] == []
     said = verdicts(obs)
     assert said["13"][0] == "claimed"
-    assert f"DRA claim resourceclaim:{UID}" in said["13"][1]
+    assert f"DRA claim {UID} (dra:" in said["13"][1]
     assert "PrepareCompleted, for pod llm-0" in said["13"][1]
     assert said["11"][0] == "orphan"
 
