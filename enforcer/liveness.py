@@ -251,9 +251,11 @@ def waiting_owners(
     reported once waiting longer than `enforcer_stuck_owner_seconds`.
     """
     using = {h.owner_uid for h in obs.holders if h.owner_uid}
-    keeping = {
-        c.owner_uid for cs in protected.values() for c in cs if c.source != VM_METADATA
-    } - using
+    # A VM has its own (stuck_claims); a DRA claim is no pod: the driver holds it until kubelet
+    # unprepares it, its pods' own records say whether they run.
+    own = (VM_METADATA, DRA_SOURCE)
+    keeping = {c.owner_uid for cs in protected.values() for c in cs if c.source not in own}
+    keeping -= using
     return not_running(keeping, pods)
 
 

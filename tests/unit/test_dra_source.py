@@ -204,3 +204,15 @@ def test_a_pod_resources_dra_claim_names_its_gi_exactly_and_one_not_understood_k
     kept = claims_from_records([odd])
     assert {(c.scope, c.unrecognised) for c in kept} == {("device-wide", True)}
     assert MIG in {c.kind for c in kept}
+
+
+def test_a_claim_the_driver_holds_is_never_a_stuck_owner():
+    """No sandbox runs a claim: its pods' own records say whether they run (a pod of a stale
+    checkpoint entry, waiting as long, is one)."""
+    claim = completed(concrete(13, 0, GI13_MIG, "gpu-0-mig-1g10gb-19-6"))
+    obs = node(build.write_v2({UID: claim}, boot_id=BOOT))
+    data = {"enforcer_grace_runs": 1, "enforcer_grace_seconds": 0}
+    policy = policy_from_host_data("h100", {**data, "enforcer_stuck_owner_seconds": 0})
+    decision = decide(obs, Ledger(), policy, obs.now)
+    assert decision.stuck_owners == {}
+    assert {c.owner_uid for c in decision.claims if c.source == "dra"} == {f"resourceclaim:{UID}"}
