@@ -174,7 +174,8 @@ def test_a_gke_record_claims_its_gpu_instance_and_a_leak_is_reclaimed(build):
 def test_a_gi_on_a_node_with_nvidias_dra_driver_is_kept_until_its_allocations_are_read(build):
     """
     NVIDIA's DRA driver prepared a GI for a pod still in its init container: no checkpoint
-    entry, nothing holds it. The driver's presence keeps every GI, inconclusive, and says so.
+    entry, nothing holds it, and the driver is registered without its own checkpoint (which
+    claims it holds cannot be read). Every GI is kept, inconclusive, and the run says why.
     """
 
     def lay_out(path: Path) -> SimNode:
@@ -192,6 +193,7 @@ def test_a_gi_on_a_node_with_nvidias_dra_driver_is_kept_until_its_allocations_ar
     for run in node.converge(4):
         assert run.verdict(gi) == "inconclusive"
         assert "DRA driver gpu.nvidia.com is present" in run.reason(gi)
+        assert "its claims cannot be read" in run.reason(gi)
     assert gi_ids(node) == {gi}
     table = node.enforce().output
     assert "source dra [nvidia-mig] unreadable" in table

@@ -198,7 +198,8 @@ def test_not_claimed_a_record_given_a_partitions_device_node_claims_that_kind():
 
 
 def dra(driver: str, cdi: str = "") -> OwnerRecord:
-    """A DRA claim as facts.snapshot makes it of a pod-resources dynamic_resources entry."""
+    """A DRA claim as facts.snapshot makes it of a pod-resources dynamic_resources entry, of a
+    device name no adapter understands (`gpu-0-mig-1` is no canonical name of NVIDIA's driver)."""
     return OwnerRecord(
         A,
         "kubelet-pod-resources",
