@@ -469,7 +469,7 @@ def _dra_record(owner: str, where: str, d: podresources.DynamicResource) -> Owne
         POD_RESOURCES,
         f"{where} DRA claim {'/'.join(filter(None, (d.claim_namespace, d.claim_name)))}",
         DRA + ",".join(drivers),
-        tuple(f"{x.driver}/{x.pool}/{x.device}" for x in d.devices),
+        tuple(f"{x.driver}/{x.pool}/{x.device}" for x in d.devices if x.driver),
         annotations=((CDI, ",".join(n for x in d.devices for n in x.cdi_devices)),),
     )
 

@@ -63,9 +63,16 @@ def advertises(device_id: str) -> list[tuple[str, str]] | None:
 
 
 def claims(record: OwnerRecord) -> Claims:
-    if record.resource == f"{DRA}{DRA_DRIVER}":
+    if record.resource == f"{DRA}{DRA_DRIVER}" or _nvidia_cdi(record):
         return dra_claims(record)
     return _mig_claims(record), False
+
+
+def _nvidia_cdi(record: OwnerRecord) -> bool:
+    """A DRA claim whose driver kubelet did not name (before 1.31), all of whose CDI ids are
+    NVIDIA's driver's (its CDI vendor, cdi.go:45)."""
+    ids = _cdi_devices(dict(record.annotations).get(CDI, ""))
+    return record.resource == DRA and bool(ids) and None not in ids
 
 
 def dra_claims(record: OwnerRecord) -> Claims:

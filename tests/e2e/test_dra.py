@@ -8,6 +8,7 @@ and CDI specs on the node byte for byte, the API's ResourceClaims on a loopback 
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +18,8 @@ import pytest
 from e2e.conftest import Node, write_inventory
 from e2e.test_drain import drain_data, run
 from e2e.test_kubernetes_api import kubeconfig
+from podresources.server import api as pod_resources_api
+from podresources.server import serving
 
 from simulator.dra import DraError
 from simulator.mig_model import H100
@@ -61,12 +64,12 @@ def build(tmp_path, namespaces) -> Iterator[Callable[..., DraNode]]:
         ns = NodeNamespace(path).__enter__()
         made.append(ns)
         tools = {t: str(path / "bin" / t) for t in ("nvidia-smi", "crictl")}
+        data = {"enforcer_claim_sources": ["kubelet-checkpoint", "cri"], **data}
         inventory = write_inventory(
             tmp_path / "inventory.py",
             path,
             enforcer_node_name=NODE_NAME,
             enforcer_tools=tools,
-            enforcer_claim_sources=["kubelet-checkpoint", "cri"],
             **data,
         )
         node = DraNode(ns, path, inventory)
@@ -294,3 +297,55 @@ def test_drain_with_dra_claims_is_blocked_until_they_are_unprepared(build):
     assert node.instances() == set()
     marker = json.loads((node.state_dir / "drain.json").read_text())
     assert marker["state"] == "drained"
+
+
+def pod_resources_answer(node: DraNode, uid: str, name: str, kubelet: str):
+    """What the kubelet's pod-resources List says of the pod: its containers' DRA claims."""
+    v1 = pod_resources_api()
+    containers = [
+        v1.ContainerResources(
+            name=c["container"],
+            dynamic_resources=[
+                v1.DynamicResource(
+                    claim_name=d["claim_name"],
+                    claim_namespace=d["claim_namespace"],
+                    claim_resources=[v1.ClaimResource(**r) for r in d["claim_resources"]],
+                )
+                for d in c["dynamic_resources"]
+            ],
+        )
+        for c in node.sim.dra.pod_resources(uid, kubelet=kubelet)
+    ]
+    pod = v1.PodResources(name=name, namespace="default", containers=containers)
+    return v1.ListPodResourcesResponse(pod_resources=[pod])
+
+
+@pytest.mark.parametrize("kubelet", ["1.31", "1.30"])
+def test_the_pod_resources_dynamic_resources_name_the_pods_gi(build, kubelet):
+    """
+    The kubelet's pod-resources answer (a real gRPC server on the node's kubelet socket) gives
+    llm-a's container its claim: from kubelet 1.31 by driver, pool and device, before by CDI
+    device ids (k8s.gpu.nvidia.com/claim=<uid>-<device>). Either names llm-a's GI exactly.
+    """
+
+    def lay_out(node: DraNode) -> None:
+        node.sim.add_pod(LLM_A, "llm-a", phase="Running", containers=["main"])
+        node.gis["a"] = node.prepare(CLAIM_A, "llm-a-gpu", "llm-a", LLM_A, 0, 0)
+
+    sources = ["kubelet-checkpoint", "cri", "kubelet-pod-resources"]
+    node = build(lay_out, enforcer_claim_sources=sources)
+    gi = node.gis["a"]
+    with tempfile.TemporaryDirectory(prefix="pr-") as short:
+        where = node.path / "rootfs/var/lib/kubelet/pod-resources/kubelet.sock"
+        where.parent.mkdir(parents=True)
+        where.symlink_to(Path(short) / "kubelet.sock")
+        with serving(
+            Path(short) / "kubelet.sock", pod_resources_answer(node, LLM_A, "llm-a", kubelet)
+        ):
+            (run_,) = node.converge(1)
+    assert run_.verdict(gi) == "claimed"
+    assert (
+        "(kubelet-pod-resources: pod-resources default/llm-a/main DRA claim ai/llm-a-gpu"
+        in run_.reason(gi)
+    )
+    assert f"DRA claim {CLAIM_A} (dra:" in run_.reason(gi)
