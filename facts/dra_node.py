@@ -56,10 +56,10 @@ def observe_dra(
         said = f"{len(claims)} claim(s) in {paths.dra_checkpoint}"
         r.health.append(SourceHealth(DRA_SOURCE, "ok", NODE, said))
     held = {c.uid for c in claims}
-    records = [r for c in claims for r in _claim_records(paths, c)]
-    left = [_spec_record(s) for s in specs or () if s.claim_uid not in held]
+    records = [record for c in claims for record in _claim_records(paths, c)]
+    left = [_spec_record(spec) for spec in specs or () if spec.claim_uid not in held]
     pods = [_alive(f"{OWNER}{c.uid}", c) for c in claims]
-    return pods + [_alive(r.owner_uid, None) for r in left], records + left
+    return pods + [_alive(record.owner_uid, None) for record in left], records + left
 
 
 def _checkpoint(
