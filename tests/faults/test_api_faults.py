@@ -56,6 +56,9 @@ def api() -> Iterator[tuple[str, dict]]:
                 name = self.path.removeprefix("/api/v1/nodes/")
                 node = {"kind": "Node", "apiVersion": "v1", "metadata": {"name": name}}
                 status, body, length = 200, json.dumps(node).encode(), None
+            elif self.path.startswith("/apis/"):  # no resource.k8s.io: a cluster without DRA
+                gone = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404}
+                status, body, length = 404, json.dumps(gone).encode(), None
             else:
                 status, body, length = answer(state["mode"], f"continue={PAGE_2}" in self.path)
             self.send_response(status)

@@ -206,7 +206,10 @@ def test_boot_id_change_between_the_read_and_the_destroy_keeps_the_vnpu(seed_nod
     fake = tmp_path / "boot_id"
     fake.write_text("0b0e1d2c-3a4b-4c5d-8e6f-7a8b9c0d1e2f\n")
     pid = start(seed_node, tmp_path / "run.log")
-    time.sleep(1.5)
+    # Once the read hangs in `crictl ps` (it read the boot id long before), not on a timer: a
+    # loaded machine may not have started the read yet.
+    listing = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done"
+    sh(seed_node, f"until {listing} | grep -q 'crictl p[s]'; do sleep 0.05; done")  # not itself
     sh(seed_node, f"mount --bind {fake} /proc/sys/kernel/random/boot_id")
     sh(seed_node, ended(pid))
     assert 101 in seed_node.vnpus()
