@@ -98,23 +98,22 @@ def test_a_record_not_understood_keeps_every_gi_until_its_pod_holds_one():
         m.teardown()
 
 
-def test_a_dra_driver_keeps_every_gi_and_its_leftover_goes_once_it_leaves():
-    m = _mig(MigInProcessDriver, "MigDra")()
+def test_a_dra_claim_keeps_its_gi_whatever_its_pod_and_its_leak_goes_after_the_grace():
+    m = _mig(MigInProcessDriver, "MigDraLeak")()
     try:
-        m.mig_node([0], [])
-        m.admit_static(0)  # a pod runs on the static GI all along (no source goes silent)
-        m.container_progress(0)
-        m.container_progress(0)
-        m.plugin_event("dra", 0)  # gpu.nvidia.com appears
-        m.dra_prepares(1, "2g.20gb")  # a pod's ResourceClaim: no checkpoint entry
+        # The DRA driver prepares dra1's claim (GI 1/13) and dra2's (GI 0/13), which runs on.
+        m.mig_node([], [], True, [(1, "1g.10gb"), (0, "1g.10gb")])
+        place = (1, 13)
+        m.dra_pod_ends(0, False, "later")  # Succeeded: the API's word ends dra1
+        m.claim_controller(0)  # and its claim is deallocated; the checkpoint still holds it
         m.enforcer_runs_on_schedule(4, 450)
-        assert len(m.gis) == 2
-        m.deleted(0, False, True)  # the pod is deleted, its GI left behind
-        m.enforcer_runs_on_schedule(4, 450)
-        assert len(m.gis) == 2  # still inconclusive while the driver is there
-        m.plugin_event("dra", 0)  # the driver is removed
+        assert place in m.gis, m.log
+        assert m.log[-1].endswith("4e5f/13:claimed"), m.log
+        m.kubelet_unprepares(0, "leak")  # the driver forgets the claim, the GI stays
         m.enforcer_runs_on_schedule(4, 450)
         assert set(m.gis) == {(0, 13)}, m.log
+        c = type(m).counts
+        assert (c.destroys, c.violations) == (1, 0), m.log
     finally:
         m.teardown()
 
