@@ -90,6 +90,7 @@ def merge(parts: list[Counts]) -> Counts:
         total.violations += c.violations
         total.hazards += c.hazards
         total.verdicts.update(c.verdicts)
+        total.events.update(c.events)
         total.examples += c.examples
     return total
 
@@ -129,6 +130,8 @@ def run(name: str, n: int, steps: int, jobs: int) -> int:
     )
     print(f"violations  {c.violations} (of which contract hazards: {c.hazards})")
     print("verdicts    " + ", ".join(f"{k} {n}" for k, n in sorted(c.verdicts.items())))
+    for n, (event, count) in enumerate(sorted(c.events.items())):
+        print(f"{'events' if n == 0 else '':<12}{count:>6}  {event}")
     print(
         f"wall time   {wall:.1f} s in {jobs} process(es): {c.histories / wall:.0f} histories/s, "
         f"{c.runs / wall:.0f} runs/s"

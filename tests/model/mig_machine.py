@@ -100,8 +100,9 @@ REQUESTS = {"static": STATIC, "gpustack": GPUSTACK, "uuid": BY_UUID, "unknown": 
 DRA_DRIVER = sim_dra.DRIVER
 COMPLETED, STARTED = sim_dra.COMPLETED, sim_dra.STARTED
 WHOLE_GPU = "gpu"  # a DRA pod's claim of a whole GPU, among the profiles drawn
+DRA_LEAK = "leaked: the DRA driver forgot"  # the story of a GI an unprepare leaked
 # How the kubelet's unprepare of a claim goes (kubelet_unprepares); "later": not yet.
-UNPREPARES = ("ok", "ok", "fail_ci", "fail_gi", "leak", "later")
+UNPREPARES = ("ok", "ok", "fail_ci", "fail_gi", "leak", "leak", "later")
 DYNAMIC = {"gpustack": GPUSTACK, "uuid": BY_UUID, "unknown": OPAQUE}
 PROFILES = ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb", "1g.10gb+me"]
 # Tool faults the machine injects: each makes the MIG listing (or the node) unreadable.
@@ -462,7 +463,7 @@ class MigContract:
     verified: set[tuple] = field(default_factory=set)
     run_no: int = 0
 
-    def run(self, m: MigLifecycle, now: float) -> Expected:
+    def run(self, m: MigLifecycle, now: float, breaker: bool = True) -> Expected:
         faults = set(m.faults)
         cri_ok = ("crictl", "pods") not in faults
         smi_ok = not any(tool == "nvidia-smi" for tool, _ in faults)
@@ -508,9 +509,8 @@ class MigContract:
         if m.api_agrees():  # its listed pods, alive by any source: those in a live phase
             live[kubeapi.SOURCE] = len({p.uid for p in m.pods.values() if p.phase in LIVE})
         silent = [s for s, n in sorted(self.live.items()) if n > 0 and live.get(s) == 0]
-        trip = bool(proven) and (
-            bool(silent) or (len(proven) > 0.5 * len(listed) and len(proven) > 4)
-        )
+        trip = breaker and bool(proven)
+        trip = trip and (bool(silent) or (len(proven) > 0.5 * len(listed) and len(proven) > 4))
         if not trip:
             for g in listed:
                 if (g.gpu, g.id) in proven:
@@ -521,7 +521,7 @@ class MigContract:
             if identity not in listed_ids and e.attempts and mig_failure:
                 entries[identity] = e.restarted()
         carried = {s: n for s, n in self.live.items() if s not in live}
-        carried |= {s: self.live[s] for s in silent}
+        carried |= {s: self.live[s] for s in silent} if breaker else {}
         self.boot, self.last_run, self.entries = m.boot, now, entries
         self.live = {**live, **carried}
         return Expected(set() if trip else proven, trip)
@@ -609,6 +609,7 @@ class MigLifecycle(RuleBasedStateMachine):
         self.ledger: ledgers.Ledger | None = None
         self.stray: dict[tuple[int, int], Any] = {}
         self.log: list[str] = []
+        self.verdicts: dict[tuple[int, int], Verdict] = {}  # the last run's, by GI (stories)
         self.n = 0
         type(self).counts.histories += 1
 
@@ -623,6 +624,10 @@ class MigLifecycle(RuleBasedStateMachine):
     def note(self, text: str) -> None:
         type(self).counts.steps += 1
         self.log.append(f"t={self.now - START:+.0f}s {text}")
+
+    def event(self, what: str) -> None:
+        """Count one thing a history went through (the bench's `events`)."""
+        type(self).counts.events[what] += 1
 
     def violation(self, kind: str, text: str) -> None:
         message = f"{kind}: {text}\nhistory:\n  " + "\n  ".join(self.log)
@@ -768,6 +773,7 @@ class MigLifecycle(RuleBasedStateMachine):
         listed = self._listing()
         for place in sorted(set(self.gis) - set(listed)):
             self.note(f"the DRA driver destroys GI {place} ({self.gis[place].story}): {why}")
+            self.event("dra: a GI the driver destroyed by itself (restart, roll-back)")
             self._gone(place)
         for place, row in listed.items():
             if place in self.gis:
@@ -949,7 +955,11 @@ class MigLifecycle(RuleBasedStateMachine):
         room = sim_mig.free_placements(card, gp) if sim_mig.free_count(card, gp) else []
         fits = [s for s in gp.preference if not any(_overlap((s, gp.size), t) for t in theirs)]
         free = [s for s in fits if s in room]
-        found = ([s for s in fits if s not in room] if busy else []) or free
+        made = {(g.gpu, g.profile, g.start) for g in self.gis.values()}
+        same = [s for s in fits if (gpu, gp.name, s) in made]  # another's GI named as this one
+        found = free
+        if busy:
+            found = same or [s for s in fits if s not in room] or free
         return (gp.name, found[0]) if found else None
 
     def _span(self, profile: str, start: int) -> tuple[int, int]:
@@ -998,6 +1008,7 @@ class MigLifecycle(RuleBasedStateMachine):
             )
         except DraError as error:
             c.allocated, c.state = True, STARTED
+            self.event("dra: prepare failed, no GI (PrepareStarted)")
             self._sync(f"rolled back for claim {c.uid[:8]}")
             self.note(f"{p.name}: prepare fails, its claim stays {STARTED}: {str(error)[:70]}")
             return
@@ -1011,6 +1022,7 @@ class MigLifecycle(RuleBasedStateMachine):
             )
             if place in self.gis:  # made again at its place: the roll-back destroyed it
                 self.note(f"the DRA driver rolls back GI {place} ({self.gis[place].story})")
+                self.event("dra: a GI the driver destroyed by itself (restart, roll-back)")
                 self._gone(place)
             row = self._listing()[place]
             uuid = self.sim.mig_uuid(place[0], place[1], 0)
@@ -1020,6 +1032,7 @@ class MigLifecycle(RuleBasedStateMachine):
             if c.state == COMPLETED:
                 c.gi, c.uuid = place[1], uuid
         self._sync(f"rolled back for claim {c.uid[:8]}")
+        self.event("dra: claim crashed in prepare, its GI made" if crash else "dra: claim prepared")
         done = "crashes once its GI exists" if crash else "prepares it"
         self.note(f"{p.name}: the DRA driver {done} ({c.state}), GI {p.gi}")
 
@@ -1073,15 +1086,17 @@ class MigLifecycle(RuleBasedStateMachine):
         try:
             self.sim.dra.unprepare(c.uid, fail_at=fail_at, leak=how == "leak")
         except DraError as error:
+            self.event(f"dra: unprepare failed half way ({how})")
             self._sync(f"half of the unprepare of claim {c.uid[:8]}")
             self.note(f"{p.name}: unprepare fails, claim {c.uid[:8]} stays: {str(error)[:70]}")
             return
         leaked = how == "leak" and c.state == COMPLETED
+        self.event(f"dra: claim unprepared{', its GI leaked' if leaked else ''}")
         c.state, c.gi, c.uuid = None, None, None
         self._sync(f"claim {c.uid[:8]} unprepared")
         for place in named if leaked else ():
             if place in self.gis:
-                self.gis[place].story = f"leaked: the DRA driver forgot {p.name}'s claim"
+                self.gis[place].story = f"{DRA_LEAK} {p.name}'s claim"
         self.note(f"{p.name}: claim {c.uid[:8]} unprepared{' (its GI leaked)' if leaked else ''}")
         self._forget(c)
 
@@ -1153,6 +1168,7 @@ class MigLifecycle(RuleBasedStateMachine):
                 self._forget(c)
         self._sync("its restart destroys every MIG device no prepared claim names")
         emptied = " (a checkpoint of another boot: emptied)" if stale else ""
+        self.event(f"dra: driver restarted{' after a reboot' if stale else ''}")
         self.note(f"the DRA driver {DRA_DRIVER} restarts{emptied}")
 
     @precondition(lambda self: self._has(self._progresses))
@@ -1381,6 +1397,13 @@ class MigLifecycle(RuleBasedStateMachine):
         self.now += dt
         self.enforce()
 
+    @rule(dt=st.sampled_from([300, 600]))
+    def enforcer_run_breaker_lifted(self, dt: int) -> None:
+        """An operator lifts the circuit breaker for one run (`--data enforcer_breaker=off`)."""
+        self.now += dt
+        self.note("an operator lifts the circuit breaker for one run")
+        self.enforce(breaker=False)
+
     @rule(k=st.integers(2, 4), dt=st.sampled_from([300, 450]))
     def enforcer_runs_on_schedule(self, k: int, dt: int) -> None:
         for _ in range(k):
@@ -1444,7 +1467,9 @@ class MigLifecycle(RuleBasedStateMachine):
         f = dict(v.partition.identity_fields)
         return next(i for i, g in enumerate(self.gpus) if g["uuid"] == f["gpu"]), int(f["gi"])
 
-    def enforce(self, race: Callable[[list[Verdict]], None] | None = None) -> None:
+    def enforce(
+        self, race: Callable[[list[Verdict]], None] | None = None, breaker: bool = True
+    ) -> None:
         c = type(self).counts
         c.runs += 1
         listed = {(i, g["id"]) for i in range(len(self.gpus)) for g in self.sim.gpu_instances(i)}
@@ -1454,6 +1479,7 @@ class MigLifecycle(RuleBasedStateMachine):
             ours = {c.uid: c.state for c in self.dra_claims.values() if c.state}
             assert held == ours, f"model lost track of the DRA checkpoint: {held} model {ours}"
         unread = self.dra_unread()
+        self._dra_run_events()
         sections = self.driver.read()
         obs = observe(sections, NODE, self.driver.paths, self.driver.policy.claim_sources)
         obs = self.api_source(replace(obs, now=self.now), sections)
@@ -1474,9 +1500,11 @@ class MigLifecycle(RuleBasedStateMachine):
             except ledgers.LedgerError as error:
                 self.violation("model", f"the ledger written last run cannot be read: {error}")
                 ledger = ledgers.Ledger()
-        decision = decide(obs, ledger, self.driver.policy, self.now)
+        policy = self.driver.policy if breaker else replace(self.driver.policy, breaker=False)
+        decision = decide(obs, ledger, policy, self.now)
         verdicts, next_ledger = decision.verdicts, decision.ledger
-        expected = self.contract.run(self, self.now)
+        self.verdicts = {self._place(v): v for v in verdicts if v.status != "destroyed"}
+        expected = self.contract.run(self, self.now, breaker)
         orphans = [v for v in verdicts if v.is_orphan]
         got = {self._place(v) for v in orphans}
         tripped = any(v.status == "breaker" for v in verdicts)
@@ -1513,6 +1541,8 @@ class MigLifecycle(RuleBasedStateMachine):
                 self.contract.verified.add(g.identity())
                 self._check_safe(place, place in expected.orphans, unread)
                 self.note(f"enforcer destroys GI {place} ({g.story})")
+                if g.story.startswith(DRA_LEAK):
+                    self.event("dra: a GI the driver leaked, destroyed by the enforcer")
                 self._gone(place)
             elif outcome == "failed":
                 c.failed_destroys += 1
@@ -1528,6 +1558,34 @@ class MigLifecycle(RuleBasedStateMachine):
             if p.allocating is not None:  # one run's read at most falls in between
                 self._write_record(p)
                 self.note(f"{p.name}: kubelet writes its checkpoint entry")
+
+    def _dra_run_events(self) -> None:
+        """What of the DRA driver's this run reads (the bench's events)."""
+        if self.dra == "absent" or not self.gis:
+            return
+        if self.dra_unread():
+            why = "not understood"
+            if self.dra == "starting":
+                why = "not there yet (driver starting)"
+            elif self.dra_boot != self.boot:
+                why = "of another boot"
+            self.event(f"runs: GIs listed, the DRA checkpoint {why}")
+            return
+        gis, held = list(self.gis.values()), [c for c in self.dra_claims.values() if c.state]
+        named = [(c, g) for c in held for g in gis if c.names(g)]
+        if any(c.state == STARTED for c, _ in named):
+            self.event("runs: a PrepareStarted claim names a GI")
+        if any(c.state == COMPLETED and not g.ci for c, g in named):
+            self.event("runs: a PrepareCompleted claim names a GI without its CI (half way)")
+        if any(not self.api_alive(self.pods[c.pod]) for c, _ in named):
+            self.event("runs: a claim of a pod ended or deleted names a GI")
+        alive = [c for c in self.dra_claims.values() if c.allocated]
+        alive = [c for c in alive if self.api_alive(self.pods[c.pod])]
+        kept = [g for _, g in named]
+        if any(c.allocation_names(g) and g not in kept for c in alive for g in gis):
+            self.event("runs: only the API's allocation names a GI")
+        if any(g.story.startswith(DRA_LEAK) for g in gis):
+            self.event("runs: a GI the DRA driver leaked is listed")
 
     def _check_safe(self, place: tuple[int, int], contract_says: bool, unread: bool) -> None:
         """A destroyed GI: none of its keepers was there (`unread`: the DRA state at the read)."""
