@@ -14,26 +14,51 @@ reference of the contract) on a node with two simulated H100s, and the rules tha
   the adapters do not understand (`nvidia.com/mig-shared`, an opaque id): it claims every MIG
   partition device-wide, count-aware (one device: met once its pod holds a GI). A GI is leaked
   when the Allocate fails after it was made, or when its pod is deleted without cleanup.
-- a DRA driver (`gpu.nvidia.com`) appearing and leaving (its plugin directory under the kubelet's
-  plugins/); while present it prepares GIs for pods with no checkpoint entry, and every MIG
-  partition is inconclusive. It leaves only when none of its pods is alive.
+- NVIDIA's DRA driver (`gpu.nvidia.com`, simulator/dra.py: v0.4.1 with DynamicMIG), installed
+  at the start or appearing later (its plugin folder first, its checkpoint at its first start),
+  restarting, and leaving once it holds no claim. A "dra" pod asks through a ResourceClaim: the
+  scheduler allocates it a MIG device at a placement the driver counts free (sometimes one another
+  MIG owner's GI takes: the driver counts only its own) or a whole GPU, and the kubelet has the
+  driver prepare it, at once or later; the plugin may crash once the GI exists (PrepareStarted),
+  or fail to make it (placement taken: PrepareStarted, no GI); the kubelet retries (the driver
+  rolls back the device of that name first). Its pod ending (or deleted), the kubelet unprepares
+  it: the GI and the claim go; or half way (the driver's CI or GI destroy fails: the GI stays
+  whole or without its CI, the claim PrepareCompleted; the kubelet retries); or a leak (the claim
+  and its CDI spec go, the GI stays: the enforcer's to reclaim after the grace). The claim
+  controller deallocates the claims of pods ended or deleted. A reboot leaves the driver down
+  with a checkpoint of the boot before until it restarts (v0.4.1 then empties it); every restart
+  destroys each MIG device no PrepareCompleted claim names, on both GPUs, up to the first refusal.
+  That last is why the machine keeps two MIG owners apart: the real driver owns every MIG device
+  of the node (DynamicMIG excludes static MIG, docs/research/dra-nvidia-gpu.md §2.3), so the
+  driver is installed only on a node with no static geometry (`mig_node(dra=True)` draws none,
+  and it never appears on a node that has one), whose mig-manager applies none at a reboot. Device
+  plugins' dynamic GIs do share its node: its restart destroys those not in use, as the real
+  driver would (the machine follows the simulator and says so).
 - an opaque plugin advertising ids not understood on `nvidia.com/mig-shared`: every MIG partition
   is kept while it does.
 
 The reference (`MigContract`) decides from the model's truth: node-wide failure (the CRI), MIG
-failure (an nvidia-smi output, or a DRA driver present while GIs are listed), pinned (advertised
-by MIG UUID, or any GI while ids not understood are advertised), held (a process in a pod or a
-stray one has its capability device open), claimed (a live record names its MIG UUID; a
+failure (an nvidia-smi output; or, while GIs are listed, the DRA driver's claims not read whole:
+its folder without a checkpoint, a checkpoint of another boot, one that does not parse), pinned
+(advertised by MIG UUID, or any GI while ids not understood are advertised), held (a process in a
+pod or a stray one has its capability device open), claimed (a live record names its MIG UUID; a
 GPU's UUID in a live record, gpustack's slot, claims one GI on that GPU: while its MIG UUID names
 none there and its pod holds none, every one there; a live record not understood, whose pod
-holds no GI, claims them all), then the streak, the breaker
-and the destroy attempts exactly as lifecycle_machine.Contract.
+holds no GI, claims them all; every claim in the DRA checkpoint, PrepareStarted or
+PrepareCompleted and whatever its pod, claims what its device's name names (the GI of that GPU,
+profile and placement; a whole GPU's, every GI on it) and, PrepareCompleted, its recorded GI id
+and MIG UUID; a claim the API allocated to a pod alive or coming claims what its device's name
+names), then the streak, the breaker (an operator lifts it for a run now and then) and the
+destroy attempts exactly as lifecycle_machine.Contract. A GI nothing names, the DRA state read
+whole, is an ordinary candidate.
 
 Invariants, after every run: safety (no GI destroyed while advertised, while a live pod is
-allocated it, whatever its record, while a process holds it, or while a DRA driver is present),
-conformance (decide() proves orphaned exactly what the reference proves, the breaker trips when
-it says), liveness (every GI the reference proves orphaned is gone after the run unless its
-destroy was made to fail or something raced it).
+allocated it, whatever its record, while a process holds it, while a claim in the DRA checkpoint
+names it, or while the DRA driver's state was not read whole), conformance (decide() proves
+orphaned exactly what the reference proves, the breaker trips when it says), liveness (every GI
+the reference proves orphaned, a leaked DRA GI after its grace among them, is gone after the run
+unless its destroy was made to fail or something raced it). The model's own bookkeeping is
+checked against the simulator's before every run (its GIs, the DRA checkpoint's claims).
 """
 
 from __future__ import annotations
@@ -166,7 +191,9 @@ class MigInProcessDriver(InProcessDriver):
     The node read's sections from the simulator in memory: nvidia-smi's outputs by its own
     command code (faults honoured), mig-minors and the GPUs' information files as the node has
     them, the capability devices stat'ed, holders as nvidia-smi process rows plus the fd-scan
-    and cgroup lines a /proc scan would print; the rest as InProcessDriver's.
+    and cgroup lines a /proc scan would print, the DRA driver's plugin entries, checkpoint and
+    CDI specs as its files are (snapshot.sh.j2's `dra-drivers`, `dra-checkpoint`, `dra-cdi`),
+    the claim digest as node.sh.j2's claim_digest makes it; the rest as InProcessDriver's.
     """
 
     def __init__(self, root: Path):

@@ -1,13 +1,17 @@
 """
-Model-based lifecycle testing on MIG (issue 18): random lifecycles of tests/model/mig_machine.py
-(static and dynamic GPU instances on simulated H100s, advertised devices, records not understood,
-a DRA driver, the kubernetes-api source agreeing or not) against the real decision code.
+Model-based lifecycle testing on MIG (issues 18 and 21): random lifecycles of
+tests/model/mig_machine.py (static and dynamic GPU instances on simulated H100s, advertised
+devices, records not understood, NVIDIA's DRA driver preparing and unpreparing claims, the
+kubernetes-api source agreeing or not) against the real decision code.
 
 - `test_mig_lifecycle_on_the_node`: the real node read and destroy-mig.sh.j2 in the node's
   namespace, a few histories, on two H100s.
 - `test_mig_lifecycle_in_process`: more histories, two H100s; `make bench` runs 10,000.
-- stories by hand, one per rule; and the contract hazard the machine found (a GI made again at
-  an ended pod's place, read before its checkpoint entry), which the API's Pending requests close.
+- stories by hand, one per rule; the contract hazard the machine found (a GI made again at
+  an ended pod's place, read before its checkpoint entry), which the API's Pending requests close;
+  and NVIDIA's DRA driver's (issue 21): a leak reclaimed after the grace, an unprepare failed half
+  way, a claim still being prepared, a checkpoint of another boot, an allocation not prepared
+  yet, a racing prepare the claim digest keeps (on the node).
 """
 
 from __future__ import annotations
