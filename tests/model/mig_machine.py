@@ -1117,7 +1117,7 @@ class MigLifecycle(RuleBasedStateMachine):
             self._sync(f"half of the unprepare of claim {c.uid[:8]}")
             self.note(f"{p.name}: unprepare fails, claim {c.uid[:8]} stays: {str(error)[:70]}")
             return
-        leaked = how == "leak" and c.state == COMPLETED
+        leaked = how == "leak" and c.state == COMPLETED and c.profile is not None
         self.event(f"dra: claim unprepared{', its GI leaked' if leaked else ''}")
         c.state, c.gi, c.uuid = None, None, None
         self._sync(f"claim {c.uid[:8]} unprepared")

@@ -184,6 +184,20 @@ def test_a_gi_of_a_claim_still_being_prepared_is_kept_by_its_allocations_name():
         m.teardown()
 
 
+def test_a_whole_gpu_claim_keeps_every_gi_on_its_gpu_and_none_on_the_other():
+    m = _mig(MigInProcessDriver, "MigDraWholeGpu")()
+    try:
+        m.mig_node([], [(1, "2g.20gb"), (0, "2g.20gb")], True, [])  # leaks: GI 1/5, GI 0/5
+        m.admit_dra(1, "gpu", "prepared", False)  # dra1: GPU 1, whole
+        m.enforcer_runs_on_schedule(4, 450)
+        assert set(m.gis) == {(1, 5)}, m.log
+        said = m.verdicts[1, 5]
+        assert said.status == "claimed" and "PrepareCompleted, for pod dra1: gpu-1" in said.reason
+        assert type(m).counts.violations == 0
+    finally:
+        m.teardown()
+
+
 def test_a_dra_checkpoint_of_another_boot_keeps_every_gi_until_the_driver_restarts():
     m = _mig(MigInProcessDriver, "MigDraStale")()
     try:
