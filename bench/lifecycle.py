@@ -3,9 +3,10 @@ The model-based lifecycle test at scale (issues 7 and 18): `python bench/lifecyc
 10000` runs that many random histories of each machine with its in-process driver — the Ascend
 one (tests/model/lifecycle_machine.py: vNPUs on a 310P3) and the MIG one (tests/model/
 mig_machine.py: static and dynamic GPU instances on two H100s, advertised devices, records not
-understood, a DRA driver) — and prints, per machine, the count of histories, enforcer runs,
-destroys and violations, and the wall time. `--machine ascend|mig` runs one. Exit 1 on any
-violation.
+understood, NVIDIA's DRA driver preparing and unpreparing claims) — and prints, per machine, the
+count of histories, enforcer runs, destroys and violations, what the histories went through (the
+machine's `events`: DRA claims prepared, unprepared half way, leaked, reclaimed...), and the wall
+time. `--machine ascend|mig` runs one. Exit 1 on any violation.
 
 What differs from `make test`'s node-level run, for speed: the node read's sections are built by
 the simulator's own renderers (npu-smi chip map, vNPU table and host table, crictl pods and ps,
@@ -17,7 +18,8 @@ no fd on it, no unexplained process on its chip); then npu-smi's destroy (faults
 listing checked. parse_sections, observe, decide and the contract reference are the same code.
 The MIG machine's driver does the same with nvidia-smi's own command code (the default table of
 two MIG GPUs given the rule the simulator leaves out between them), mig-minors cut to the node's
-two GPUs, and destroy-mig.sh.j2's re-checks (see MigInProcessDriver).
+two GPUs, the DRA driver's checkpoint and CDI specs as the simulator wrote them, and
+destroy-mig.sh.j2's re-checks (see MigInProcessDriver).
 
 Violations are counted by kind; a contract hazard (a live pod's vNPU destroyed where the
 contract reference itself says so) is one too: the contract is wrong, not only the code.
@@ -90,6 +92,7 @@ def merge(parts: list[Counts]) -> Counts:
         total.violations += c.violations
         total.hazards += c.hazards
         total.verdicts.update(c.verdicts)
+        total.events.update(c.events)
         total.examples += c.examples
     return total
 
@@ -129,6 +132,8 @@ def run(name: str, n: int, steps: int, jobs: int) -> int:
     )
     print(f"violations  {c.violations} (of which contract hazards: {c.hazards})")
     print("verdicts    " + ", ".join(f"{k} {n}" for k, n in sorted(c.verdicts.items())))
+    for n, (event, count) in enumerate(sorted(c.events.items())):
+        print(f"{'events' if n == 0 else '':<12}{count:>6}  {event}")
     print(
         f"wall time   {wall:.1f} s in {jobs} process(es): {c.histories / wall:.0f} histories/s, "
         f"{c.runs / wall:.0f} runs/s"

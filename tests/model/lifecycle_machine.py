@@ -609,14 +609,16 @@ class Counts:
     hazards: int = 0
     verdicts: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
+    events: Counter = field(default_factory=Counter)  # what a machine's histories went through
 
     def summary(self) -> str:
         statuses = ", ".join(f"{k} {n}" for k, n in sorted(self.verdicts.items()))
+        events = "".join(f"; {k} {n}" for k, n in sorted(self.events.items()))
         return (
             f"histories {self.histories}, steps {self.steps}, runs {self.runs}, "
             f"destroys {self.destroys} (failed {self.failed_destroys}, kept by the guard "
             f"{self.kept_by_guard}), violations {self.violations}, contract hazards "
-            f"{self.hazards}; verdicts: {statuses}"
+            f"{self.hazards}; verdicts: {statuses}{events}"
         )
 
 

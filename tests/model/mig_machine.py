@@ -14,26 +14,51 @@ reference of the contract) on a node with two simulated H100s, and the rules tha
   the adapters do not understand (`nvidia.com/mig-shared`, an opaque id): it claims every MIG
   partition device-wide, count-aware (one device: met once its pod holds a GI). A GI is leaked
   when the Allocate fails after it was made, or when its pod is deleted without cleanup.
-- a DRA driver (`gpu.nvidia.com`) appearing and leaving (its plugin directory under the kubelet's
-  plugins/); while present it prepares GIs for pods with no checkpoint entry, and every MIG
-  partition is inconclusive. It leaves only when none of its pods is alive.
+- NVIDIA's DRA driver (`gpu.nvidia.com`, simulator/dra.py: v0.4.1 with DynamicMIG), installed
+  at the start or appearing later (its plugin folder first, its checkpoint at its first start),
+  restarting, and leaving once it holds no claim. A "dra" pod asks through a ResourceClaim: the
+  scheduler allocates it a MIG device at a placement the driver counts free (sometimes one another
+  MIG owner's GI takes: the driver counts only its own) or a whole GPU, and the kubelet has the
+  driver prepare it, at once or later; the plugin may crash once the GI exists (PrepareStarted),
+  or fail to make it (placement taken: PrepareStarted, no GI); the kubelet retries (the driver
+  rolls back the device of that name first). Its pod ending (or deleted), the kubelet unprepares
+  it: the GI and the claim go; or half way (the driver's CI or GI destroy fails: the GI stays
+  whole or without its CI, the claim PrepareCompleted; the kubelet retries); or a leak (the claim
+  and its CDI spec go, the GI stays: the enforcer's to reclaim after the grace). The claim
+  controller deallocates the claims of pods ended or deleted. A reboot leaves the driver down
+  with a checkpoint of the boot before until it restarts (v0.4.1 then empties it); every restart
+  destroys each MIG device no PrepareCompleted claim names, on both GPUs, up to the first refusal.
+  That last is why the machine keeps two MIG owners apart: the real driver owns every MIG device
+  of the node (DynamicMIG excludes static MIG, docs/research/dra-nvidia-gpu.md §2.3), so the
+  driver is installed only on a node with no static geometry (`mig_node(dra=True)` draws none,
+  and it never appears on a node that has one), whose mig-manager applies none at a reboot. Device
+  plugins' dynamic GIs do share its node: its restart destroys those not in use, as the real
+  driver would (the machine follows the simulator and says so).
 - an opaque plugin advertising ids not understood on `nvidia.com/mig-shared`: every MIG partition
   is kept while it does.
 
 The reference (`MigContract`) decides from the model's truth: node-wide failure (the CRI), MIG
-failure (an nvidia-smi output, or a DRA driver present while GIs are listed), pinned (advertised
-by MIG UUID, or any GI while ids not understood are advertised), held (a process in a pod or a
-stray one has its capability device open), claimed (a live record names its MIG UUID; a
+failure (an nvidia-smi output; or, while GIs are listed, the DRA driver's claims not read whole:
+its folder without a checkpoint, a checkpoint of another boot, one that does not parse), pinned
+(advertised by MIG UUID, or any GI while ids not understood are advertised), held (a process in a
+pod or a stray one has its capability device open), claimed (a live record names its MIG UUID; a
 GPU's UUID in a live record, gpustack's slot, claims one GI on that GPU: while its MIG UUID names
 none there and its pod holds none, every one there; a live record not understood, whose pod
-holds no GI, claims them all), then the streak, the breaker
-and the destroy attempts exactly as lifecycle_machine.Contract.
+holds no GI, claims them all; every claim in the DRA checkpoint, PrepareStarted or
+PrepareCompleted and whatever its pod, claims what its device's name names (the GI of that GPU,
+profile and placement; a whole GPU's, every GI on it) and, PrepareCompleted, its recorded GI id
+and MIG UUID; a claim the API allocated to a pod alive or coming claims what its device's name
+names), then the streak, the breaker (an operator lifts it for a run now and then) and the
+destroy attempts exactly as lifecycle_machine.Contract. A GI nothing names, the DRA state read
+whole, is an ordinary candidate.
 
 Invariants, after every run: safety (no GI destroyed while advertised, while a live pod is
-allocated it, whatever its record, while a process holds it, or while a DRA driver is present),
-conformance (decide() proves orphaned exactly what the reference proves, the breaker trips when
-it says), liveness (every GI the reference proves orphaned is gone after the run unless its
-destroy was made to fail or something raced it).
+allocated it, whatever its record, while a process holds it, while a claim in the DRA checkpoint
+names it, or while the DRA driver's state was not read whole), conformance (decide() proves
+orphaned exactly what the reference proves, the breaker trips when it says), liveness (every GI
+the reference proves orphaned, a leaked DRA GI after its grace among them, is gone after the run
+unless its destroy was made to fail or something raced it). The model's own bookkeeping is
+checked against the simulator's before every run (its GIs, the DRA checkpoint's claims).
 """
 
 from __future__ import annotations
@@ -41,6 +66,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -70,12 +96,15 @@ from enforcer import ledger as ledgers
 from enforcer.contract import decide
 from enforcer.model import Observation, Verdict
 from enforcer.policy import Policy, policy_from_host_data
-from facts import cri, kubeapi
+from facts import cri, dra_node, kubeapi
 from facts.errors import ParseError
 from facts.snapshot import Sections, observe, parse_sections
 from simulator import crictl as sim_crictl
+from simulator import dra as sim_dra
+from simulator import mig as sim_mig
 from simulator import mig_smi
 from simulator import nvidia_smi as sim_smi
+from simulator.dra import DraError
 from simulator.mig import MigError
 from simulator.mig_model import H100
 from simulator.namespace import pod_cgroup
@@ -93,7 +122,12 @@ BY_UUID = "nvidia.com/gpu"  # a plugin whose device id is the MIG UUID it made
 OPAQUE = "nvidia.com/mig-shared"  # a record (and an advertised id) no adapter understands
 # What each style of pod requests in its limits (a DRA pod asks through a ResourceClaim).
 REQUESTS = {"static": STATIC, "gpustack": GPUSTACK, "uuid": BY_UUID, "unknown": OPAQUE}
-DRA_DRIVER = "gpu.nvidia.com"
+DRA_DRIVER = sim_dra.DRIVER
+COMPLETED, STARTED = sim_dra.COMPLETED, sim_dra.STARTED
+WHOLE_GPU = "gpu"  # a DRA pod's claim of a whole GPU, among the profiles drawn
+DRA_LEAK = "leaked: the DRA driver forgot"  # the story of a GI an unprepare leaked
+# How the kubelet's unprepare of a claim goes (kubelet_unprepares); "later": not yet.
+UNPREPARES = ("ok", "ok", "fail_ci", "fail_gi", "leak", "leak", "later")
 DYNAMIC = {"gpustack": GPUSTACK, "uuid": BY_UUID, "unknown": OPAQUE}
 PROFILES = ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb", "1g.10gb+me"]
 # Tool faults the machine injects: each makes the MIG listing (or the node) unreadable.
@@ -101,7 +135,9 @@ FAULTS = {
     ("crictl", "pods"): "cri unreadable (node)",
     ("nvidia-smi", "table"): "nvidia-smi process table unreadable (MIG)",
     ("nvidia-smi", "lgi"): "nvidia-smi -lgi unreadable (MIG)",
+    ("dra", "checkpoint"): "the DRA driver's checkpoint does not parse (a bad checksum): MIG",
 }
+DRA_FAULT = ("dra", "checkpoint")  # not a tool's: the machine writes the file, then restores it
 
 
 def mig_policy(node_dir: Path) -> Policy:
@@ -155,7 +191,9 @@ class MigInProcessDriver(InProcessDriver):
     The node read's sections from the simulator in memory: nvidia-smi's outputs by its own
     command code (faults honoured), mig-minors and the GPUs' information files as the node has
     them, the capability devices stat'ed, holders as nvidia-smi process rows plus the fd-scan
-    and cgroup lines a /proc scan would print; the rest as InProcessDriver's.
+    and cgroup lines a /proc scan would print, the DRA driver's plugin entries, checkpoint and
+    CDI specs as its files are (snapshot.sh.j2's `dra-drivers`, `dra-checkpoint`, `dra-cdi`),
+    the claim digest as node.sh.j2's claim_digest makes it; the rest as InProcessDriver's.
     """
 
     def __init__(self, root: Path):
@@ -222,6 +260,8 @@ class MigInProcessDriver(InProcessDriver):
             for f in sorted((kubelet / folder).glob("*"))
         ]
         lines.append(_line("dra-drivers", "0", "".join(f"{d}\n" for d in dra), ""))
+        lines.append(self._dra_checkpoint())
+        lines.append(_line("dra-cdi", "0", self._dra_cdi(), ""))
         lines.append(_line("checkpoint", "0", self.sim.checkpoint_text(), ""))
         for name, sub, render in (
             ("crictl-pods", "pods", lambda: sim_crictl.render_pods(state)),
@@ -314,8 +354,33 @@ class MigInProcessDriver(InProcessDriver):
     def reboot_done(self) -> None:
         self.mig_holders.clear()
 
+    def _dra_checkpoint(self) -> str:
+        """The `dra-checkpoint` section: the DRA driver's checkpoint.json as it is, or absent."""
+        path = self.sim.dra.checkpoint_path
+        if not path.exists():
+            return "PE1 dra-checkpoint absent - -"
+        return _line("dra-checkpoint", "0", path.read_text(), "")
+
+    def _dra_cdi(self) -> str:
+        """The `dra-cdi` section: `spec <path> <base64>` per claim spec in each CDI root."""
+        return "".join(
+            f"spec {f} {base64.b64encode(f.read_bytes()).decode() or '-'}\n"
+            for root in self.paths.cdi_roots
+            for f in sorted(Path(root).glob(f"{sim_dra.CDI_VENDOR}-claim_*.yaml"))
+        )
+
     def _digest(self) -> str:
-        return hashlib.sha256(self.sim.checkpoint_text().encode()).hexdigest()
+        """node.sh.j2's claim_digest: the kubelet checkpoint's, `+` the DRA checkpoint's if any."""
+        records = hashlib.sha256(self.sim.checkpoint_text().encode()).hexdigest()
+        dra = self.sim.dra.checkpoint_path
+        if dra.exists():
+            return f"{records}+{hashlib.sha256(dra.read_bytes()).hexdigest()}"
+        return records
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Two placements (start, size) share a memory slice."""
+    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
 
 
 def _b64(text: str) -> str:
@@ -338,6 +403,7 @@ class MigPodM:
     holder: Any = None
     in_checkpoint: bool = True
     in_cri: bool = True
+    claim: str | None = None  # a DRA pod's ResourceClaim (its uid)
     # Allocate answered (its GI made), kubelet has not written the checkpoint yet: the record.
     allocating: tuple[str, list[str], dict[str, str]] | None = None
 
@@ -364,6 +430,56 @@ class GiM:
 
 
 @dataclass
+class ClaimM:
+    """
+    A DRA pod's ResourceClaim: one device, a MIG device the driver makes at prepare (`profile`
+    at `start` on `gpu`) or a whole GPU (`profile` None); the API's allocation of it (reserved
+    for its pod); and its record in the DRA driver's checkpoint, with what that record names.
+    """
+
+    uid: str
+    pod: str
+    gpu: int
+    profile: str | None
+    start: int | None
+    allocated: bool = False  # the API has it allocated to this node, reserved for its pod
+    state: str | None = None  # in the checkpoint: PrepareStarted | PrepareCompleted; None: not
+    gi: int | None = None  # PrepareCompleted: the GI id (and MIG UUID) its device records
+    uuid: str | None = None
+
+    @property
+    def device(self) -> tuple[Any, ...]:
+        """What the kubelet asks the driver to prepare (DraModel.prepare's `devices` entry)."""
+        if self.profile is None:
+            return ("gpu", self.gpu)
+        return ("dynamic", self.gpu, self.profile, self.start)
+
+    def allocation_names(self, g: GiM) -> bool:
+        """
+        Its device's name names `g`: a whole GPU's (`gpu-<minor>`) every GI on it, a MIG
+        device's canonical name (`gpu-<minor>-mig-<profile>-<profile id>-<start>`) the GI of
+        that profile at that placement, whichever GI id it has.
+        """
+        if g.gpu != self.gpu:
+            return False
+        return self.profile is None or (g.profile, g.start) == (self.profile, self.start)
+
+    def names(self, g: GiM) -> bool:
+        """
+        Its checkpoint record names `g`: its allocation's device name (PrepareStarted and
+        PrepareCompleted), and a PrepareCompleted one's device also by its GI (`parentMinor`,
+        `giId`) and MIG UUID.
+        """
+        if self.state is None:
+            return False
+        if self.allocation_names(g):
+            return True
+        uuid = g.names is not None and g.names == self.uuid
+        recorded = g.gpu == self.gpu and (g.id == self.gi or uuid)
+        return self.state == COMPLETED and self.gi is not None and recorded
+
+
+@dataclass
 class MigContract:
     """The contract's bookkeeping on the MIG node, kept from the model's truth."""
 
@@ -374,13 +490,13 @@ class MigContract:
     verified: set[tuple] = field(default_factory=set)
     run_no: int = 0
 
-    def run(self, m: MigLifecycle, now: float) -> Expected:
+    def run(self, m: MigLifecycle, now: float, breaker: bool = True) -> Expected:
         faults = set(m.faults)
         cri_ok = ("crictl", "pods") not in faults
-        smi_ok = not (faults - {("crictl", "pods")})
+        smi_ok = not any(tool == "nvidia-smi" for tool, _ in faults)
         listed = list(m.gis.values()) if smi_ok else []
         node_wide_failure = not cri_ok or not m.api_agrees()
-        dra_fail = m.dra and bool(listed)
+        dra_fail = m.dra_unread() and bool(listed)
         mig_failure = node_wide_failure or not smi_ok or dra_fail
         comparable = self.entries
         if self.boot != m.boot:
@@ -420,9 +536,8 @@ class MigContract:
         if m.api_agrees():  # its listed pods, alive by any source: those in a live phase
             live[kubeapi.SOURCE] = len({p.uid for p in m.pods.values() if p.phase in LIVE})
         silent = [s for s, n in sorted(self.live.items()) if n > 0 and live.get(s) == 0]
-        trip = bool(proven) and (
-            bool(silent) or (len(proven) > 0.5 * len(listed) and len(proven) > 4)
-        )
+        trip = breaker and bool(proven)
+        trip = trip and (bool(silent) or (len(proven) > 0.5 * len(listed) and len(proven) > 4))
         if not trip:
             for g in listed:
                 if (g.gpu, g.id) in proven:
@@ -433,7 +548,7 @@ class MigContract:
             if identity not in listed_ids and e.attempts and mig_failure:
                 entries[identity] = e.restarted()
         carried = {s: n for s, n in self.live.items() if s not in live}
-        carried |= {s: self.live[s] for s in silent}
+        carried |= {s: self.live[s] for s in silent} if breaker else {}
         self.boot, self.last_run, self.entries = m.boot, now, entries
         self.live = {**live, **carried}
         return Expected(set() if trip else proven, trip)
@@ -443,8 +558,10 @@ class MigContract:
         """
         Pinned, held or claimed: advertised by MIG UUID (all of them while ids not understood are
         advertised); open in a process; named by a live record's MIG UUID; or, while a live
-        record not understood has a pod that holds no listed GI, every one; and every one while
-        a pod is being allocated (the API shows it Pending, its checkpoint entry not written).
+        record not understood has a pod that holds no listed GI, every one; every one while
+        a pod is being allocated (the API shows it Pending, its checkpoint entry not written);
+        named by a claim in the DRA driver's checkpoint (ClaimM.names), whatever its pod; named
+        by a claim the API allocated to a pod alive or coming (ClaimM.allocation_names).
         """
         places = {(g.gpu, g.id) for g in listed}
         if m.opaque_advertised:
@@ -459,6 +576,11 @@ class MigContract:
             kept |= places
         if any(p.allocating is not None for p in m.pods.values()):  # Pending, no record yet
             kept |= places
+        for c in m.dra_claims.values():  # the DRA checkpoint's claims, whatever their pods
+            kept |= {(g.gpu, g.id) for g in listed if c.names(g)}
+        for c in m.dra_claims.values():  # the API's, reserved for a pod alive or coming
+            if c.allocated and m.api_alive(m.pods[c.pod]):
+                kept |= {(g.gpu, g.id) for g in listed if c.allocation_names(g)}
         for p in m.pods.values():  # a GPU's UUID in a record claims one partition on it
             if p.gpu is None or not m.claims(p):
                 continue
@@ -498,7 +620,15 @@ class MigLifecycle(RuleBasedStateMachine):
         self.static: list[tuple[int, str, int]] = []  # the geometry: (GPU, profile, start)
         self.advertised: list[str] = []  # MIG UUIDs NVIDIA's plugin advertises
         self.opaque_advertised = False
-        self.dra = False
+        # NVIDIA's DRA driver (v0.4.1, DynamicMIG): "absent", "starting" (its plugin folder, no
+        # checkpoint yet) or "installed"; down from a reboot to its restart; the nodeBootID its
+        # checkpoint holds; its checkpoint not understood (one faulted run); the DRA pods' claims.
+        self.dra = "absent"
+        self.dra_running = False
+        self.dra_boot = ""
+        self.dra_corrupt = False
+        self.dra_claims: dict[str, ClaimM] = {}
+        self.profiles = self.sim.state()["gpus"][0]  # both H100s: the GI profiles to look up
         self.wrong_name = False  # the API is asked about WRONG_NAME: it disagrees
         self.faults: set[tuple[str, str]] = set()
         self.fail_gis: set[tuple[int, int]] = set()
@@ -506,6 +636,7 @@ class MigLifecycle(RuleBasedStateMachine):
         self.ledger: ledgers.Ledger | None = None
         self.stray: dict[tuple[int, int], Any] = {}
         self.log: list[str] = []
+        self.verdicts: dict[tuple[int, int], Verdict] = {}  # the last run's, by GI (stories)
         self.n = 0
         type(self).counts.histories += 1
 
@@ -520,6 +651,10 @@ class MigLifecycle(RuleBasedStateMachine):
     def note(self, text: str) -> None:
         type(self).counts.steps += 1
         self.log.append(f"t={self.now - START:+.0f}s {text}")
+
+    def event(self, what: str) -> None:
+        """Count one thing a history went through (the bench's `events`)."""
+        type(self).counts.events[what] += 1
 
     def violation(self, kind: str, text: str) -> None:
         message = f"{kind}: {text}\nhistory:\n  " + "\n  ".join(self.log)
@@ -551,9 +686,11 @@ class MigLifecycle(RuleBasedStateMachine):
 
     def api_source(self, obs: Observation, sections: Sections) -> Observation:
         """
-        The kubernetes-api source as operations.converge.api_source adds it: one LIST (every
-        pod not deleted, in kubelet's phases), for_node under the name asked, and agreement
-        (the Node exists under that name; the CRI's ready sandboxes are all listed).
+        The kubernetes-api source as operations.converge.read_node adds it: one LIST (every
+        pod not deleted, in kubelet's phases, and every ResourceClaim the API server has
+        allocated, as the simulator's DRA driver keeps them), for_node under the name asked,
+        agreement (the Node exists under that name; the CRI's ready sandboxes are all listed),
+        then dra_node.agreement of the DRA checkpoint's claims and the API's.
         """
         pods = tuple(
             kubeapi.ApiPod(
@@ -568,7 +705,9 @@ class MigLifecycle(RuleBasedStateMachine):
             for p in self.pods.values()
             if p.phase != "Deleted"
         )
-        listing = kubeapi.PodList(True, "", pods, self.now)
+        allocated = self.sim.dra.resource_claims() if self.dra == "installed" else []
+        claims = tuple(kubeapi._parse_claim(c) for c in allocated)
+        listing = kubeapi.PodList(True, "", pods, self.now, claims)
         name = WRONG_NAME if self.wrong_name else NODE
         found, records, health = kubeapi.for_node(listing, name)
         registered = (True, "") if name == NODE else (False, f"no Node {name} in the API")
@@ -580,12 +719,27 @@ class MigLifecycle(RuleBasedStateMachine):
             except ParseError as error:
                 sandboxes = str(error)
         health = kubeapi.agreement(health, listing, name, registered, sandboxes)
+        on_node = kubeapi.claims_on(listing, name) if health.status == "ok" else None
         return replace(
             obs,
             pods=obs.pods + found,
-            records=obs.records + records,
+            records=tuple(dra_node.agreement(obs.records + records, on_node)),
             health=(*obs.health, health),
         )
+
+    def api_alive(self, p: MigPodM) -> bool:
+        """The API lists the pod under the node name asked, in a phase alive or coming."""
+        return not self.wrong_name and p.phase in LIVE
+
+    def dra_unread(self) -> bool:
+        """
+        NVIDIA's DRA driver is there and its claims were not read whole: its plugin folder
+        without a checkpoint (starting), a checkpoint of another boot (not restarted since a
+        reboot), or one not understood (the fault).
+        """
+        if self.dra == "starting":
+            return True
+        return self.dra == "installed" and (self.dra_boot != self.boot or self.dra_corrupt)
 
     def _pick(self, ok: Callable[[MigPodM], bool], i: int) -> MigPodM:
         eligible = [p for p in self.pods.values() if ok(p)]
@@ -633,6 +787,25 @@ class MigLifecycle(RuleBasedStateMachine):
         if place in self.gis and rows:
             self.gis[place].ci = bool(rows[0]["cis"])
 
+    def _listing(self) -> dict[tuple[int, int], dict[str, Any]]:
+        """The GIs the simulator has now, by (GPU, GI id)."""
+        return {(i, g["id"]): g for i in range(len(self.gpus)) for g in self.sim.gpu_instances(i)}
+
+    def _sync(self, why: str) -> None:
+        """
+        After NVIDIA's DRA driver acted on MIG devices by itself (an unprepare, a prepare's
+        roll-back, its restart): the GIs it destroyed are gone, those it left without their
+        compute instance are so. It makes GIs only at prepare (`_prepare` adopts them).
+        """
+        listed = self._listing()
+        for place in sorted(set(self.gis) - set(listed)):
+            self.note(f"the DRA driver destroys GI {place} ({self.gis[place].story}): {why}")
+            self.event("dra: a GI the driver destroyed by itself (restart, roll-back)")
+            self._gone(place)
+        for place, row in listed.items():
+            if place in self.gis:
+                self.gis[place].ci = bool(row["cis"])
+
     def _close(self, p: MigPodM) -> None:
         if p.opened:
             self.driver.unhold(p.holder)
@@ -646,9 +819,27 @@ class MigLifecycle(RuleBasedStateMachine):
     @initialize(
         static=st.lists(st.sampled_from([0, 1]), max_size=4),
         leaks=st.lists(st.tuples(st.sampled_from([0, 1]), st.sampled_from(PROFILES)), max_size=3),
+        dra=st.booleans(),
+        claims=st.lists(st.tuples(st.sampled_from([0, 1]), st.sampled_from(PROFILES)), max_size=3),
     )
-    def mig_node(self, static: list[int], leaks: list[tuple[int, str]]) -> None:
-        """The static geometry (advertised by MIG UUID), and GIs leaked before the first run."""
+    def mig_node(
+        self,
+        static: list[int],
+        leaks: list[tuple[int, str]],
+        dra: bool = False,
+        claims: list[tuple[int, str]] = (),  # type: ignore[assignment]
+    ) -> None:
+        """
+        The static geometry (advertised by MIG UUID), and GIs leaked before the first run; or,
+        `dra`, NVIDIA's DRA driver with DynamicMIG instead of a static geometry (it owns every
+        MIG device on the node: the two do not go together, see the module's docstring), and
+        pods whose `claims` it has prepared.
+        """
+        if dra:
+            static = []
+            self.dra_install()
+            for gpu, profile in claims:
+                self.admit_dra(gpu, profile, "prepared", False)
         for gpu in static:
             g = self._new_gi(gpu, "1g.10gb", "static geometry (mig-manager)")
             if g is not None:
@@ -742,24 +933,275 @@ class MigLifecycle(RuleBasedStateMachine):
         self._write_record(p)
         self.note(f"{p.name}: kubelet writes its checkpoint entry")
 
-    @precondition(
-        lambda self: self.dra and sum(p.phase != "Deleted" for p in self.pods.values()) < 6
-    )
-    @rule(gpu=st.sampled_from([0, 1]), profile=st.sampled_from(PROFILES))
-    def dra_prepares(self, gpu: int, profile: str) -> None:
-        """The DRA driver prepares a GI for a pod's ResourceClaim: no checkpoint entry."""
-        g = self._new_gi(gpu, profile, "prepared by the DRA driver")
-        if g is None:
-            return
-        p = self._add_pod("dra")
-        p.gi, p.in_checkpoint = (g.gpu, g.id), False
-        g.story = f"{p.name}'s (DRA)"
-        self.note(f"{p.name} admitted, the DRA driver prepares GI {p.gi} ({profile})")
+    # --- NVIDIA's DRA driver and the pods that ask it through a ResourceClaim
 
-    @precondition(lambda self: self._has(MigLifecycle._progresses))
+    def _dra_ready(self) -> bool:
+        return self.dra == "installed" and self.dra_running
+
+    def _room(self) -> bool:
+        return sum(p.phase != "Deleted" for p in self.pods.values()) < 6
+
+    @precondition(lambda self: self._dra_ready() and self._room())
+    @rule(
+        gpu=st.sampled_from([0, 1]),
+        profile=st.sampled_from([*PROFILES, WHOLE_GPU]),
+        how=st.sampled_from(["prepared", "prepared", "crash", "allocated"]),
+        busy=st.sampled_from([False, False, False, True]),
+    )
+    def admit_dra(self, gpu: int, profile: str, how: str, busy: bool) -> None:
+        """
+        A pod with a ResourceClaim: the scheduler allocates it a device of this node, a MIG
+        device at a placement its driver counts free (`busy`: one that another MIG owner's GI
+        takes, which the driver does not count) or a whole GPU; then the kubelet has the driver
+        prepare it: at once, with the plugin crashing once its GI exists (`crash`: the claim
+        stays PrepareStarted), or later (`allocated`: kubelet_prepares).
+        """
+        if profile == WHOLE_GPU:
+            place: tuple[str | None, int | None] | None = (None, None)
+            if any(c.gpu == gpu for c in self.dra_claims.values()):
+                place = None  # the driver's counters: the GPU or a MIG device of it is taken
+        else:
+            place = self._placement(gpu, profile, busy)
+        if place is None:
+            self.note(f"the scheduler finds no {profile} device for a DRA claim on GPU {gpu}")
+            return
+        self._admit_dra(gpu, *place, how)
+
+    def _placement(self, gpu: int, profile: str, busy: bool) -> tuple[str, int] | None:
+        """Where the scheduler allocates a MIG device: free by the DRA driver's counting."""
+        gp = sim_mig.find_profile(self.profiles, profile)
+        assert gp is not None
+        if any(c.gpu == gpu and c.profile is None for c in self.dra_claims.values()):
+            return None  # a whole-GPU claim holds it
+        theirs = [
+            self._span(c.profile, c.start)
+            for c in self.dra_claims.values()
+            if c.gpu == gpu and c.profile is not None and c.start is not None
+        ]
+        card = sim_mig.gpu_at(self.sim.state(), gpu)
+        room = sim_mig.free_placements(card, gp) if sim_mig.free_count(card, gp) else []
+        fits = [s for s in gp.preference if not any(_overlap((s, gp.size), t) for t in theirs)]
+        free = [s for s in fits if s in room]
+        made = {(g.gpu, g.profile, g.start) for g in self.gis.values()}
+        same = [s for s in fits if (gpu, gp.name, s) in made]  # another's GI named as this one
+        found = free
+        if busy:
+            found = same or [s for s in fits if s not in room] or free
+        return (gp.name, found[0]) if found else None
+
+    def _span(self, profile: str, start: int) -> tuple[int, int]:
+        gp = sim_mig.find_profile(self.profiles, profile)
+        assert gp is not None
+        return start, gp.size
+
+    def _admit_dra(self, gpu: int, profile: str | None, start: int | None, how: str) -> None:
+        p = self._add_pod("dra")
+        p.in_checkpoint = False  # no device plugin: the kubelet's checkpoint has no entry for it
+        c = ClaimM(f"{self.n:08x}-0000-4000-9000-{self.n:012x}", p.uid, gpu, profile, start)
+        p.claim = c.uid
+        self.dra_claims[c.uid] = c
+        what = f"GPU {gpu}" if profile is None else f"a {profile} MIG device at {gpu}:{start}"
+        self.note(f"{p.name} admitted: its claim {c.uid[:8]} is allocated {what}")
+        if how == "allocated":
+            self.sim.dra.allocate(c.uid, *self._claim_names(p), [self._device_name(c)])
+            c.allocated = True
+            self.note(f"{p.name}: the kubelet has not prepared its claim yet")
+            return
+        self._prepare(p, crash=how == "crash")
+
+    def _claim_names(self, p: MigPodM) -> tuple[str, str, str, str]:
+        """The claim's name and namespace, and the pod it is reserved for (name, uid)."""
+        return f"{p.name}-gpu", "default", p.name, p.uid
+
+    def _device_name(self, c: ClaimM) -> str:
+        minor = self.sim.state()["gpus"][c.gpu]["minor"]
+        if c.profile is None:
+            return f"gpu-{minor}"
+        gp = sim_mig.find_profile(self.profiles, c.profile)
+        assert gp is not None and c.start is not None
+        return sim_dra.mig_name("v0.4.1", minor, gp, c.start)
+
+    def _prepare(self, p: MigPodM, crash: bool) -> None:
+        """
+        NodePrepareResources for the pod's claim: a PrepareStarted record first (rolling back
+        an earlier one: its MIG device, by name), the GI and its CI, the CDI spec,
+        PrepareCompleted; `crash`: the plugin dies once the GI exists. A GI it cannot make
+        (the placement taken) fails the prepare: the claim stays PrepareStarted.
+        """
+        c = self.dra_claims[p.claim]  # type: ignore[index]
+        try:
+            self.sim.dra.prepare(
+                c.uid, *self._claim_names(p), [c.device], stop="started" if crash else None
+            )
+        except DraError as error:
+            c.allocated, c.state = True, STARTED
+            self.event("dra: prepare failed, no GI (PrepareStarted)")
+            self._sync(f"rolled back for claim {c.uid[:8]}")
+            self.note(f"{p.name}: prepare fails, its claim stays {STARTED}: {str(error)[:70]}")
+            return
+        c.allocated = True
+        c.state = STARTED if crash else COMPLETED
+        if c.profile is not None:
+            place = next(
+                k
+                for k, row in self._listing().items()
+                if k[0] == c.gpu and (row["name"], row["start"]) == (c.profile, c.start)
+            )
+            if place in self.gis:  # made again at its place: the roll-back destroyed it
+                self.note(f"the DRA driver rolls back GI {place} ({self.gis[place].story})")
+                self.event("dra: a GI the driver destroyed by itself (restart, roll-back)")
+                self._gone(place)
+            row = self._listing()[place]
+            uuid = self.sim.mig_uuid(place[0], place[1], 0)
+            story = f"{p.name}'s (DRA claim {c.uid[:8]})"
+            self.gis[place] = GiM(*place, c.profile, int(row["start"]), self.boot, uuid, story)
+            p.gi = place
+            if c.state == COMPLETED:
+                c.gi, c.uuid = place[1], uuid
+        self._sync(f"rolled back for claim {c.uid[:8]}")
+        self.event("dra: claim crashed in prepare, its GI made" if crash else "dra: claim prepared")
+        done = "crashes once its GI exists" if crash else "prepares it"
+        self.note(f"{p.name}: the DRA driver {done} ({c.state}), GI {p.gi}")
+
+    @precondition(lambda self: self._has(lambda p: p.style == "dra" and p.phase in LIVE))
+    @rule(i=st.integers(0, 7), failed=st.booleans(), unprepare=st.sampled_from(UNPREPARES))
+    def dra_pod_ends(self, i: int, failed: bool, unprepare: str) -> None:
+        """
+        A DRA pod ends, wherever it was (its containers done, or it never started); the
+        kubelet unprepares its claim then (kubelet_unprepares' `how`), or later.
+        """
+        p = self._pick(lambda p: p.style == "dra" and p.phase in LIVE, i)
+        self._close(p)
+        p.phase = "Failed" if failed else "Succeeded"
+        self.sim.set_pod_state(p.uid, p.phase)
+        self.note(f"{p.name}: {p.phase}, device closed")
+        if unprepare != "later" and self._dra_ready() and self._unpreparable(p):
+            self._unprepare(p, unprepare)
+
+    def _to_prepare(self, p: MigPodM) -> bool:
+        c = self.dra_claims.get(p.claim or "")
+        waiting = p.phase in ("Pending", "ContainerCreating")
+        return c is not None and waiting and c.state != COMPLETED
+
+    @precondition(lambda self: self._dra_ready() and self._has(self._to_prepare))
+    @rule(i=st.integers(0, 7), crash=st.sampled_from([False, False, True]))
+    def kubelet_prepares(self, i: int, crash: bool) -> None:
+        """The kubelet (again) has the driver prepare a waiting pod's claim."""
+        self._prepare(self._pick(self._to_prepare, i), crash)
+
+    def _unpreparable(self, p: MigPodM) -> bool:
+        c = self.dra_claims.get(p.claim or "")
+        ended = p.phase in ("Succeeded", "Failed", "Deleted")
+        return c is not None and ended and c.state is not None
+
+    @precondition(lambda self: self._dra_ready() and self._has(self._unpreparable))
+    @rule(i=st.integers(0, 7), how=st.sampled_from(UNPREPARES[:-1]))
+    def kubelet_unprepares(self, i: int, how: str) -> None:
+        """
+        The pod ended (or was deleted): the kubelet has the driver unprepare its claim. It
+        destroys the claim's MIG device and forgets the claim; or fails half way (`fail_ci`:
+        the MIG device left whole, `fail_gi`: its GI without its CI; the claim stays
+        PrepareCompleted, the kubelet retries); or, a driver bug, forgets the claim and its
+        CDI spec and leaves the GI (`leak`). A PrepareStarted claim is rolled back.
+        """
+        self._unprepare(self._pick(self._unpreparable, i), how)
+
+    def _unprepare(self, p: MigPodM, how: str) -> None:
+        c = self.dra_claims[p.claim]  # type: ignore[index]
+        fail_at = {"fail_ci": ("ci", 1), "fail_gi": ("gi", 1)}.get(how)
+        named = [place for place, g in self.gis.items() if c.names(g)]
+        try:
+            self.sim.dra.unprepare(c.uid, fail_at=fail_at, leak=how == "leak")
+        except DraError as error:
+            self.event(f"dra: unprepare failed half way ({how})")
+            self._sync(f"half of the unprepare of claim {c.uid[:8]}")
+            self.note(f"{p.name}: unprepare fails, claim {c.uid[:8]} stays: {str(error)[:70]}")
+            return
+        leaked = how == "leak" and c.state == COMPLETED and c.profile is not None
+        self.event(f"dra: claim unprepared{', its GI leaked' if leaked else ''}")
+        c.state, c.gi, c.uuid = None, None, None
+        self._sync(f"claim {c.uid[:8]} unprepared")
+        for place in named if leaked else ():
+            if place in self.gis:
+                self.gis[place].story = f"{DRA_LEAK} {p.name}'s claim"
+        self.note(f"{p.name}: claim {c.uid[:8]} unprepared{' (its GI leaked)' if leaked else ''}")
+        self._forget(c)
+
+    def _forget(self, c: ClaimM) -> None:
+        if c.state is None and not c.allocated:
+            del self.dra_claims[c.uid]
+
+    def _deallocatable(self, p: MigPodM) -> bool:
+        c = self.dra_claims.get(p.claim or "")
+        return c is not None and c.allocated and p.phase in ("Succeeded", "Failed", "Deleted")
+
+    @precondition(lambda self: self.dra == "installed" and self._has(self._deallocatable))
+    @rule(i=st.integers(0, 7))
+    def claim_controller(self, i: int) -> None:
+        """The claim controller: a pod ended or deleted is no longer reserved, its claim freed."""
+        p = self._pick(self._deallocatable, i)
+        c = self.dra_claims[p.claim]  # type: ignore[index]
+        self.sim.dra.deallocate(c.uid)
+        c.allocated = False
+        self.note(f"{p.name}: the API deallocates claim {c.uid[:8]}")
+        self._forget(c)
+
+    @rule(
+        event=st.sampled_from(["appears", "appears", "restarts", "leaves"]), at_once=st.booleans()
+    )
+    def dra_event(self, event: str, at_once: bool) -> None:
+        """
+        NVIDIA's DRA driver appears (its plugin folder first, its checkpoint at its first
+        start; never on a node with a static geometry), restarts, or leaves (helm uninstall,
+        once it holds no claim and the API allocates none of its devices).
+        """
+        folder = self.sim.dra.plugin_dir
+        if event == "appears" and self.dra == "absent" and not self.static and not at_once:
+            folder.mkdir(parents=True)
+            self.dra = "starting"
+            self.note(f"the DRA driver {DRA_DRIVER} is starting: its folder, no checkpoint yet")
+        elif event == "appears" and self.dra != "installed" and not self.static:
+            self.dra_install()
+        elif event == "restarts" and self.dra == "installed":
+            self.dra_restart()
+        elif event == "leaves" and self.dra == "starting":
+            shutil.rmtree(folder)
+            self.dra = "absent"
+            self.note(f"the DRA driver {DRA_DRIVER} does not start: its folder is removed")
+        elif event == "leaves" and self._dra_ready() and not self.dra_claims:
+            self.sim.dra.registration.unlink()
+            shutil.rmtree(folder)
+            with self.sim._mutate() as state:  # the simulator has no uninstall
+                del state["dra"]
+            self.dra, self.dra_running = "absent", False
+            self.note(f"the DRA driver {DRA_DRIVER} is uninstalled: its files are removed")
+
+    def dra_install(self) -> None:
+        self.sim.dra.install("v0.4.1", dynamic_mig=True, pool=NODE)
+        self.dra, self.dra_running, self.dra_boot = "installed", True, self.boot
+        self.note(f"the DRA driver {DRA_DRIVER} v0.4.1 (DynamicMIG) starts: an empty checkpoint")
+
+    def dra_restart(self) -> None:
+        """
+        The plugin starts again: a checkpoint of another boot is emptied (v0.4.1), then every
+        MIG device no PrepareCompleted claim names is destroyed, up to the first refusal.
+        """
+        stale = self.dra_boot != self.boot
+        self.sim.dra.restart()
+        self.dra_running, self.dra_boot = True, self.boot
+        if stale:
+            for c in list(self.dra_claims.values()):
+                c.state, c.gi, c.uuid = None, None, None
+                self._forget(c)
+        self._sync("its restart destroys every MIG device no prepared claim names")
+        emptied = " (a checkpoint of another boot: emptied)" if stale else ""
+        self.event(f"dra: driver restarted{' after a reboot' if stale else ''}")
+        self.note(f"the DRA driver {DRA_DRIVER} restarts{emptied}")
+
+    @precondition(lambda self: self._has(self._progresses))
     @rule(i=st.integers(0, 7))
     def container_progress(self, i: int) -> None:
-        p = self._pick(MigLifecycle._progresses, i)
+        p = self._pick(self._progresses, i)
         p.phase = "ContainerCreating" if p.phase == "Pending" else "Running"
         self.sim.set_pod_state(p.uid, p.phase)
         self.note(f"{p.name}: {p.phase}")
@@ -803,7 +1245,9 @@ class MigLifecycle(RuleBasedStateMachine):
         self.sim.remove_pod(p.uid)
         p.in_cri, p.phase = False, "Deleted"
         what = "no GI"
-        if p.gi is not None and p.style == "static":
+        if p.style == "dra":
+            what = "its claim left to the kubelet's unprepare"
+        elif p.gi is not None and p.style == "static":
             what = f"static GI {p.gi} back in the pool"
         elif p.gi is not None and cleanup and self._plugin_destroys(p.gi):
             what = "its plugin destroys its GI"
@@ -828,7 +1272,7 @@ class MigLifecycle(RuleBasedStateMachine):
 
     @rule(
         event=st.sampled_from(
-            ["drop_advertised", "readvertise", "opaque_registers", "opaque_leaves", "dra"]
+            ["drop_advertised", "readvertise", "opaque_registers", "opaque_leaves"]
         ),
         i=st.integers(0, 7),
     )
@@ -849,8 +1293,6 @@ class MigLifecycle(RuleBasedStateMachine):
             self.opaque_advertised = False
             self.sim.register(OPAQUE, [])
             self.note(f"the plugin of {OPAQUE} advertises nothing")
-        elif event == "dra":
-            self.dra_driver(not self.dra)
 
     def _can_open(self, p: MigPodM) -> bool:
         return p.phase == "Running" and not p.opened and p.gi is not None and self.gis[p.gi].ci
@@ -859,28 +1301,15 @@ class MigLifecycle(RuleBasedStateMachine):
     def _deletable(p: MigPodM) -> bool:
         return p.phase in ("Succeeded", "Failed", "Pending") and p.allocating is None
 
-    @staticmethod
-    def _progresses(p: MigPodM) -> bool:
-        return p.phase in ("Pending", "ContainerCreating") and p.allocating is None
+    def _progresses(self, p: MigPodM) -> bool:
+        """Waiting, its device given: a DRA pod's claim prepared (in this boot)."""
+        waiting = p.phase in ("Pending", "ContainerCreating") and p.allocating is None
+        c = self.dra_claims.get(p.claim or "")
+        prepared = c is not None and c.state == COMPLETED and self.dra_running
+        return waiting and (p.style != "dra" or prepared)
 
     def _is_static(self, g: GiM) -> bool:
         return (g.gpu, g.profile, g.start) in self.static
-
-    def dra_driver(self, present: bool) -> None:
-        folder = Path(self.driver.paths.kubelet_dir) / "plugins" / DRA_DRIVER
-        if present:
-            folder.mkdir(parents=True, exist_ok=True)
-            self.dra = True
-            self.note(f"the DRA driver {DRA_DRIVER} is installed")
-            return
-        if self._has(lambda p: p.style == "dra" and (p.phase in LIVE or p.opened)):
-            return  # it leaves only when none of its claims is in use
-        folder.rmdir()
-        self.dra = False
-        for p in self.pods.values():
-            if p.style == "dra" and p.gi is not None:
-                self.gis[p.gi].story = f"left by the DRA driver ({p.name} ended)"
-        self.note(f"the DRA driver {DRA_DRIVER} is removed")
 
     # --- node and enforcer events
 
@@ -910,7 +1339,10 @@ class MigLifecycle(RuleBasedStateMachine):
             self.reboot()
 
     def reboot(self) -> None:
-        """New boot id, every GI lost; mig-manager applies the static geometry again."""
+        """
+        New boot id, every GI lost; mig-manager applies the static geometry again. The DRA
+        driver is down until its restart, its checkpoint (with its claims) of the boot before.
+        """
         for p in self.pods.values():
             if p.opened:
                 self.driver.unhold(p.holder)
@@ -919,6 +1351,7 @@ class MigLifecycle(RuleBasedStateMachine):
             self.driver.unhold(handle)
         self.stray.clear()
         self.boot = self.sim.reboot()
+        self.dra_running = False
         self.driver.reboot_done()
         self.gis.clear()
         lost = {p.uid: p.gi for p in self.pods.values()}
@@ -946,7 +1379,22 @@ class MigLifecycle(RuleBasedStateMachine):
         i=st.integers(0, 7),
     )
     def fault(self, fault: str, which: tuple[str, str], i: int) -> None:
-        if fault == "source":
+        if fault == "source" and which == DRA_FAULT:
+            path = self.sim.dra.checkpoint_path
+            if self.dra != "installed":
+                return
+            written = path.read_bytes()
+            top = re.match(rb'\{"checksum":(\d+)', written)
+            assert top is not None
+            path.write_bytes(b'{"checksum":%d' % (int(top[1]) + 1) + written[top.end() :])
+            self.dra_corrupt = True
+            self.note(f"fault: {FAULTS[which]}")
+            self.now += 300
+            self.enforce()
+            path.write_bytes(written)
+            self.dra_corrupt = False
+            self.note("the DRA checkpoint reads whole again")
+        elif fault == "source":
             tool, sub = which
             self.sim.set_fault(tool, sub, exit=1, stderr=f"{tool} {sub}: simulated failure\n")
             self.faults.add(which)
@@ -976,15 +1424,29 @@ class MigLifecycle(RuleBasedStateMachine):
         self.now += dt
         self.enforce()
 
+    @rule(dt=st.sampled_from([300, 600]))
+    def enforcer_run_breaker_lifted(self, dt: int) -> None:
+        """An operator lifts the circuit breaker for one run (`--data enforcer_breaker=off`)."""
+        self.now += dt
+        self.note("an operator lifts the circuit breaker for one run")
+        self.enforce(breaker=False)
+
     @rule(k=st.integers(2, 4), dt=st.sampled_from([300, 450]))
     def enforcer_runs_on_schedule(self, k: int, dt: int) -> None:
         for _ in range(k):
             self.now += dt
             self.enforce()
 
-    @rule(race=st.sampled_from(["hold", "admit", "reboot"]), gpu=st.sampled_from([0, 1]))
+    @rule(
+        race=st.sampled_from(["hold", "admit", "reboot", "prepare", "restart"]),
+        gpu=st.sampled_from([0, 1]),
+    )
     def enforcer_run_racing(self, race: str, gpu: int) -> None:
-        """Between the read and the destroys: a process opens a GI, a pod is admitted, a reboot."""
+        """
+        Between the read and the destroys: a process opens a GI, a pod is admitted, a reboot;
+        the DRA driver is asked to prepare a claim allocated the first orphan's placement (its
+        GI is there: the claim stays PrepareStarted, naming it), or restarts.
+        """
 
         def happen(orphans: list[Verdict]) -> None:
             if race == "hold":
@@ -997,6 +1459,25 @@ class MigLifecycle(RuleBasedStateMachine):
             elif race == "admit":
                 self.note("race: a pod is admitted before the destroys")
                 self.admit_dynamic("gpustack", gpu, "1g.10gb", False)
+            elif race == "prepare":
+                g = self.gis[self._place(orphans[0])]
+                spans = [
+                    self._span(c.profile, c.start)
+                    for c in self.dra_claims.values()
+                    if c.gpu == g.gpu and c.profile is not None and c.start is not None
+                ]
+                whole = any(c.gpu == g.gpu and c.profile is None for c in self.dra_claims.values())
+                mine = self._span(g.profile, g.start)
+                if not self._dra_ready() or not self._room() or whole:
+                    return
+                if any(_overlap(mine, t) for t in spans):
+                    return
+                self.note(f"race: a DRA claim is allocated GI {(g.gpu, g.id)}'s placement")
+                self._admit_dra(g.gpu, g.profile, g.start, "prepared")
+            elif race == "restart":
+                if self.dra == "installed":
+                    self.note("race: the DRA driver restarts before the destroys")
+                    self.dra_restart()
             else:
                 self.note("race: the node reboots before the destroys")
                 self.reboot()
@@ -1013,11 +1494,19 @@ class MigLifecycle(RuleBasedStateMachine):
         f = dict(v.partition.identity_fields)
         return next(i for i, g in enumerate(self.gpus) if g["uuid"] == f["gpu"]), int(f["gi"])
 
-    def enforce(self, race: Callable[[list[Verdict]], None] | None = None) -> None:
+    def enforce(
+        self, race: Callable[[list[Verdict]], None] | None = None, breaker: bool = True
+    ) -> None:
         c = type(self).counts
         c.runs += 1
         listed = {(i, g["id"]) for i in range(len(self.gpus)) for g in self.sim.gpu_instances(i)}
         assert listed == set(self.gis), f"model lost track: sim {listed} model {set(self.gis)}"
+        if self.dra == "installed":
+            held = {u: c["checkpointState"] for u, c in self.sim.dra.dra_state()["claims"].items()}
+            ours = {c.uid: c.state for c in self.dra_claims.values() if c.state}
+            assert held == ours, f"model lost track of the DRA checkpoint: {held} model {ours}"
+        unread = self.dra_unread()
+        self._dra_run_events()
         sections = self.driver.read()
         obs = observe(sections, NODE, self.driver.paths, self.driver.policy.claim_sources)
         obs = self.api_source(replace(obs, now=self.now), sections)
@@ -1025,7 +1514,8 @@ class MigLifecycle(RuleBasedStateMachine):
         expected_bad = {"cri" if f[0] == "crictl" else f[0] for f in self.faults}
         if not self.api_agrees():
             expected_bad.add(kubeapi.SOURCE)
-        if self.dra and self.gis and not self.faults - {("crictl", "pods")}:
+        smi_ok = not any(tool == "nvidia-smi" for tool, _ in self.faults)
+        if unread and self.gis and smi_ok:  # its failure is the MIG kind's: GIs listed
             expected_bad.add("dra")
         if bad != expected_bad:
             self.violation("model", f"source health {obs.health} with faults {self.faults}")
@@ -1037,9 +1527,11 @@ class MigLifecycle(RuleBasedStateMachine):
             except ledgers.LedgerError as error:
                 self.violation("model", f"the ledger written last run cannot be read: {error}")
                 ledger = ledgers.Ledger()
-        decision = decide(obs, ledger, self.driver.policy, self.now)
+        policy = self.driver.policy if breaker else replace(self.driver.policy, breaker=False)
+        decision = decide(obs, ledger, policy, self.now)
         verdicts, next_ledger = decision.verdicts, decision.ledger
-        expected = self.contract.run(self, self.now)
+        self.verdicts = {self._place(v): v for v in verdicts if v.status != "destroyed"}
+        expected = self.contract.run(self, self.now, breaker)
         orphans = [v for v in verdicts if v.is_orphan]
         got = {self._place(v) for v in orphans}
         tripped = any(v.status == "breaker" for v in verdicts)
@@ -1074,8 +1566,10 @@ class MigLifecycle(RuleBasedStateMachine):
                 c.destroys += 1
                 g = self.gis[place]
                 self.contract.verified.add(g.identity())
-                self._check_safe(place, place in expected.orphans)
+                self._check_safe(place, place in expected.orphans, unread)
                 self.note(f"enforcer destroys GI {place} ({g.story})")
+                if g.story.startswith(DRA_LEAK):
+                    self.event("dra: a GI the driver leaked, destroyed by the enforcer")
                 self._gone(place)
             elif outcome == "failed":
                 c.failed_destroys += 1
@@ -1092,15 +1586,49 @@ class MigLifecycle(RuleBasedStateMachine):
                 self._write_record(p)
                 self.note(f"{p.name}: kubelet writes its checkpoint entry")
 
-    def _check_safe(self, place: tuple[int, int], contract_says: bool) -> None:
+    def _dra_run_events(self) -> None:
+        """What of the DRA driver's this run reads (the bench's events)."""
+        if self.dra == "absent" or not self.gis:
+            return
+        if self.dra_unread():
+            why = "not understood"
+            if self.dra == "starting":
+                why = "not there yet (driver starting)"
+            elif self.dra_boot != self.boot:
+                why = "of another boot"
+            self.event(f"runs: GIs listed, the DRA checkpoint {why}")
+            return
+        gis, held = list(self.gis.values()), [c for c in self.dra_claims.values() if c.state]
+        named = [(c, g) for c in held for g in gis if c.names(g)]
+        if any(c.state == STARTED for c, _ in named):
+            self.event("runs: a PrepareStarted claim names a GI")
+        if any(c.state == COMPLETED and not g.ci for c, g in named):
+            self.event("runs: a PrepareCompleted claim names a GI without its CI (half way)")
+        if any(not self.api_alive(self.pods[c.pod]) for c, _ in named):
+            self.event("runs: a claim of a pod ended or deleted names a GI")
+        alive = [c for c in self.dra_claims.values() if c.allocated]
+        alive = [c for c in alive if self.api_alive(self.pods[c.pod])]
+        kept = [g for _, g in named]
+        if any(c.allocation_names(g) and g not in kept for c in alive for g in gis):
+            self.event("runs: only the API's allocation names a GI")
+        if any(g.story.startswith(DRA_LEAK) for g in gis):
+            self.event("runs: a GI the DRA driver leaked is listed")
+
+    def _check_safe(self, place: tuple[int, int], contract_says: bool, unread: bool) -> None:
+        """A destroyed GI: none of its keepers was there (`unread`: the DRA state at the read)."""
         g = self.gis[place]
         kind = "contract-hazard" if contract_says else "safety"
         if place in self.stray:
             self.violation("safety", f"GI {place} was destroyed while a process held it")
         if g.names in self.advertised or self.opaque_advertised:
             self.violation(kind, f"GI {place} was destroyed while a device plugin advertised it")
-        if self.dra:
-            self.violation(kind, f"GI {place} was destroyed while a DRA driver was present")
+        for c in self.dra_claims.values():
+            if c.names(g):
+                why = f"GI {place} was destroyed while DRA claim {c.uid} ({c.state}) names it"
+                self.violation(kind, why)
+        if unread or self.dra_unread():
+            why = f"GI {place} was destroyed while the DRA driver's state was not read whole"
+            self.violation(kind, why)
         owners = [p for p in self.pods.values() if p.gi == place and (p.phase in LIVE or p.opened)]
         if owners:
             p = owners[0]

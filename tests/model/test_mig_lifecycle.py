@@ -1,13 +1,17 @@
 """
-Model-based lifecycle testing on MIG (issue 18): random lifecycles of tests/model/mig_machine.py
-(static and dynamic GPU instances on simulated H100s, advertised devices, records not understood,
-a DRA driver, the kubernetes-api source agreeing or not) against the real decision code.
+Model-based lifecycle testing on MIG (issues 18 and 21): random lifecycles of
+tests/model/mig_machine.py (static and dynamic GPU instances on simulated H100s, advertised
+devices, records not understood, NVIDIA's DRA driver preparing and unpreparing claims, the
+kubernetes-api source agreeing or not) against the real decision code.
 
 - `test_mig_lifecycle_on_the_node`: the real node read and destroy-mig.sh.j2 in the node's
   namespace, a few histories, on two H100s.
 - `test_mig_lifecycle_in_process`: more histories, two H100s; `make bench` runs 10,000.
-- stories by hand, one per rule; and the contract hazard the machine found (a GI made again at
-  an ended pod's place, read before its checkpoint entry), which the API's Pending requests close.
+- stories by hand, one per rule; the contract hazard the machine found (a GI made again at
+  an ended pod's place, read before its checkpoint entry), which the API's Pending requests close;
+  and NVIDIA's DRA driver's (issue 21): a leak reclaimed after the grace, an unprepare failed half
+  way, a claim still being prepared, a checkpoint of another boot, an allocation not prepared
+  yet, a racing prepare the claim digest keeps (on the node).
 """
 
 from __future__ import annotations
@@ -50,6 +54,34 @@ def test_a_mig_story_on_the_node_static_pool_kept_leak_goes_a_racing_holder_wins
         assert set(m.gis) == {(0, 13), (0, 11)}
         c = type(m).counts
         assert (c.destroys, c.kept_by_guard, c.violations) == (1, 1, 0), m.log
+    finally:
+        m.teardown()
+
+
+def test_a_dra_story_on_the_node_leaks_go_a_racing_prepare_is_kept_by_the_digest(namespaces):
+    """
+    NVIDIA's DRA driver on the node through the real read (its checkpoint and CDI specs) and
+    destroy-mig.sh.j2 (the claim digest covers the checkpoint): two claims unprepared with
+    their GIs leaked; both proven orphaned, and before their destroys the driver is asked to
+    prepare a claim allocated the first one's placement: the checkpoint changed, both kept.
+    Next run the first is claimed (PrepareStarted), the second destroyed.
+    """
+    m = _mig(MigNamespaceDriver, "MigNodeDra")()
+    try:
+        # dra1: GI 1/13, dra2: GI 0/13, dra3 (2g.20gb, GI 0/5) runs on: the API sees a pod.
+        m.mig_node([], [], True, [(1, "1g.10gb"), (0, "1g.10gb"), (0, "2g.20gb")])
+        m.dra_pod_ends(0, False, "leak")
+        m.dra_pod_ends(0, False, "leak")
+        m.claim_controller(0)  # their claims deallocated: the scheduler may reuse the places
+        m.claim_controller(0)
+        assert set(m.gis) == {(1, 13), (0, 13), (0, 5)}
+        m.enforcer_runs_on_schedule(3, 300)  # pending: 3 runs, 600 s of the grace
+        m.enforcer_run_racing("prepare", 0)
+        c = type(m).counts
+        assert (c.destroys, c.kept_by_guard) == (0, 2), m.log
+        m.enforcer_run(300)
+        assert len(m.gis) == 2 and (0, 5) in m.gis, m.log
+        assert (c.destroys, c.violations) == (1, 0), m.log
     finally:
         m.teardown()
 
@@ -98,23 +130,115 @@ def test_a_record_not_understood_keeps_every_gi_until_its_pod_holds_one():
         m.teardown()
 
 
-def test_a_dra_driver_keeps_every_gi_and_its_leftover_goes_once_it_leaves():
-    m = _mig(MigInProcessDriver, "MigDra")()
+def test_a_dra_claim_keeps_its_gi_whatever_its_pod_and_its_leak_goes_after_the_grace():
+    m = _mig(MigInProcessDriver, "MigDraLeak")()
     try:
-        m.mig_node([0], [])
-        m.admit_static(0)  # a pod runs on the static GI all along (no source goes silent)
-        m.container_progress(0)
-        m.container_progress(0)
-        m.plugin_event("dra", 0)  # gpu.nvidia.com appears
-        m.dra_prepares(1, "2g.20gb")  # a pod's ResourceClaim: no checkpoint entry
+        # The DRA driver prepares dra1's claim (GI 1/13) and dra2's (GI 0/13), which runs on.
+        m.mig_node([], [], True, [(1, "1g.10gb"), (0, "1g.10gb")])
+        place = (1, 13)
+        m.dra_pod_ends(0, False, "later")  # Succeeded: the API's word ends dra1
+        m.claim_controller(0)  # and its claim is deallocated; the checkpoint still holds it
         m.enforcer_runs_on_schedule(4, 450)
-        assert len(m.gis) == 2
-        m.deleted(0, False, True)  # the pod is deleted, its GI left behind
-        m.enforcer_runs_on_schedule(4, 450)
-        assert len(m.gis) == 2  # still inconclusive while the driver is there
-        m.plugin_event("dra", 0)  # the driver is removed
+        assert place in m.gis, m.log
+        assert m.log[-1].endswith("4e5f/13:claimed"), m.log
+        m.kubelet_unprepares(0, "leak")  # the driver forgets the claim, the GI stays
         m.enforcer_runs_on_schedule(4, 450)
         assert set(m.gis) == {(0, 13)}, m.log
+        c = type(m).counts
+        assert (c.destroys, c.violations) == (1, 0), m.log
+    finally:
+        m.teardown()
+
+
+def test_an_unprepare_that_failed_half_way_keeps_its_gi_until_the_kubelet_retries():
+    m = _mig(MigInProcessDriver, "MigDraHalfWay")()
+    try:
+        m.mig_node([], [], True, [(1, "1g.10gb"), (0, "1g.10gb")])  # dra1: GI 1/13, dra2: 0/13
+        m.dra_pod_ends(0, True, "fail_gi")  # dra1 Failed; the driver destroys the CI, not the GI
+        assert not m.gis[1, 13].ci
+        m.enforcer_runs_on_schedule(4, 450)
+        said = m.verdicts[1, 13]
+        assert said.status == "claimed", m.log
+        assert "PrepareCompleted, for pod dra1: gpu-1-mig-1g10gb-19-6" in said.reason
+        m.kubelet_unprepares(0, "ok")  # the kubelet's retry: the driver destroys the GI
+        m.enforcer_runs_on_schedule(2, 450)
+        assert set(m.gis) == {(0, 13)}, m.log
+        assert type(m).counts.violations == 0
+    finally:
+        m.teardown()
+
+
+def test_a_gi_of_a_claim_still_being_prepared_is_kept_by_its_allocations_name():
+    m = _mig(MigInProcessDriver, "MigDraStarted")()
+    try:
+        m.mig_node([], [], True, [(0, "1g.10gb")])
+        m.admit_dra(1, "3g.40gb", "crash", False)  # dra2: its GI made, the plugin dies
+        m.enforcer_runs_on_schedule(4, 450)
+        said = m.verdicts[1, 2]
+        assert said.status == "claimed", m.log
+        assert "PrepareStarted, for pod dra2: gpu-1-mig-3g40gb-9-4" in said.reason
+        m.dra_pod_ends(1, False, "ok")  # deleted before it ran: the driver rolls its GI back
+        assert set(m.gis) == {(0, 13)}, m.log
+        assert type(m).counts.violations == 0
+    finally:
+        m.teardown()
+
+
+def test_a_whole_gpu_claim_keeps_every_gi_on_its_gpu_and_none_on_the_other():
+    m = _mig(MigInProcessDriver, "MigDraWholeGpu")()
+    try:
+        m.mig_node([], [(1, "2g.20gb"), (0, "2g.20gb")], True, [])  # leaks: GI 1/5, GI 0/5
+        m.admit_dra(1, "gpu", "prepared", False)  # dra1: GPU 1, whole
+        m.enforcer_runs_on_schedule(4, 450)
+        assert set(m.gis) == {(1, 5)}, m.log
+        said = m.verdicts[1, 5]
+        assert said.status == "claimed" and "PrepareCompleted, for pod dra1: gpu-1" in said.reason
+        assert type(m).counts.violations == 0
+    finally:
+        m.teardown()
+
+
+def test_a_dra_checkpoint_of_another_boot_keeps_every_gi_until_the_driver_restarts():
+    m = _mig(MigInProcessDriver, "MigDraStale")()
+    try:
+        m.mig_node([], [], True, [(1, "1g.10gb")])
+        m.node_event("reboot", 60)  # every GI lost; the driver down, its checkpoint stale
+        m.admit_dynamic("gpustack", 0, "2g.20gb", True)  # a device plugin's leak meanwhile
+        m.enforcer_runs_on_schedule(4, 450)
+        said = m.verdicts[0, 5]
+        assert said.status == "inconclusive", m.log
+        assert "dra stale" in said.reason and "written in boot" in said.reason
+        m.dra_event("restarts", False)  # it owns every MIG device: its restart takes the leak
+        assert m.gis == {}, m.log
+        m.kubelet_prepares(0, False)  # dra1 comes back: its claim prepared again
+        m.enforcer_runs_on_schedule(2, 450)
+        assert m.verdicts[1, 13].status == "claimed", m.log
+        assert type(m).counts.violations == 0
+    finally:
+        m.teardown()
+
+
+def test_a_claim_allocated_and_not_prepared_keeps_the_gi_its_device_names():
+    """
+    The scheduler counts only the DRA driver's own devices: it allocates dra2 the placement of
+    a GI leaked before (1/13). Until the kubelet prepares the claim, the API's allocation keeps
+    the leak; the prepare fails (the placement is taken) and the claim, PrepareStarted, keeps it;
+    the kubelet's retry rolls back the device of that name (the leak) and makes its own.
+    """
+    m = _mig(MigInProcessDriver, "MigDraAllocated")()
+    try:
+        m.mig_node([], [(1, "1g.10gb")], True, [(0, "1g.10gb")])  # dra1 runs on GI 0/13
+        m.admit_dra(1, "1g.10gb", "allocated", True)
+        m.enforcer_runs_on_schedule(4, 450)
+        said = m.verdicts[1, 13]
+        assert said.status == "claimed", m.log
+        assert "kubernetes-api: ResourceClaim default/dra2-gpu" in said.reason
+        m.kubelet_prepares(0, False)  # fails: GI 1/13 is there
+        m.enforcer_runs_on_schedule(2, 450)
+        assert "PrepareStarted" in m.verdicts[1, 13].reason, m.log
+        m.kubelet_prepares(0, False)
+        assert m.gis[1, 13].story.startswith("dra2's"), m.log
+        assert type(m).counts.violations == 0
     finally:
         m.teardown()
 
