@@ -8,7 +8,8 @@ decided it (None: the rule does not stop the destroy). `decide()` composes them 
     2 not_held()             no process holds it
     3 not_claimed()          no live owner's claim covers it (owners' liveness: enforcer.liveness;
                              counted claims: enforcer.claims.protect)
-    4 not_pinned()           nothing wants it kept as capacity (drift(): declared, not there)
+    4 not_pinned()           nothing wants it kept as capacity (drift(): declared, not there;
+                             dra_capacity(): NVIDIA's DRA driver's static MIG, after rule 3)
     5 proven_over_time()     a candidate long enough (streaks, their restarts: enforcer.streaks)
     6 not_implausible()      the circuit breaker, over the whole node
     7 (on the node)          the guarded destroy re-proves it under the node lock
@@ -90,6 +91,7 @@ class Index:
     keys: frozenset[str]  # the partition keys listed
     accelerators: frozenset[str]  # the chips and GPUs listed
     read: tuple[str, ...]  # the claim sources read: the policy's, and a DRA driver's (evidence)
+    dra_static: bool  # NVIDIA's DRA driver may advertise static MIG instances (rule 4)
 
     @classmethod
     def of(cls, obs: Observation, policy: Policy) -> Index:
@@ -102,6 +104,7 @@ class Index:
             keys=frozenset(p.key for p in obs.partitions),
             accelerators=frozenset(a.accelerator for a in (*obs.chips, *obs.gpus)),
             read=(*policy.claim_sources, *_dra_read(obs)),
+            dra_static=bool(_dra_read(obs)) and not policy.dra_dynamic_mig,
         )
 
 
@@ -161,7 +164,7 @@ def _claim_line(c: Claim, names: dict[str, str], stuck: dict[str, str]) -> str:
 
 def not_pinned(p: Partition, index: Index) -> str | None:
     """Rule 4: host data pins it, declares it in the static MIG geometry, or a device plugin
-    advertises it to kubelet as allocatable: the node's capacity, not a leak."""
+    advertises it to kubelet as allocatable: the node's capacity, not a leak (and dra_capacity)."""
     pins = [s for s in _among(index.pins, (p.kind, p.id), (p.kind, None)) if s.matches(p)]
     if pins:
         return f"pinned by host data: {pins[0]}"
@@ -172,6 +175,20 @@ def not_pinned(p: Partition, index: Index) -> str | None:
     if index.declared and _declared(p) in index.declared:
         return f"declared by enforcer_mig_geometry: {p.profile} at placement {_declared(p)[2]}"
     return None
+
+
+def dra_capacity(p: Partition, index: Index) -> str | None:
+    """
+    Rule 4 for NVIDIA's DRA driver: without DynamicMIG it advertises the GPU instances made
+    beforehand (static MIG) in ResourceSlices, which are not read; unless host data says it makes
+    them per claim, every one is the node's capacity. Asked after rule 3: a claimed one says whose.
+    """
+    if not (index.dra_static and p.kind == MIG):
+        return None
+    return (
+        "NVIDIA's DRA driver is on the node and may advertise it as capacity (static MIG; "
+        "its ResourceSlices are not read): set enforcer_dra_dynamic_mig if it runs DynamicMIG"
+    )
 
 
 def drift(obs: Observation, policy: Policy) -> list[str]:
@@ -410,6 +427,7 @@ def _judge(
         ("pinned", not_pinned(p, index)),
         ("held", not_held(p, index)),
         ("claimed", not_claimed(p, protected, names, stuck)),
+        ("pinned", dra_capacity(p, index)),
     ]
     for status, evidence in keep:
         if evidence:

@@ -208,6 +208,9 @@ class Policy:
     paths: NodePaths
     # Static MIG geometry: (GPU UUID, profile, placement start) of each declared GPU instance.
     mig_geometry: tuple[tuple[str, str, int], ...] = ()
+    # NVIDIA's DRA driver makes and destroys GPU instances per claim (facts.dra_node); else the
+    # instances it may advertise (static MIG) are the node's capacity.
+    dra_dynamic_mig: bool = False
 
     def is_pinned(self, partition: Partition) -> bool:
         return any(selector.matches(partition) for selector in self.pinned)
@@ -253,6 +256,7 @@ def _build(host_name: str, d: Mapping[str, Any]) -> Policy:
             for gpu, declared in sorted(d["enforcer_mig_geometry"].items())
             for gi in declared
         ),
+        dra_dynamic_mig=d["enforcer_dra_dynamic_mig"],
         paths=NodePaths.from_rootfs(
             d["enforcer_rootfs"],
             procfs=d["enforcer_procfs"],

@@ -41,6 +41,7 @@ CLAIMS = {
 HOST_DATA = {
     "enforcer_node_name": NODE_NAME,
     "enforcer_claim_sources": ["kubelet-checkpoint", "cri"],  # the `dra` source is read anyway
+    "enforcer_dra_dynamic_mig": True,  # the driver makes and destroys GIs per claim
 }
 
 

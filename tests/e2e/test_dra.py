@@ -56,7 +56,9 @@ def build(tmp_path, namespaces) -> Iterator[Callable[..., DraNode]]:
     """An H100 node (two with `gpus`) laid out by `lay_out(sim, node)`, in its namespace."""
     made: list[NodeNamespace] = []
 
-    def make(lay_out: Callable[[DraNode], None], gpus=(H100,), **data) -> DraNode:
+    def make(
+        lay_out: Callable[[DraNode], None], gpus=(H100,), release: str = "v0.4.1", **data
+    ) -> DraNode:
         path = tmp_path / "node"
         # The driver records the boot id the node read sees (the namespace shares this one).
         boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -64,7 +66,12 @@ def build(tmp_path, namespaces) -> Iterator[Callable[..., DraNode]]:
         ns = NodeNamespace(path).__enter__()
         made.append(ns)
         tools = {t: str(path / "bin" / t) for t in ("nvidia-smi", "crictl")}
-        data = {"enforcer_claim_sources": ["kubelet-checkpoint", "cri"], **data}
+        dynamic = release == "v0.4.1"  # the driver makes and destroys GIs per claim
+        data = {
+            "enforcer_claim_sources": ["kubelet-checkpoint", "cri"],
+            "enforcer_dra_dynamic_mig": dynamic,
+            **data,
+        }
         inventory = write_inventory(
             tmp_path / "inventory.py",
             path,
@@ -74,7 +81,7 @@ def build(tmp_path, namespaces) -> Iterator[Callable[..., DraNode]]:
         )
         node = DraNode(ns, path, inventory)
         node.gis = {}
-        node.sim.dra.install("v0.4.1", dynamic_mig=True, pool=NODE_NAME)
+        node.sim.dra.install(release, dynamic_mig=dynamic, pool=NODE_NAME)
         lay_out(node)
         return node
 
@@ -154,6 +161,7 @@ def test_a_dra_prepared_gi_of_a_pod_in_its_init_container_is_kept_and_a_leak_bes
         enforcer_tools={t: str(node.path / "bin" / t) for t in ("nvidia-smi", "crictl")},
         enforcer_claim_sources=["kubelet-checkpoint", "cri", "kubernetes-api"],
         enforcer_kubeconfig=api["kubeconfig"],
+        enforcer_dra_dynamic_mig=True,
     )
     mine, leak = node.gis["a"], node.gis["leak"]
     runs = node.converge(3)
@@ -267,6 +275,36 @@ def test_static_and_dynamic_mig_beside_a_device_plugin_on_one_node(build):
     assert last.verdict(g["b"]) == "orphan"
     assert node.instances(0) == {g["static"], g["used"]}
     assert node.instances(1) == {g["a"]}
+
+
+def test_static_mig_through_the_driver_is_its_capacity_unless_host_data_says_dynamic(build):
+    """
+    v25.8.1 knows only static MIG: the operator made two GIs, the driver advertises both (in
+    ResourceSlices, not read here) and prepared one for llm-a. The other, idle, is capacity:
+    pinned, never a candidate. Host data saying the driver runs DynamicMIG makes it a leak.
+    """
+
+    def lay_out(node: DraNode) -> None:
+        node.gis["a"], node.gis["idle"] = (node.sim.create_gi(0, "1g.10gb") for _ in range(2))
+        node.sim.add_pod(LLM_A, "llm-a", phase="Running")
+        node.sim.dra.prepare(
+            CLAIM_A, "llm-a-gpu", "ai", "llm-a", LLM_A, [("mig", 0, node.gis["a"])]
+        )
+
+    node = build(lay_out, release="v25.8.1")
+    mine, idle = node.gis["a"], node.gis["idle"]
+    for each in node.converge(4):
+        assert each.verdict(mine) == "claimed"
+        assert each.verdict(idle) == "pinned"
+        assert "may advertise it as capacity (static MIG" in each.reason(idle)
+    node.configure(
+        enforcer_node_name=NODE_NAME,
+        enforcer_tools={t: str(node.path / "bin" / t) for t in ("nvidia-smi", "crictl")},
+        enforcer_claim_sources=["kubelet-checkpoint", "cri"],
+        enforcer_dra_dynamic_mig=True,
+    )
+    assert [r.verdict(idle) for r in node.converge(3)] == ["pending", "pending", "orphan"]
+    assert node.instances() == {mine}
 
 
 def test_drain_with_dra_claims_is_blocked_until_they_are_unprepared(build):

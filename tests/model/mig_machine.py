@@ -158,6 +158,9 @@ def mig_policy(node_dir: Path) -> Policy:
             # Pending pods' requests keep what their plugins make before kubelet records it, so
             # a run that cannot see them destroys nothing.
             "enforcer_claim_sources": ["kubelet-checkpoint", "cri", kubeapi.SOURCE],
+            # The machine's DRA driver runs DynamicMIG (contract.dra_capacity: static MIG through
+            # the driver is tests/unit/test_dra_source.py's and tests/e2e/test_dra.py's).
+            "enforcer_dra_dynamic_mig": True,
         },
     )
 

@@ -43,8 +43,10 @@ def node(
     return read(SOURCES, **(sections | more))
 
 
-def verdicts(obs: Observation) -> dict[str, tuple[str, str]]:
-    policy = policy_from_host_data("h100", {"enforcer_grace_runs": 1, "enforcer_grace_seconds": 0})
+def verdicts(obs: Observation, dynamic: bool = True) -> dict[str, tuple[str, str]]:
+    """One decision; `dynamic`: host data says the driver makes GIs per claim (DynamicMIG)."""
+    data = {"enforcer_grace_runs": 1, "enforcer_grace_seconds": 0}
+    policy = policy_from_host_data("h100", {**data, "enforcer_dra_dynamic_mig": dynamic})
     decision = decide(obs, Ledger(), policy, obs.now)
     return {v.partition.id: (v.status, v.reason) for v in decision.verdicts}
 
@@ -216,3 +218,18 @@ def test_a_claim_the_driver_holds_is_never_a_stuck_owner():
     decision = decide(obs, Ledger(), policy, obs.now)
     assert decision.stuck_owners == {}
     assert {c.owner_uid for c in decision.claims if c.source == "dra"} == {f"resourceclaim:{UID}"}
+
+
+def test_not_pinned_dra_capacity_static_mig_through_the_driver_unless_host_data_says_dynamic():
+    """Static MIG through the driver: it advertises GIs made beforehand in ResourceSlices, which
+    are not read. Unless host data says it runs DynamicMIG, they are pinned (rule 4), after rule
+    3: a claimed one still says whose it is. Without the driver, nothing changes."""
+    claim = completed(concrete(13, 0, GI13_MIG, "gpu-0-mig-1g10gb-19-6"))
+    said = verdicts(node(build.write_v2({UID: claim}, boot_id=BOOT)), dynamic=False)
+    assert said["13"][0] == "claimed"
+    assert said["11"] == (
+        "pinned",
+        "NVIDIA's DRA driver is on the node and may advertise it as capacity (static MIG; its "
+        "ResourceSlices are not read): set enforcer_dra_dynamic_mig if it runs DynamicMIG",
+    )
+    assert verdicts(node(None, driver=""), dynamic=False)["11"][0] == "orphan"
