@@ -42,6 +42,7 @@ def test_schema_is_valid_draft_2020_12_and_names_every_key_of_the_table():
         "enforcer_rootfs", "enforcer_procfs", "enforcer_sysfs", "enforcer_tools",
         "enforcer_state_dir", "enforcer_lock_path", "enforcer_command_timeout_seconds",
         "enforcer_mig_geometry",  # the MIG issue's static geometry
+        "enforcer_dra_dynamic_mig",  # issue 21: NVIDIA's DRA driver makes GIs per claim
         "enforcer_vm_stuck_seconds",  # the vGPU issue's stuck claims
         "enforcer_stuck_owner_seconds",  # issue 18's stuck owners
         "enforcer_audit_max_bytes", "enforcer_audit_keep",  # issue 6's audit log
