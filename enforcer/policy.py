@@ -44,7 +44,7 @@ CHECKPOINT = f"{KUBELET}/device-plugins/kubelet_internal_checkpoint"
 POD_RESOURCES = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # NVIDIA's DRA driver: its checkpoint under the kubelet's plugins (facts.dra), and the roots its
 # per-claim CDI specs are in (/etc/cdi by default; /var/run/cdi under its Helm chart).
-DRA_CHECKPOINT = "plugins/gpu.nvidia.com/checkpoint.json"
+DRA_CHECKPOINT = "plugins/gpu.nvidia.com/checkpoint.json"  # main.go:45-46 (research §1.1)
 CDI_ROOTS = ("/etc/cdi", "/var/run/cdi")
 
 

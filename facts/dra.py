@@ -24,7 +24,6 @@ from facts.errors import ParseError
 # and v0.4.1 (cmd/gpu-kubelet-plugin/). The parser is strict: whatever no release writes is a
 # ParseError, so the node's NVIDIA partitions are kept and a person is asked.
 
-CHECKPOINT = "plugins/gpu.nvidia.com/checkpoint.json"  # under the kubelet dir (main.go:45-46)
 STARTED, COMPLETED = "PrepareStarted", "PrepareCompleted"  # checkpointv.go:59-65 (v0.4.1)
 RELEASES = ("v25.3", "v25.8", "v25.12", "v0.4")  # the shapes, oldest first (§1.4)
 _GO = "Go's encoding/json"
