@@ -7,6 +7,7 @@ run, importable from the installed package. No file of this repository is needed
     pyinfra inventory.py enforcer.deploys.drain --limit node3 -y
     pyinfra inventory.py enforcer.deploys.undrain --limit node3 -y
     pyinfra inventory.py enforcer.deploys.schedule -y
+    pyinfra inventory.py enforcer.deploys.collect -y
 
 or a deploy file of two lines:
 
@@ -14,8 +15,8 @@ or a deploy file of two lines:
     converge()
 
 Each reads the current host's data (the policy) as the repository's deploy files do; the logic
-stays in operations/ (converge.py, drain.py, schedule.py). Wiring only: the decision code in
-enforcer/ imports no pyinfra.
+stays in operations/ (converge.py, drain.py, schedule.py, collect.py). Wiring only: the decision
+code in enforcer/ imports no pyinfra.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
+from operations import collect as collecting
 from operations import converge as converging
 from operations import drain as draining
 from operations import schedule as scheduling
@@ -50,3 +52,9 @@ def undrain() -> None:
 def schedule() -> None:
     """Install (or, with enforcer_schedule: absent, remove) the scheduled convergence."""
     scheduling.schedule(host)
+
+
+@deploy()
+def collect() -> None:
+    """Keep in this control node's fleet view the report each node's own scheduled run kept."""
+    collecting.collect(host)

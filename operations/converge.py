@@ -271,10 +271,11 @@ def drain_kept(host_name: str, directory: Path) -> bool:
     return (directory / fleet.DRAINS / report_file_name(host_name)).exists()
 
 
-def reports_dir(configured: str) -> Path:
-    """`enforcer_reports_dir`: a relative path is relative to the inventory file's directory."""
+def reports_dir(configured: str, base: Path | None = None) -> Path:
+    """`enforcer_reports_dir`: a relative path is relative to the inventory file's directory,
+    this run's, or `base` (a node inventory's, for operations.collect)."""
     path = Path(configured).expanduser()
-    return path if path.is_absolute() else inventory_dir() / path
+    return path if path.is_absolute() else (base or inventory_dir()) / path
 
 
 @functools.cache

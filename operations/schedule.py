@@ -110,6 +110,9 @@ SERVICE = "partition-enforcer.service"
 TIMER = "partition-enforcer.timer"
 UNIT_DIR = "/etc/systemd/system"
 NODE_INVENTORY = "/etc/partition-enforcer/inventory.py"
+# The one host of a node's inventory: its runs keep their fleet-view report under this name
+# (`<reports dir>/@local.json` beside the node inventory), which collect.py reads.
+NODE_HOST = "@local"
 VENV = DEFAULTS["enforcer_schedule_venv"]
 # Keys that never go into a node's inventory: the schedule's own, and the breaker, which is
 # lifted for one run by hand (`--data enforcer_breaker=off`), never for every scheduled run.
@@ -182,7 +185,7 @@ class Schedule:
             "# Written by partition-enforcer's schedule.py: this node converges itself (@local)\n"
             "# with the host data the control node gave it. Edit that, and run schedule.py again.\n"
             f"HOST_DATA = {data}\n\n"
-            'hosts = [("@local", HOST_DATA)]\n'
+            f"hosts = [({json.dumps(NODE_HOST)}, HOST_DATA)]\n"
         )
 
 
