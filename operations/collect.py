@@ -21,6 +21,7 @@ import base64
 import binascii
 import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,7 +179,8 @@ def collect(host) -> None:
     except OSError as error:
         fail(host.name, f"{host.name}: {path}: the fleet view cannot be written: {error}")
         return
-    print(f"{host.name}: kept {path} (its run at {report['run_at']:.0f}) as {target}", flush=True)
+    ran = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(report["run_at"]))
+    print(f"{host.name}: kept {path} (its run at {ran}, node clock) as {target}", flush=True)
 
 
 def _readable(kept: Kept) -> dict[str, Any]:

@@ -50,11 +50,13 @@ def logins(node: FleetNode) -> int:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory, namespaces):
+def fleet(request, tmp_path_factory, namespaces):
+    """The module's fleet: FLEET_SIZE nodes, or the module's own FLEET_SIZE (fewer is cheaper)."""
     missing = missing_prerequisites()
     if missing and os.environ.get("CI") == "true":
         pytest.fail(f"CI must run the fleet tests: missing {', '.join(missing)}")
     if missing:
         pytest.skip(f"the fleet needs {', '.join(missing)}")
-    with Fleet(tmp_path_factory.mktemp("fleet"), roster(FLEET_SIZE)) as running:
+    size = getattr(request.module, "FLEET_SIZE", FLEET_SIZE)
+    with Fleet(tmp_path_factory.mktemp("fleet"), roster(size)) as running:
         yield running

@@ -1,0 +1,115 @@
+"""
+Issue 22: a collect run (enforcer.deploys.collect) reads the report a node's own scheduled run
+kept, strictly, from the path that run keeps it at, with one command that writes nothing. The
+whole run over SSH: tests/fleet/test_collect.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from unit.test_cli import report, verdict
+
+from enforcer import shell
+from enforcer.policy import PolicyError
+from operations import collect
+from operations.schedule import NODE_HOST, schedule_from_host_data
+
+
+def path_for(**data: object) -> str:
+    return collect.node_report_path("node1", schedule_from_host_data("node1", data))
+
+
+def encoded(text: str | bytes) -> bytes:
+    return text.encode() if isinstance(text, str) else text
+
+
+def test_a_node_report_is_where_the_node_inventory_s_runs_keep_it_under_its_host_name():
+    assert path_for() == "/etc/partition-enforcer/reports/@local.json"
+    inventory = {"enforcer_schedule_inventory": "/var/lib/pe/inventory.py"}
+    assert path_for(**inventory) == "/var/lib/pe/reports/@local.json"
+    assert path_for(**inventory, enforcer_reports_dir="seen") == "/var/lib/pe/seen/@local.json"
+    assert path_for(enforcer_reports_dir="/srv/fleet") == "/srv/fleet/@local.json"
+    # schedule.py writes the node inventory below rootfs; its runs see it without the prefix
+    rooted = path_for(enforcer_rootfs="/mnt/node", enforcer_schedule_install="none")
+    assert rooted == "/mnt/node/etc/partition-enforcer/reports/@local.json"
+
+
+def test_a_reports_dir_no_command_may_carry_or_in_the_node_s_home_is_refused():
+    for bad, said in (("~/reports", "does not start with ~"), ("my reports", "refusing path")):
+        with pytest.raises(PolicyError, match=said) as refused:
+            path_for(enforcer_reports_dir=bad)
+        assert str(refused.value).startswith("host node1: host data enforcer_reports_dir: ")
+
+
+def test_the_node_s_report_parses_strictly_as_its_scheduled_run_wrote_it():
+    kept = report(NODE_HOST, verdict("100", "held"), verdict("101", "pending", runs=1))
+    assert collect.parse_report(json.dumps(kept, indent=1).encode()) == kept
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("{", "not JSON: Expecting property name"),
+        (b"\xff{}", "not UTF-8"),
+        ('{"host": "@local", "host": "@local"}', "key 'host' twice in one object"),
+        ("NaN", "NaN is no JSON number"),
+        ('{"host": "@local"}', "not a run report: at (top): 'version' is a required property"),
+        ("[]", "not a run report: at (top): [] is not of type 'object'"),
+    ],
+)
+def test_a_report_that_does_not_parse_or_validate_says_what_is_wrong(text, said):
+    with pytest.raises(collect.ReportError) as error:
+        collect.parse_report(encoded(text))
+    assert said in str(error.value)
+
+
+def test_a_report_validated_says_where_and_one_of_another_host_is_refused():
+    bad = report(NODE_HOST, verdict("100", "held"))
+    bad["verdicts"][0]["status"] = "gone"
+    with pytest.raises(collect.ReportError, match=r"at verdicts/0/status: 'gone' is not one of"):
+        collect.parse_report(json.dumps(bad).encode())
+    other = json.dumps(report("node1")).encode()
+    with pytest.raises(collect.ReportError, match="the report of host 'node1', not of the node"):
+        collect.parse_report(other)
+
+
+def test_the_node_s_answer_is_absent_unreadable_or_a_report():
+    data = json.dumps(report(NODE_HOST)).encode()
+    assert collect.kept_from("absent\n") == collect.Kept("absent")
+    answer = f"report {base64.b64encode(data).decode()}"
+    assert collect.kept_from(answer) == collect.Kept("report", data=data)
+    assert collect.kept_from("report -") == collect.Kept("report", data=b"")
+    assert collect.kept_from("unreadable Is a directory").why == "Is a directory"
+    assert collect.kept_from("report !!").why == "the node's answer is not base64"
+    assert collect.kept_from("sudo: a password is required").state == "unreadable"
+
+
+def test_the_command_reads_the_file_and_writes_nothing(tmp_path: Path):
+    """collect-report.sh.j2 in a real shell: absent, a report, a directory at the path."""
+    target = tmp_path / "reports" / "@local.json"
+
+    def answer() -> collect.Kept:
+        command = collect.KeptReport().command(path=str(target))
+        done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
+        return collect.kept_from(done.stdout)
+
+    assert answer() == collect.Kept("absent")
+    target.parent.mkdir()
+    target.write_text('{"kept": 1}\n')
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    assert answer() == collect.Kept("report", data=b'{"kept": 1}\n')
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    target.unlink()
+    target.mkdir()
+    assert answer().state == "unreadable" and "Is a directory" in answer().why
+
+
+def test_the_command_refuses_a_path_it_could_not_quote():
+    for bad in ("relative/@local.json", "/a b/@local.json", "/a/../b", "/x;id"):
+        with pytest.raises(shell.UnsafeValue):
+            collect.KeptReport().command(path=bad)
