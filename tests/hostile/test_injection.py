@@ -37,7 +37,9 @@ from facts import ascend, checkpoint, cri, procfs
 from facts.errors import ParseError
 from facts.snapshot import NodeSnapshot, observe, parse_sections
 from kinds.hygon import destroy_dcu
+from operations.collect import KeptReport, node_report_path
 from operations.enforce import destroy_command
+from operations.schedule import schedule_from_host_data
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 ZOMBIE = (FIXTURES / "npu-smi" / "info-vnpu_310P3_zombie-live-na.txt").read_text()
@@ -365,6 +367,18 @@ def test_a_hand_built_hostile_node_path_is_refused_by_every_command_that_prints_
             COMMANDS[name](paths)
     for name in set(COMMANDS) - set(USES[field]):
         COMMANDS[name](paths)  # does not print it
+
+
+@pytest.mark.parametrize("value", HOSTILE_PATHS.values(), ids=HOSTILE_PATHS.keys())
+def test_a_hostile_reports_dir_never_reaches_the_command_of_a_collect_run(value):
+    """collect.py prints one node path, the node's kept report; host data that would make it
+    unsafe is refused naming the key, and the command refuses it itself."""
+    with pytest.raises(UnsafeValue):
+        KeptReport().command(path=value)
+    if value.startswith("/"):  # a relative one is below the node inventory's directory
+        s = schedule_from_host_data("n1", {"enforcer_reports_dir": value})
+        with pytest.raises(PolicyError, match="^host n1: host data enforcer_reports_dir: "):
+            node_report_path("n1", s)
 
 
 @pytest.mark.parametrize("value", [v for v in HOSTILE_PATHS.values() if v.startswith("/")])
