@@ -1,7 +1,7 @@
 """
 Issue 22: a collect run (enforcer.deploys.collect) reads the report a node's own scheduled run
 kept, strictly, from the path that run keeps it at, with one command that writes nothing. The
-whole run over SSH: tests/fleet/test_collect.py.
+whole run over SSH: tests/fleet/test_collect_over_ssh.py.
 """
 
 from __future__ import annotations
