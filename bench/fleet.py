@@ -1,45 +1,73 @@
 """
-What a converge run costs over SSH, measured on the fleet of tests/fleet/harness.py (needs root,
-sshd, sudo). Prints ratios from one run, never asserted anywhere:
+What a converge run costs the control node, measured over SSH on the fleet of tests/fleet/harness.py
+(needs root, sshd, sudo). Prints figures from one run, never asserted anywhere.
 
-- a no-op convergence of N nodes against bare `pyinfra INVENTORY exec -- true` on the same fleet,
-  alternating the two: the median ratio (target: at most 1.3 at N=20);
-- remote commands per host in a no-op run and per destroy (target: at most 2 for a no-op run),
-  counted from each node's sshd log ("Starting session: command ...", one per command).
+The deploy is measured, not the simulator: once a fleet has settled, every node's simulated tools
+are recorded answering one converge run, then replaced by shell scripts that `cat` what they
+printed (`record`, `replay`). A node read then costs what it costs on a node whose tools are
+native, and the figures are pyinfra's and the deploy's. For each N, against bare
+`pyinfra INVENTORY exec -- true` on the same fleet, runs alternating:
 
-    python bench/fleet.py [--sizes 5,20,50] [--rounds 5]
+- wall: the median of the pairwise ratios deploy ÷ exec (targets: 1.2 at N=20, 1.3 at N=50);
+- control-node CPU per host: user + system time of the pyinfra process (its rusage), ÷ N, the
+  median of the rounds for each, and their ratio (target: 1.5);
+- memory: the pyinfra process's peak RSS for the deploy, and the deploy's excess over exec's ÷ N;
+- commands per host in a no-op run, and what one destroy adds (each node's sshd log);
+- simulated: the wall ratio with the simulator answering (every node's tool calls run Python on
+  the same CPUs): the old figure, kept as a second table.
+
+    python bench/fleet.py [--sizes 5,20,50,100] [--rounds 3] [--simulated-rounds 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "fleet"))
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "fleet")]
 
 from harness import Fleet, FleetNode, roster  # noqa: E402
 
 PYINFRA = str(Path(sys.executable).with_name("pyinfra"))
-WIDTHS = (4, 9, 7, 6, 9, 11)
 DESTROYED = re.compile(r"Destroy partitions proven orphaned\s+1\s+1\s")  # hosts 1, success 1
 SESSION = re.compile(r"Starting session: command for ")
+SIMULATED = ".simulated"  # <node>/bin/.simulated/<tool>: the simulator's tool, while replaying
 
 
-def timed(fleet: Fleet, *args: str) -> tuple[float, str]:
+@dataclass(frozen=True)
+class Run:
+    """One pyinfra process: wall seconds, CPU seconds (user + system), peak RSS in MiB, output."""
+
+    wall: float
+    cpu: float
+    rss: float
+    output: str
+
+
+def run(fleet: Fleet, *args: str) -> Run:
+    """pyinfra against the fleet, its own resource use read when it is reaped (os.wait4)."""
     argv = [PYINFRA, "-y", str(fleet.inventory), *args]
-    start = time.perf_counter()
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
-    took = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}:\n{done.stderr[-2000:]}")
-    return took, done.stdout + done.stderr
+    with tempfile.TemporaryFile() as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        output = out.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{shlex.join(argv)} exited {proc.returncode}:\n{output[-2000:]}")
+    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, output)
 
 
 def commands(node: FleetNode) -> int:
@@ -50,20 +78,34 @@ def commands(node: FleetNode) -> int:
 def settle(fleet: Fleet, limit: int = 8) -> None:
     """Converge until a run changes nothing (the MIG leaks destroyed after their grace)."""
     for _ in range(limit):
-        _, out = timed(fleet, "deploy.py")
+        out = run(fleet, "deploy.py").output
         if "Grand total" in out and not re.search(r"Grand total\s+\d+\s+[1-9]", out):
             return
     raise RuntimeError(f"the fleet did not settle in {limit} runs:\n{out[-3000:]}")
 
 
-def noop_ratio(fleet: Fleet, rounds: int) -> tuple[float, float, float]:
-    """Median of deploy/exec over alternating pairs; and the medians of each."""
+@dataclass(frozen=True)
+class Pairs:
+    """Alternating no-op converge and bare exec runs."""
+
+    deploy: list[Run]
+    bare: list[Run]
+
+    def median(self, value: str, of: str) -> float:
+        return statistics.median(getattr(r, value) for r in getattr(self, of))
+
+    @property
+    def wall_ratio(self) -> float:
+        ratios = (d.wall / b.wall for d, b in zip(self.deploy, self.bare, strict=True))
+        return statistics.median(ratios)
+
+
+def pairs(fleet: Fleet, rounds: int) -> Pairs:
     deploy, bare = [], []
     for _ in range(rounds):
-        deploy.append(timed(fleet, "deploy.py")[0])
-        bare.append(timed(fleet, "exec", "--", "true")[0])
-    ratios = [d / b for d, b in zip(deploy, bare, strict=True)]
-    return statistics.median(ratios), statistics.median(deploy), statistics.median(bare)
+        deploy.append(run(fleet, "deploy.py"))
+        bare.append(run(fleet, "exec", "--", "true"))
+    return Pairs(deploy, bare)
 
 
 def per_host_commands(fleet: Fleet) -> tuple[int, int]:
@@ -72,37 +114,153 @@ def per_host_commands(fleet: Fleet) -> tuple[int, int]:
     destroy run against the run before it, which read and recorded a pending candidate.
     """
     before = {n.name: commands(n) for n in fleet.nodes.values()}
-    timed(fleet, "deploy.py")
+    run(fleet, "deploy.py")
     noop = max(commands(n) - before[n.name] for n in fleet.nodes.values())
     node = next(n for n in fleet.nodes.values() if n.spec.story == "mig")
     node.sim.create_gi(0, "1g.10gb")
     counts = []
     for _ in range(4):  # grace_runs 3 with grace 0: destroyed on the third run
         seen = commands(node)
-        _, out = timed(fleet, "deploy.py", "--limit", node.name)
+        out = run(fleet, "deploy.py", "--limit", node.name).output
         counts.append(commands(node) - seen)
         if DESTROYED.search(out):
             return noop, counts[-1] - counts[-2]
     raise RuntimeError(f"{node.name}: the new GI was not destroyed in 4 runs:\n{out[-3000:]}")
 
 
+# --- replay: the nodes answer with what their tools printed once ----------------------------------
+
+RECORDER = """#!/bin/sh
+# {tool}, recorded (bench/fleet.py): each call's arguments, output and exit code
+call=$(mktemp -d {calls}/call.XXXXXX) || exit 1
+printf '%s\\n' "$@" > "$call/argv"
+{simulated} "$@" > "$call/out"
+rc=$?
+echo "$rc" > "$call/rc"
+cat "$call/out"
+exit "$rc"
+"""
+
+
+def record(fleet: Fleet) -> None:
+    """Put a recorder in front of every simulated tool, then converge once (nothing to do)."""
+    for node in fleet.nodes.values():
+        for tool in _tools(node):
+            calls = node.path / "replay" / tool.name
+            calls.mkdir(parents=True)
+            kept = tool.parent / SIMULATED / tool.name
+            kept.parent.mkdir(exist_ok=True)
+            tool.rename(kept)
+            _script(tool, RECORDER.format(tool=tool.name, calls=calls, simulated=kept))
+    run(fleet, "deploy.py")
+
+
+def replay(fleet: Fleet) -> int:
+    """Each tool becomes `cat` of the answer it gave to those arguments; returns how many
+    answers. A tool that answered the same arguments twice differently: the fleet moved."""
+    answers = 0
+    for node in fleet.nodes.values():
+        for tool in _tools(node):
+            calls = node.path / "replay" / tool.name
+            seen: dict[str, tuple[str, str]] = {}
+            for call in sorted(calls.glob("call.*")):
+                argv = " ".join((call / "argv").read_text().splitlines())
+                answer = ((call / "out").read_text(), (call / "rc").read_text().strip())
+                if seen.setdefault(argv, answer) != answer:
+                    raise RuntimeError(f"{node.name}: {tool.name} {argv} answered differently")
+            cases = []
+            for i, (argv, (out, rc)) in enumerate(sorted(seen.items())):
+                (calls / f"{i}.out").write_text(out)
+                cases.append(f"{shlex.quote(argv)}) cat {calls / f'{i}.out'}; exit {rc};;")
+            answers += len(cases)
+            _script(tool, _replayer(tool.name, cases))
+    return answers
+
+
+def _replayer(tool: str, cases: list[str]) -> str:
+    unknown = f'echo "{tool}: no recorded answer for: $*" >&2; exit 127;;'
+    body = "\n".join([*cases, f"*) {unknown}"])
+    return f'#!/bin/sh\n# {tool}, replayed (bench/fleet.py)\ncase "$*" in\n{body}\nesac\n'
+
+
+def _tools(node: FleetNode) -> list[Path]:
+    return sorted(p for p in (node.path / "bin").iterdir() if p.is_file())
+
+
+def _script(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+# --- the tables -----------------------------------------------------------------------------------
+
+HEAD = (
+    ("N", 4),
+    ("deploy s", 9),
+    ("exec s", 7),
+    ("wall", 5),
+    ("cpu ms/host", 12),
+    ("exec ms/host", 12),
+    ("cpu", 5),
+    ("RSS MiB", 8),
+    ("KiB/host", 8),
+    ("cmds/host", 9),
+    ("per destroy", 11),
+)
+
+
+def row(n: int, replayed: Pairs, noop: int, destroy: int) -> str:
+    cpu, bare_cpu = (replayed.median("cpu", of) * 1000 / n for of in ("deploy", "bare"))
+    rss, bare_rss = (replayed.median("rss", of) for of in ("deploy", "bare"))
+    cells = (
+        n,
+        f"{replayed.median('wall', 'deploy'):.2f}",
+        f"{replayed.median('wall', 'bare'):.2f}",
+        f"{replayed.wall_ratio:.2f}",
+        f"{cpu:.1f}",
+        f"{bare_cpu:.1f}",
+        f"{cpu / bare_cpu:.2f}",
+        f"{rss:.0f}",
+        f"{(rss - bare_rss) * 1024 / n:.0f}",
+        noop,
+        destroy,
+    )
+    return "  ".join(f"{c:>{w}}" for c, (_, w) in zip(cells, HEAD, strict=True))
+
+
+def measure(n: int, rounds: int, simulated_rounds: int) -> tuple[str, str]:
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as root:
+        with Fleet(Path(root) / "fleet", roster(n)) as fleet:
+            settle(fleet)
+            simulated = pairs(fleet, simulated_rounds)
+            noop, destroy = per_host_commands(fleet)
+            settle(fleet)
+            record(fleet)
+            replay(fleet)
+            replayed = pairs(fleet, rounds)
+    sim = (
+        f"{n:>4}  {simulated.median('wall', 'deploy'):>9.2f}  "
+        f"{simulated.median('wall', 'bare'):>7.2f}  {simulated.wall_ratio:>5.2f}"
+    )
+    return row(n, replayed, noop, destroy), sim
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="5,20,50")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sizes", default="5,20,50,100")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--simulated-rounds", type=int, default=1)
     args = parser.parse_args(argv)
-    head = ("N", "deploy s", "exec s", "ratio", "cmds/host", "per destroy")
-    print("  ".join(f"{h:>{w}}" for h, w in zip(head, WIDTHS, strict=True)))
+    print("replayed tool outputs: the deploy's cost")
+    print("  ".join(f"{h:>{w}}" for h, w in HEAD), flush=True)
+    simulated = []
     for n in (int(s) for s in args.sizes.split(",")):
-        with tempfile.TemporaryDirectory(prefix="bench-fleet-") as root:
-            with Fleet(Path(root) / "fleet", roster(n)) as fleet:
-                settle(fleet)
-                ratio, deploy, bare = noop_ratio(fleet, args.rounds)
-                noop, destroy = per_host_commands(fleet)
-        print(
-            f"{n:>4}  {deploy:>9.2f}  {bare:>7.2f}  {ratio:>6.2f}  {noop:>9}  {destroy:>11}",
-            flush=True,
-        )
+        line, sim = measure(n, args.rounds, args.simulated_rounds)
+        print(line, flush=True)
+        simulated.append(sim)
+    print("\nsimulated tools (Python, on the same CPUs): the simulator's cost, not the deploy's")
+    print(f"{'N':>4}  {'deploy s':>9}  {'exec s':>7}  {'wall':>5}")
+    print("\n".join(simulated))
     return 0
 
 

@@ -31,7 +31,7 @@ import jsonschema
 from enforcer import fleet
 from enforcer import ledger as ledgers
 from enforcer.policy import PREFIX, PolicyError, policy_from_host_data
-from enforcer.report import SCHEMA as REPORT_SCHEMA
+from enforcer.report import VALIDATOR as REPORT
 from enforcer.report import owner_name
 
 OK, FINDINGS, USAGE = 0, 1, 2
@@ -73,7 +73,7 @@ def read_report(path: Path) -> dict[str, Any]:
     except json.JSONDecodeError as error:
         raise Failed(FINDINGS, f"{path}: not JSON: {error}") from error
     try:
-        jsonschema.validate(data, REPORT_SCHEMA)
+        REPORT.validate(data)
     except jsonschema.ValidationError as error:
         where = "/".join(str(p) for p in error.absolute_path) or "(top)"
         message = _cut(error.message, 160)

@@ -17,6 +17,7 @@ from typing import Any
 
 import jsonschema
 
+import schemas
 from enforcer.contract import Decision, decide, failed_sources
 from enforcer.ledger import Ledger
 from enforcer.model import Observation, Partition, Verdict
@@ -27,7 +28,7 @@ from enforcer.report import SCHEMA, partition
 # live owner claims. What it leaves: pinned ones. Everything else is free.
 BLOCKING = ("inconclusive", "held", "claimed")
 FREE = "free: not pinned, not held, not claimed (drain: no grace window, no breaker)"
-MARKER = {"$ref": "#/$defs/drain", "$defs": SCHEMA["$defs"]}
+MARKER = schemas.Validator({"$ref": "#/$defs/drain", "$defs": SCHEMA["$defs"]})
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def load_marker(text: str | None) -> dict | None:
         return None
     try:
         marker = json.loads(text)
-        jsonschema.validate(marker, MARKER)
+        MARKER.validate(marker)
     except (ValueError, jsonschema.ValidationError) as error:
         raise MarkerError(f"drain marker unreadable: {str(error).splitlines()[0]}") from error
     return marker
@@ -148,5 +149,5 @@ def drained(marker: dict, now: float) -> dict:
 
 
 def dump(marker: dict) -> str:
-    jsonschema.validate(marker, MARKER)
+    MARKER.validate(marker)
     return json.dumps(marker, indent=1) + "\n"

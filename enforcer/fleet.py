@@ -32,6 +32,7 @@ DRY, DRAINS, INVENTORY = "dry", "drain", ".inventory.json"
 PERIODS = 3  # a report is stale after this many schedule periods without a newer one
 PERIOD_KEY = "enforcer_schedule_period"
 SCHEMA = schemas.load("fleet-inventory")
+VALIDATOR = schemas.Validator(SCHEMA)
 
 
 class FleetError(ValueError):
@@ -84,7 +85,7 @@ def inventory_record(source: str, hosts: Iterable[tuple[str, Threshold]]) -> dic
         "recorded_at": time.time(),
         "hosts": [{"host": h, "stale_after": t.seconds, "why": t.why} for h, t in hosts],
     }
-    jsonschema.validate(record, SCHEMA)
+    VALIDATOR.validate(record)
     return record
 
 
@@ -93,7 +94,7 @@ def read_inventory(directory: Path) -> Inventory | None:
     path = directory / INVENTORY
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        jsonschema.validate(data, SCHEMA)
+        VALIDATOR.validate(data)
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError, ValueError, jsonschema.ValidationError) as error:

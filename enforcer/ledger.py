@@ -19,6 +19,7 @@ import schemas
 
 VERSION = 2
 SCHEMA = schemas.load("ledger")
+VALIDATOR = schemas.Validator(SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def load(text: str | None) -> Ledger:
     except json.JSONDecodeError as error:
         raise LedgerError(f"ledger is not JSON: {error}") from error
     try:
-        jsonschema.validate(data, SCHEMA)
+        VALIDATOR.validate(data)
     except jsonschema.ValidationError as error:
         where = "/".join(str(p) for p in error.absolute_path) or "(top)"
         raise LedgerError(
@@ -115,7 +116,7 @@ def dump(ledger: Ledger) -> str:
         "waiting": dict(sorted(ledger.waiting.items())),
         "totals": {name: dict(sorted(k.items())) for name, k in sorted(ledger.totals.items())},
     }
-    jsonschema.validate(data, SCHEMA)
+    VALIDATOR.validate(data)
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
 

@@ -7,8 +7,6 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 
-import jsonschema
-
 import kinds
 import schemas
 from enforcer.contract import Decision
@@ -22,6 +20,7 @@ from enforcer.model import (
 from enforcer.policy import Policy
 
 SCHEMA = schemas.load("report")
+VALIDATOR = schemas.Validator(SCHEMA)
 
 
 def build(
@@ -71,7 +70,7 @@ def build(
             for uid, (why, age) in sorted(decision.stuck_owners.items())
         ],
     }
-    jsonschema.validate(report, SCHEMA)
+    VALIDATOR.validate(report)
     return report
 
 

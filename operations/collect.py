@@ -33,7 +33,7 @@ from pyinfra.operations import python
 
 from enforcer import shell
 from enforcer.policy import DEFAULTS, PolicyError, under
-from enforcer.report import SCHEMA
+from enforcer.report import VALIDATOR
 from operations.converge import (
     host_reports_dir,
     keep_report,
@@ -44,8 +44,6 @@ from operations.converge import (
 from operations.schedule import NODE_HOST, Schedule, host_schedule
 
 REPORTS_DIR = "enforcer_reports_dir"
-# Built once for every host: jsonschema.validate() would check the schema itself again each time.
-VALIDATOR = jsonschema.validators.validator_for(SCHEMA)(SCHEMA)
 
 
 class ReportError(ValueError):
@@ -98,10 +96,11 @@ def parse_report(data: bytes) -> dict[str, Any]:
         raise ReportError(f"not UTF-8: {error}") from error
     except json.JSONDecodeError as error:
         raise ReportError(f"not JSON: {error}") from error
-    invalid = jsonschema.exceptions.best_match(VALIDATOR.iter_errors(report))
-    if invalid is not None:
+    try:
+        VALIDATOR.validate(report)
+    except jsonschema.ValidationError as invalid:
         where = "/".join(str(p) for p in invalid.absolute_path) or "(top)"
-        raise ReportError(f"not a run report: at {where}: {invalid.message[:160]}")
+        raise ReportError(f"not a run report: at {where}: {invalid.message[:160]}") from invalid
     if report["host"] != NODE_HOST:
         raise ReportError(
             f"the report of host {report['host'][:80]!r}, not of the node inventory's "
