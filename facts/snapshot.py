@@ -9,6 +9,7 @@ its own health.
 from __future__ import annotations
 
 import base64
+import functools
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,18 +64,24 @@ class NodeSnapshot(FactBase):
         leave the heartbeat `<state_dir>/last-read`, one line `<epoch seconds> <boot id>` of
         this read (section `last-read`; not under --dry).
         """
-        return render(
-            "snapshot.sh.j2",
-            paths=paths,
-            kinds=REGISTRY,
-            crictl=paths.tool("crictl"),
-            pid_keys=vms.pid_keys(paths),
-            client=base64.b64encode(CLIENT.read_bytes()).decode() if pod_resources else None,
-            record=record,
-        )
+        return read_command(paths, pod_resources, record)
 
     def process(self, output: list[str]) -> Sections:
         return parse_sections(output)
+
+
+@functools.cache
+def read_command(paths: NodePaths, pod_resources: bool, record: bool) -> str:
+    """The node read, rendered once per set of paths: a fleet's hosts mostly share one."""
+    return render(
+        "snapshot.sh.j2",
+        paths=paths,
+        kinds=REGISTRY,
+        crictl=paths.tool("crictl"),
+        pid_keys=vms.pid_keys(paths),
+        client=base64.b64encode(CLIENT.read_bytes()).decode() if pod_resources else None,
+        record=record,
+    )
 
 
 class DrainMarkerFile(FactBase):

@@ -168,21 +168,20 @@ def converge(host) -> None:
     recorded = {**report, "mode": policy.mode}
     next_ledger = replace(next_ledger, report_digest=reports.digest(recorded))
     read = None if note == "missing" or note.startswith("set aside") else ledger
+    why = ledgers.why_record(read, next_ledger, len(obs.destroyed))
     enforce.write_state(
         name="Record the ledger and the run report",
-        ledger=ledgers.dump(next_ledger),
-        report=json.dumps(recorded, indent=1) + "\n",
         paths=policy.paths,
         set_aside=note.startswith("set aside"),
         stamp=int(obs.now),
         consumed=len(obs.destroyed),
-        why=ledgers.why_record(read, next_ledger, len(obs.destroyed)),
-        audit=audit.lines(report),
+        why=why,
         audit_max_bytes=policy.audit_max_bytes,
         audit_keep=policy.audit_keep,
-        metrics=metrics.render(report, next_ledger.totals),
+        **(written(report, recorded, next_ledger) if why else {}),
     )
-    if policy.mode == "converge":
+    if policy.mode == "converge" and any(v.is_orphan for v in decision.verdicts):
+        # (an operation with nothing to do still costs pyinfra a walk of the call stack per host)
         enforce.destroy_orphans(
             name="Destroy partitions proven orphaned",
             verdicts=decision.verdicts,
@@ -190,6 +189,17 @@ def converge(host) -> None:
             paths=policy.paths,
             _continue_on_error=True,
         )
+
+
+def written(report: dict, recorded: dict, next_ledger: ledgers.Ledger) -> dict[str, str]:
+    """What write_state writes, made only when something is: a settled node's run writes
+    nothing, and validating and rendering it is a fair part of a host's control-node CPU."""
+    return {
+        "ledger": ledgers.dump(next_ledger),
+        "report": json.dumps(recorded, indent=1) + "\n",
+        "audit": audit.lines(report),
+        "metrics": metrics.render(report, next_ledger.totals),
+    }
 
 
 # --- the fleet view: every host's run report, kept on the control node ------------------------

@@ -19,11 +19,11 @@ from kinds import BY_KIND, WHOLE_DEVICE
 
 @operation()
 def write_state(
-    ledger: str,
-    report: str,
     paths: NodePaths,
     set_aside: bool,
     stamp: int,
+    ledger: str = "",
+    report: str = "",
     consumed: int = 0,
     why: str = "always",
     audit: str = "",
@@ -35,7 +35,8 @@ def write_state(
     Write the next ledger and the run report, atomically (temp file, fsync, rename; 0600 in a
     0700 dir) under the node lock. ``set_aside`` keeps a ledger that could not be read, renamed.
     ``why`` (`enforcer.ledger.why_record`): empty when the run changed nothing of substance;
-    then nothing is written, and the node read's last-read alone says that this run happened.
+    then nothing is written (and nothing need be given), and the node read's last-read alone
+    says that this run happened.
     ``audit``: JSON lines (`enforcer.audit.lines`) appended to audit.jsonl first, synced, the
     file rotated when it has reached ``audit_max_bytes`` (``audit_keep`` old ones kept).
     ``metrics``: the node_exporter textfile (`enforcer.metrics.render`), renamed into place.
