@@ -228,7 +228,19 @@ def row(n: int, replayed: Pairs, noop: int, destroy: int) -> str:
     return "  ".join(f"{c:>{w}}" for c, (_, w) in zip(cells, HEAD, strict=True))
 
 
-def measure(n: int, rounds: int, simulated_rounds: int) -> tuple[str, str]:
+@dataclass(frozen=True)
+class Size:
+    n: int
+    replayed: Pairs
+    simulated: Pairs
+    noop: int
+    destroy: int
+
+    def cpu(self, of: str) -> float:
+        return self.replayed.median("cpu", of)
+
+
+def measure(n: int, rounds: int, simulated_rounds: int) -> Size:
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as root:
         with Fleet(Path(root) / "fleet", roster(n)) as fleet:
             settle(fleet)
@@ -237,12 +249,20 @@ def measure(n: int, rounds: int, simulated_rounds: int) -> tuple[str, str]:
             settle(fleet)
             record(fleet)
             replay(fleet)
-            replayed = pairs(fleet, rounds)
-    sim = (
-        f"{n:>4}  {simulated.median('wall', 'deploy'):>9.2f}  "
-        f"{simulated.median('wall', 'bare'):>7.2f}  {simulated.wall_ratio:>5.2f}"
+            return Size(n, pairs(fleet, rounds), simulated, noop, destroy)
+
+
+def per_added_host(small: Size, large: Size, period: float) -> str:
+    """CPU per host beyond pyinfra's start (the slope between two sizes), and what it makes of
+    one control node: how many hosts one core converges in one schedule period."""
+    added = large.n - small.n
+    deploy, bare = ((large.cpu(of) - small.cpu(of)) / added for of in ("deploy", "bare"))
+    start = large.cpu("deploy") - deploy * large.n
+    return (
+        f"per added host, N={small.n} to {large.n}: deploy {deploy * 1000:.1f} ms CPU, exec "
+        f"{bare * 1000:.1f} ms ({deploy / bare:.2f}x); the deploy's start {start:.2f} s; one "
+        f"core converges at most {period / deploy:,.0f} hosts in {period:.0f} s"
     )
-    return row(n, replayed, noop, destroy), sim
 
 
 def main(argv: list[str]) -> int:
@@ -250,17 +270,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sizes", default="5,20,50,100")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--simulated-rounds", type=int, default=1)
+    parser.add_argument("--period", type=float, default=300.0, help="schedule period, seconds")
     args = parser.parse_args(argv)
     print("replayed tool outputs: the deploy's cost")
     print("  ".join(f"{h:>{w}}" for h, w in HEAD), flush=True)
-    simulated = []
+    sizes = []
     for n in (int(s) for s in args.sizes.split(",")):
-        line, sim = measure(n, args.rounds, args.simulated_rounds)
-        print(line, flush=True)
-        simulated.append(sim)
+        sizes.append(measure(n, args.rounds, args.simulated_rounds))
+        print(row(sizes[-1].n, sizes[-1].replayed, sizes[-1].noop, sizes[-1].destroy), flush=True)
+    for small, large in zip(sizes, sizes[1:], strict=False):
+        print(per_added_host(small, large, args.period))
     print("\nsimulated tools (Python, on the same CPUs): the simulator's cost, not the deploy's")
     print(f"{'N':>4}  {'deploy s':>9}  {'exec s':>7}  {'wall':>5}")
-    print("\n".join(simulated))
+    for size in sizes:
+        sim = size.simulated
+        deploy, bare = sim.median("wall", "deploy"), sim.median("wall", "bare")
+        print(f"{size.n:>4}  {deploy:>9.2f}  {bare:>7.2f}  {sim.wall_ratio:>5.2f}")
     return 0
 
 

@@ -24,37 +24,45 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
-from operations import collect as collecting
-from operations import converge as converging
-from operations import drain as draining
-from operations import schedule as scheduling
+# Each deploy imports its own wiring when it first runs: a converge run of a large fleet does not
+# pay for schedule's (pyinfra's systemd and files operations) or collect's imports.
 
 
 @deploy()
 def converge() -> None:
     """Destroy the partitions proven orphaned on the host, keep everything else."""
+    from operations import converge as converging
+
     converging.converge(host)
 
 
 @deploy()
 def drain() -> None:
     """Pre-maintenance drain: wait for the claims to leave, destroy every free partition."""
+    from operations import drain as draining
+
     draining.drain(host)
 
 
 @deploy()
 def undrain() -> None:
     """End a drain: uncordon (when the drain cordoned) and remove the drain marker."""
+    from operations import drain as draining
+
     draining.undrain(host)
 
 
 @deploy()
 def schedule() -> None:
     """Install (or, with enforcer_schedule: absent, remove) the scheduled convergence."""
+    from operations import schedule as scheduling
+
     scheduling.schedule(host)
 
 
 @deploy()
 def collect() -> None:
     """Keep in this control node's fleet view the report each node's own scheduled run kept."""
+    from operations import collect as collecting
+
     collecting.collect(host)
