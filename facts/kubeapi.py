@@ -15,6 +15,7 @@ whole list proves an owner ended (rule 3) only while the API agrees with the nod
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -23,27 +24,19 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import yaml
 
 from enforcer.model import CLAIM, DRA, OwnerRecord, Pod, SourceHealth
 from facts.cri import Sandbox
 
-# The optional `kubernetes` extra. Without it this source is `unavailable`, saying how to
-# install it, and a cordon fails saying so: never a crash of a run that does not ask the API.
-try:
+if TYPE_CHECKING:  # imported on first use: _kubernetes
     import urllib3
-    from kubernetes import client, config
+    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
-except ImportError as error:
-    MISSING: str | None = (
-        f"the kubernetes client is not installed ({error}): "
-        "pip install 'partition-enforcer[kubernetes]' on the control node"
-    )
-else:
-    MISSING = None
 
 SOURCE = "kubernetes-api"
 PAGE_SIZE = 500
@@ -288,23 +281,63 @@ def _unlisted_reason(missing: list[Sandbox], node_name: str) -> str:
     )
 
 
+# --- the client -----------------------------------------------------------------------------
+
+
+class _Kubernetes(NamedTuple):
+    """The optional `kubernetes` extra: the modules and exception classes this source uses."""
+
+    client: ModuleType  # kubernetes.client
+    config: ModuleType  # kubernetes.config
+    api_exception: type[ApiException]
+    config_exception: type[ConfigException]
+    http_error: type[urllib3.exceptions.HTTPError]
+
+
+@functools.cache
+def _kubernetes() -> _Kubernetes | str:
+    """
+    The client, imported on first use (it costs a run ~200 ms of CPU, and the source is opt-in),
+    or, when it is not installed, how to install it. Without it this source is `unavailable`,
+    saying so, and a cordon fails saying so: never a crash of a run that does not ask the API.
+    """
+    try:
+        import urllib3
+        from kubernetes import client, config
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError as error:
+        return (
+            f"the kubernetes client is not installed ({error}): "
+            "pip install 'partition-enforcer[kubernetes]' on the control node"
+        )
+    return _Kubernetes(client, config, ApiException, ConfigException, urllib3.exceptions.HTTPError)
+
+
+def _k8s() -> _Kubernetes:
+    """The client; a _Failure saying how to install it when it is not installed."""
+    found = _kubernetes()
+    if isinstance(found, str):
+        raise _Failure(found)
+    return found
+
+
 # --- reading --------------------------------------------------------------------------------
 
 
 def _configuration(kubeconfig: str | None) -> client.Configuration:
     """The client's configuration; every request starts here, so a missing client fails here."""
-    if MISSING:
-        raise _Failure(MISSING)
-    cfg = client.Configuration()
+    k8s = _k8s()
+    cfg = k8s.client.Configuration()
     where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
     try:
         if not kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
             where = "in-cluster config"
-            config.load_incluster_config(client_configuration=cfg)
+            k8s.config.load_incluster_config(client_configuration=cfg)
         else:
             # persist_config=False: never write refreshed tokens back into the user's file.
-            config.load_kube_config(where, client_configuration=cfg, persist_config=False)
-    except (ConfigException, yaml.YAMLError, OSError, ValueError) as error:
+            k8s.config.load_kube_config(where, client_configuration=cfg, persist_config=False)
+    except (k8s.config_exception, yaml.YAMLError, OSError, ValueError) as error:
         raise _Failure(f"cannot load {where}: {_oneline(error)}") from error
     # No retries: a read timeout retried three times would overrun the run's time budget, and
     # a failed run is retried by the next one anyway.
@@ -316,8 +349,9 @@ def _list_all(cfg: client.Configuration, deadline: float) -> tuple[ApiPod, ...]:
     """Every page, each asked with the last `continue`; `_get_page` enforces the deadline."""
     pods: list[ApiPod] = []
     token: str | None = None
-    with client.ApiClient(cfg) as api:
-        core = client.CoreV1Api(api)
+    k8s = _k8s()
+    with k8s.client.ApiClient(cfg) as api:
+        core = k8s.client.CoreV1Api(api)
         for page in itertools.count(1):
             body = _get_page(core, cfg.host, token, deadline, page)
             pods += _parse_page(body, page)
@@ -352,8 +386,9 @@ def _claim_pages(cfg: client.Configuration, version: str, deadline: float) -> tu
     claims: list[ApiClaim] = []
     token: str | None = None
     page = 0
-    with client.ApiClient(cfg) as api:
-        resource = getattr(client, f"Resource{version.capitalize()}Api")(api)
+    k8s = _k8s()
+    with k8s.client.ApiClient(cfg) as api:
+        resource = getattr(k8s.client, f"Resource{version.capitalize()}Api")(api)
         while True:
             page += 1
             url = f"GET {cfg.host}/apis/resource.k8s.io/{version}/resourceclaims (page {page})"
@@ -402,6 +437,7 @@ def _selected(term: dict[str, Any]) -> list[str]:
 
 def _request(what: str, deadline: float, call: Callable[..., Any], *args: Any, **kw: Any) -> bytes:
     """One API request within the deadline: the answer's body, or a _Failure naming `what`."""
+    k8s = _k8s()
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise _Failure(f"{what}: incomplete, time budget spent")
@@ -409,10 +445,10 @@ def _request(what: str, deadline: float, call: Callable[..., Any], *args: Any, *
     try:
         response = call(*args, _preload_content=False, _request_timeout=remaining, **kw)
         return response.data
-    except ApiException as error:
+    except k8s.api_exception as error:
         failure = _NotFound if error.status == 404 else _Failure
         raise failure(f"{what}: {_api_error(error)}") from error
-    except (urllib3.exceptions.HTTPError, OSError) as error:
+    except (k8s.http_error, OSError) as error:
         raise _Failure(f"{what}: {type(error).__name__}: {_oneline(error)}") from error
     finally:
         if response is not None:
@@ -540,8 +576,9 @@ def set_unschedulable(
     try:
         cfg = _configuration(kubeconfig)
         url = f"{cfg.host}/api/v1/nodes/{node_name}"
-        with client.ApiClient(cfg) as api:
-            core = client.CoreV1Api(api)
+        k8s = _k8s()
+        with k8s.client.ApiClient(cfg) as api:
+            core = k8s.client.CoreV1Api(api)
             before = _node_call(f"GET {url}", node_name, deadline, core.read_node, node_name)
             if before != unschedulable:
                 _patch_node(core, url, node_name, unschedulable, deadline)
@@ -612,9 +649,10 @@ def node_registered(
     try:
         cfg = _configuration(kubeconfig)
         what = f"GET {cfg.host}/api/v1/nodes/{node_name}"
-        with client.ApiClient(cfg) as api:
+        k8s = _k8s()
+        with k8s.client.ApiClient(cfg) as api:
             _node(
-                _request(what, deadline, client.CoreV1Api(api).read_node, node_name),
+                _request(what, deadline, k8s.client.CoreV1Api(api).read_node, node_name),
                 what,
                 node_name,
             )

@@ -585,12 +585,54 @@ _MINOR_LINE = re.compile(
 )
 
 
+# The same lines, for _mig_minors_fast: one match per line of the whole text (MULTILINE: ^ after
+# a "\n", $ before one), trailing spaces allowed as _Lines trims them, `name` what precedes the
+# minor; a number _num would refuse (too many digits) fails the line.
+_D = f"[0-9]{{1,{_MAX_DIGITS}}}"
+_MINOR_LINES = re.compile(
+    rf"^(?P<name>config|monitor|gpu(?P<gpu>{_D})/gi(?P<gi>{_D})(?:/ci(?P<ci>{_D}))?/access)"
+    rf" (?P<minor>{_D}) *$",
+    re.MULTILINE,
+)
+
+
 def parse_mig_minors(text: str) -> dict[int, tuple[int, int, int | None]]:
     """
     /proc/driver/nvidia-caps/mig-minors: capability device minor (/dev/nvidia-caps/nvidia-cap<N>)
     -> (GPU device minor, GI id, CI id or None for the GI's own access file). The config and
     monitor lines must be there (they open every real file) and are not returned.
+
+    The file has some 4,300 lines on every MIG node: a well-formed one is read in one pass
+    (_mig_minors_fast); anything else is read line by line (_mig_minors_lines), which says
+    where and why it is wrong.
     """
+    found = _mig_minors_fast(text)
+    return _mig_minors_lines(text) if found is None else found
+
+
+def _mig_minors_fast(text: str) -> dict[int, tuple[int, int, int | None]] | None:
+    """_mig_minors_lines' answer for a file it accepts; None for any other (it says why)."""
+    body = text.rstrip(" \n")  # _Lines: trailing spaces trimmed, trailing empty lines dropped
+    rows = _MINOR_LINES.findall(body)
+    if not rows or len(rows) != body.count("\n") + 1:
+        return None  # a line that is not a capability line
+    names, gpus, gis, cis, digits = zip(*rows, strict=True)
+    minors = list(map(int, digits))
+    if len(set(names)) != len(rows) or len(set(minors)) != len(rows):
+        return None  # a capability or minor listed twice
+    if "config" not in names or "monitor" not in names:
+        return None
+    # A few distinct numbers (gpu0-31, gi0-14, ci0-7), each made an int once; "": no CI (None).
+    number = {n: int(n) for n in {*gpus, *gis, *cis} if n}
+    ids = zip(map(number.get, gpus), map(number.get, gis), map(number.get, cis), strict=True)
+    found = dict(zip(minors, ids, strict=True))
+    for name in ("config", "monitor"):  # in the file, not in the answer
+        del found[minors[names.index(name)]]
+    return found
+
+
+def _mig_minors_lines(text: str) -> dict[int, tuple[int, int, int | None]]:
+    """parse_mig_minors, one line at a time: the first line that is wrong raises ParseError."""
     lines = _Lines(text, "mig-minors")
     found: dict[int, tuple[int, int, int | None]] = {}
     names: set[str] = set()

@@ -402,6 +402,14 @@ def test_without_the_kubernetes_client_the_source_is_unavailable_saying_how_to_i
     assert install in cordon
 
 
+def test_a_run_that_never_asks_the_api_never_imports_the_kubernetes_client():
+    # issue 22: importing the client costs every run ~200 ms of CPU; the source is opt-in.
+    check = "import sys, enforcer.deploys; print('kubernetes' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "False\n"
+
+
 # --- ResourceClaims (DRA), listed with the pods ----------------------------------------------
 
 

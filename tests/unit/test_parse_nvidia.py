@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from samples import sample, samples
 
+from facts import nvidia
 from facts.errors import ParseError
 from facts.nvidia import (
     ComputeInstance,
@@ -910,6 +911,77 @@ def test_mig_minors_map_each_capability_minor_to_its_instance():
 def test_mig_minors_anything_else_is_rejected(edit, why):
     with pytest.raises(ParseError, match=why):
         parse_mig_minors(edit(fixture(MINORS)))
+
+
+# Issue 22: a well-formed file is read in one pass (_mig_minors_fast), anything else line by line
+# (_mig_minors_lines): both must read a file alike, and the one pass must refuse every file the
+# lines refuse, so that the error is the line loop's (message, line and its number).
+FAST_AGREES = [
+    lambda t: t,
+    lambda t: t + "\n\n  \n",  # trailing empty lines and spaces: dropped
+    lambda t: t.replace("\n", "   \n"),  # trailing spaces: trimmed
+    lambda t: t.rstrip("\n"),  # no final newline
+    lambda t: t.replace("config 1\nmonitor 2\n", "") + "monitor 2\nconfig 1\n",  # any order
+    lambda t: t.replace("gpu0/gi3/access 30", "gpu00/gi3/access 0030"),  # leading zeros
+    lambda t: "config 1\nmonitor 2\n",  # no GPU table
+]
+FAST_REFUSES = [
+    lambda t: t.replace("gpu0/gi3/access 30", "gpu0/gi3/acess 30"),
+    lambda t: t.replace("gpu0/gi3/access 30", "gpu0/gi3/access 31"),
+    lambda t: t.replace("gpu0/gi3/access 30", "gpu0/gi3/access 031"),  # minor 31 twice
+    lambda t: t.replace("gpu0/gi3/access 30", "gpu0/gi3/ci0/access 30"),  # name twice
+    lambda t: t + "gpu0/gi3/access 9999\n",
+    lambda t: t + "config 9999\n",
+    lambda t: t + "fabric-mgmt 0\n",
+    lambda t: t.replace("gpu0/gi3/access 30", "gpu\u0660/gi3/access 30"),
+    lambda t: t.replace("gpu0/gi3/access 30", "gpu0/gi3/access\t30"),
+    lambda t: t.replace("gpu0/gi3/access 30", "gpu0/gi3/access  30"),
+    lambda t: t.replace("gpu0/gi3/access 30", " gpu0/gi3/access 30"),
+    lambda t: t.replace("gpu0/gi3/access 30", "gpu0/gi3/access 30\t"),
+    lambda t: t.replace("gpu0/gi3/access 30\n", "gpu0/gi3/access 30\r\n"),
+    lambda t: t.replace("gpu0/gi3/access 30\n", "gpu0/gi3/access 30\x0b"),
+    lambda t: t.replace("gpu0/gi3/access 30\n", "gpu0/gi3/access 30\u2028"),
+    lambda t: t.replace("gpu0/gi3/access 30", "x gpu0/gi3/access 30"),
+    lambda t: t.replace("gpu0/gi3/access 30", "gpu0/gi3/access 30 x"),
+    lambda t: t.replace("gpu0/gi3/access 30", "gpu0/gi3/access " + "3" * 19),  # _num refuses
+    lambda t: t.replace("gpu0/gi3/access 30", "gpu" + "0" * 19 + "/gi3/access 30"),
+    lambda t: t.replace("gpu0/gi3/access 30", "gpu0/gi3/access 3" + "0" * 18),
+    lambda t: t.replace("config 1\n", ""),
+    lambda t: t.replace("monitor 2\n", ""),
+    lambda t: t.replace("\ngpu1/", "\n\ngpu1/", 1),
+    lambda t: t.replace("\ngpu1/", "\n \ngpu1/", 1),
+    lambda t: "",
+    lambda t: "\n \n",
+    lambda t: t + "\x00",
+]
+
+
+def mig_minors_lines(text: str) -> dict[int, tuple[int, int, int | None]] | str:
+    """What the line loop makes of the text: its answer, or its error's message."""
+    try:
+        return nvidia._mig_minors_lines(text)
+    except ParseError as error:
+        return str(error)
+
+
+@pytest.mark.parametrize("edit", FAST_AGREES)
+def test_mig_minors_one_pass_reads_a_file_as_the_line_loop_does(edit):
+    text = edit(fixture(MINORS))
+    fast, lines = nvidia._mig_minors_fast(text), mig_minors_lines(text)
+    assert isinstance(lines, dict) and fast is not None
+    assert list(fast.items()) == list(lines.items())  # the same, in the same order
+    assert list(parse_mig_minors(text).items()) == list(lines.items())
+
+
+@pytest.mark.parametrize("edit", FAST_REFUSES)
+def test_mig_minors_one_pass_refuses_what_the_line_loop_refuses_with_its_error(edit):
+    text = edit(fixture(MINORS))
+    why = mig_minors_lines(text)
+    assert isinstance(why, str) and why.startswith(("mig-minors: ", "number with more than"))
+    assert nvidia._mig_minors_fast(text) is None
+    with pytest.raises(ParseError) as raised:
+        parse_mig_minors(text)
+    assert str(raised.value) == why
 
 
 # --- /proc/driver/nvidia/gpus/*/information ------------------------------------------------------
