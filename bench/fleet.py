@@ -12,6 +12,9 @@ native, and the figures are pyinfra's and the deploy's. For each N, against bare
 - control-node CPU per host: user + system time of the pyinfra process (its rusage), ÷ N, the
   median of the rounds for each, and their ratio (target: 1.5);
 - memory: the pyinfra process's peak RSS for the deploy, and the deploy's excess over exec's ÷ N;
+- collect: control-node CPU per host of enforcer.deploys.collect, the fleet view's read-only
+  run for nodes that converge themselves (each node's report put where their scheduled runs keep
+  it);
 - commands per host in a no-op run, and what one destroy adds (each node's sshd log);
 - simulated: the wall ratio with the simulator answering (every node's tool calls run Python on
   the same CPUs): the old figure, kept as a second table.
@@ -22,6 +25,7 @@ native, and the figures are pyinfra's and the deploy's. For each N, against bare
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -54,9 +58,9 @@ class Run:
     output: str
 
 
-def run(fleet: Fleet, *args: str) -> Run:
+def run(fleet: Fleet, *args: str, inventory: Path | None = None) -> Run:
     """pyinfra against the fleet, its own resource use read when it is reaped (os.wait4)."""
-    argv = [PYINFRA, "-y", str(fleet.inventory), *args]
+    argv = [PYINFRA, "-y", str(inventory or fleet.inventory), *args]
     with tempfile.TemporaryFile() as out:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
@@ -192,6 +196,32 @@ def _script(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
+# --- collect: the fleet view of nodes that converge themselves ------------------------------------
+
+# A node inventory's folder: the fleet's nodes share the machine's /etc.
+NODE_DIR = "/var/lib/partition-enforcer-node"
+
+
+def collect_runs(fleet: Fleet, rounds: int) -> list[Run]:
+    """
+    enforcer.deploys.collect against the fleet, as if each node's own scheduled run had kept its
+    report beside its node inventory (the node's last report.json, under the node inventory's
+    one host, @local): a control inventory saying where, and the report put there on each node.
+    """
+    scheduled = {"enforcer_schedule_inventory": f"{NODE_DIR}/inventory.py"}
+    hosts = []
+    for node in fleet.nodes.values():
+        report = json.loads((node.state_dir / "report.json").read_text())
+        kept = node.path / "rootfs" / NODE_DIR.lstrip("/") / "reports" / "@local.json"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(json.dumps({**report, "host": "@local"}))
+        hosts.append((node.name, {**fleet.connection(node), **node.host_data, **scheduled}))
+    inventory = fleet.root / "collect" / "inventory.py"
+    inventory.parent.mkdir(exist_ok=True)
+    inventory.write_text(f"hosts = {hosts!r}\n")
+    return [run(fleet, "enforcer.deploys.collect", inventory=inventory) for _ in range(rounds)]
+
+
 # --- the tables -----------------------------------------------------------------------------------
 
 HEAD = (
@@ -204,13 +234,16 @@ HEAD = (
     ("cpu", 5),
     ("RSS MiB", 8),
     ("KiB/host", 8),
+    ("collect ms/host", 15),
     ("cmds/host", 9),
     ("per destroy", 11),
 )
 
 
-def row(n: int, replayed: Pairs, noop: int, destroy: int) -> str:
+def row(size: Size) -> str:
+    n, replayed = size.n, size.replayed
     cpu, bare_cpu = (replayed.median("cpu", of) * 1000 / n for of in ("deploy", "bare"))
+    collect = statistics.median(r.cpu for r in size.collect) * 1000 / n
     rss, bare_rss = (replayed.median("rss", of) for of in ("deploy", "bare"))
     cells = (
         n,
@@ -222,8 +255,9 @@ def row(n: int, replayed: Pairs, noop: int, destroy: int) -> str:
         f"{cpu / bare_cpu:.2f}",
         f"{rss:.0f}",
         f"{(rss - bare_rss) * 1024 / n:.0f}",
-        noop,
-        destroy,
+        f"{collect:.1f}",
+        size.noop,
+        size.destroy,
     )
     return "  ".join(f"{c:>{w}}" for c, (_, w) in zip(cells, HEAD, strict=True))
 
@@ -235,6 +269,7 @@ class Size:
     simulated: Pairs
     noop: int
     destroy: int
+    collect: list[Run]
 
     def cpu(self, of: str) -> float:
         return self.replayed.median("cpu", of)
@@ -249,7 +284,8 @@ def measure(n: int, rounds: int, simulated_rounds: int) -> Size:
             settle(fleet)
             record(fleet)
             replay(fleet)
-            return Size(n, pairs(fleet, rounds), simulated, noop, destroy)
+            replayed = pairs(fleet, rounds)
+            return Size(n, replayed, simulated, noop, destroy, collect_runs(fleet, rounds))
 
 
 def per_added_host(small: Size, large: Size, period: float) -> str:
@@ -277,7 +313,7 @@ def main(argv: list[str]) -> int:
     sizes = []
     for n in (int(s) for s in args.sizes.split(",")):
         sizes.append(measure(n, args.rounds, args.simulated_rounds))
-        print(row(sizes[-1].n, sizes[-1].replayed, sizes[-1].noop, sizes[-1].destroy), flush=True)
+        print(row(sizes[-1]), flush=True)
     for small, large in zip(sizes, sizes[1:], strict=False):
         print(per_added_host(small, large, args.period))
     print("\nsimulated tools (Python, on the same CPUs): the simulator's cost, not the deploy's")

@@ -11,6 +11,7 @@ layout raises ParseError: the caller marks the source unreadable instead of read
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -604,8 +605,14 @@ def parse_mig_minors(text: str) -> dict[int, tuple[int, int, int | None]]:
 
     The file has some 4,300 lines on every MIG node: a well-formed one is read in one pass
     (_mig_minors_fast); anything else is read line by line (_mig_minors_lines), which says
-    where and why it is wrong.
+    where and why it is wrong. Nodes of one driver have the same file, so a run over a fleet
+    remembers the answer to the last few texts (a copy is returned: the caller may change it).
     """
+    return dict(_mig_minors(text))
+
+
+@functools.lru_cache(maxsize=4)
+def _mig_minors(text: str) -> dict[int, tuple[int, int, int | None]]:
     found = _mig_minors_fast(text)
     return _mig_minors_lines(text) if found is None else found
 
