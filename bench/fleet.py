@@ -5,12 +5,17 @@ What a converge run costs the control node, measured over SSH on the fleet of te
 The deploy is measured, not the simulator: once a fleet has settled, every node's simulated tools
 are recorded answering one converge run, then replaced by shell scripts that `cat` what they
 printed (`record`, `replay`). A node read then costs what it costs on a node whose tools are
-native, and the figures are pyinfra's and the deploy's. For each N, against bare
-`pyinfra INVENTORY exec -- true` on the same fleet, runs alternating:
+native, and the figures are pyinfra's and the deploy's. For each N, runs alternating: a no-op
+converge (deploy.py), the node read alone (bench/node_read.py: the converge run's one command,
+parsed, nothing decided) and bare `pyinfra INVENTORY exec -- true`, on the same fleet:
 
-- wall: the median of the pairwise ratios deploy ÷ exec (targets: 1.2 at N=20, 1.3 at N=50);
+- wall: the medians, and of the pairwise ratios deploy ÷ exec (targets: 1.2 at N=20, 1.3 at
+  N=50) and read ÷ exec (what the node read costs, the nodes' share of it on this machine's
+  CPUs);
 - control-node CPU per host: user + system time of the pyinfra process (its rusage), ÷ N, the
-  median of the rounds for each, and their ratio (target: 1.5);
+  median of the rounds for each, and deploy ÷ exec (target: 1.5); per added host, the slope
+  between two sizes (pyinfra's and the deploy's start left out), and how many hosts one core
+  converges in a period at that slope;
 - memory: the pyinfra process's peak RSS for the deploy, and the deploy's excess over exec's ÷ N;
 - collect: control-node CPU per host of enforcer.deploys.collect, the fleet view's read-only
   run for nodes that converge themselves (each node's report put where their scheduled runs keep
@@ -43,6 +48,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "fleet")]
 from harness import Fleet, FleetNode, roster  # noqa: E402
 
 PYINFRA = str(Path(sys.executable).with_name("pyinfra"))
+NODE_READ = REPO / "bench" / "node_read.py"  # the converge run's node read, nothing decided
 DESTROYED = re.compile(r"Destroy partitions proven orphaned\s+1\s+1\s")  # hosts 1, success 1
 SESSION = re.compile(r"Starting session: command for ")
 SIMULATED = ".simulated"  # <node>/bin/.simulated/<tool>: the simulator's tool, while replaying
@@ -89,27 +95,29 @@ def settle(fleet: Fleet, limit: int = 8) -> None:
 
 
 @dataclass(frozen=True)
-class Pairs:
-    """Alternating no-op converge and bare exec runs."""
+class Rounds:
+    """Alternating runs: a no-op converge, the node read alone, bare exec."""
 
     deploy: list[Run]
+    read: list[Run]
     bare: list[Run]
 
     def median(self, value: str, of: str) -> float:
         return statistics.median(getattr(r, value) for r in getattr(self, of))
 
-    @property
-    def wall_ratio(self) -> float:
-        ratios = (d.wall / b.wall for d, b in zip(self.deploy, self.bare, strict=True))
-        return statistics.median(ratios)
+    def wall_ratio(self, of: str = "deploy", to: str = "bare") -> float:
+        pairs = zip(getattr(self, of), getattr(self, to), strict=True)
+        return statistics.median(a.wall / b.wall for a, b in pairs)
 
 
-def pairs(fleet: Fleet, rounds: int) -> Pairs:
-    deploy, bare = [], []
+def rounds_of(fleet: Fleet, rounds: int, read: bool = True) -> Rounds:
+    deploy, alone, bare = [], [], []
     for _ in range(rounds):
         deploy.append(run(fleet, "deploy.py"))
+        if read:
+            alone.append(run(fleet, str(NODE_READ)))
         bare.append(run(fleet, "exec", "--", "true"))
-    return Pairs(deploy, bare)
+    return Rounds(deploy, alone, bare)
 
 
 def per_host_commands(fleet: Fleet) -> tuple[int, int]:
@@ -224,49 +232,12 @@ def collect_runs(fleet: Fleet, rounds: int) -> list[Run]:
 
 # --- the tables -----------------------------------------------------------------------------------
 
-HEAD = (
-    ("N", 4),
-    ("deploy s", 9),
-    ("exec s", 7),
-    ("wall", 5),
-    ("cpu ms/host", 12),
-    ("exec ms/host", 12),
-    ("cpu", 5),
-    ("RSS MiB", 8),
-    ("KiB/host", 8),
-    ("collect ms/host", 15),
-    ("cmds/host", 9),
-    ("per destroy", 11),
-)
-
-
-def row(size: Size) -> str:
-    n, replayed = size.n, size.replayed
-    cpu, bare_cpu = (replayed.median("cpu", of) * 1000 / n for of in ("deploy", "bare"))
-    collect = statistics.median(r.cpu for r in size.collect) * 1000 / n
-    rss, bare_rss = (replayed.median("rss", of) for of in ("deploy", "bare"))
-    cells = (
-        n,
-        f"{replayed.median('wall', 'deploy'):.2f}",
-        f"{replayed.median('wall', 'bare'):.2f}",
-        f"{replayed.wall_ratio:.2f}",
-        f"{cpu:.1f}",
-        f"{bare_cpu:.1f}",
-        f"{cpu / bare_cpu:.2f}",
-        f"{rss:.0f}",
-        f"{(rss - bare_rss) * 1024 / n:.0f}",
-        f"{collect:.1f}",
-        size.noop,
-        size.destroy,
-    )
-    return "  ".join(f"{c:>{w}}" for c, (_, w) in zip(cells, HEAD, strict=True))
-
 
 @dataclass(frozen=True)
 class Size:
     n: int
-    replayed: Pairs
-    simulated: Pairs
+    replayed: Rounds
+    simulated: Rounds
     noop: int
     destroy: int
     collect: list[Run]
@@ -279,13 +250,67 @@ def measure(n: int, rounds: int, simulated_rounds: int) -> Size:
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as root:
         with Fleet(Path(root) / "fleet", roster(n)) as fleet:
             settle(fleet)
-            simulated = pairs(fleet, simulated_rounds)
+            simulated = rounds_of(fleet, simulated_rounds, read=False)
             noop, destroy = per_host_commands(fleet)
             settle(fleet)
             record(fleet)
             replay(fleet)
-            replayed = pairs(fleet, rounds)
+            replayed = rounds_of(fleet, rounds)
             return Size(n, replayed, simulated, noop, destroy, collect_runs(fleet, rounds))
+
+
+def table(head: tuple[tuple[str, int], ...], rows: list[tuple[object, ...]]) -> str:
+    lines = [[h for h, _ in head], *rows]
+    widths = [w for _, w in head]
+    return "\n".join("  ".join(f"{c:>{w}}" for c, w in zip(r, widths, strict=True)) for r in lines)
+
+
+WALL = (("N", 4), ("deploy s", 8), ("read s", 7), ("exec s", 7), ("wall", 5), ("read", 5))
+
+
+def wall(size: Size) -> tuple[object, ...]:
+    r = size.replayed
+    seconds = (f"{r.median('wall', of):.2f}" for of in ("deploy", "read", "bare"))
+    return (size.n, *seconds, f"{r.wall_ratio():.2f}", f"{r.wall_ratio('read'):.2f}")
+
+
+CPU = (
+    ("N", 4),
+    ("deploy ms/host", 14),
+    ("read ms/host", 12),
+    ("exec ms/host", 12),
+    ("cpu", 5),
+    ("RSS MiB", 7),
+    ("KiB/host", 8),
+    ("collect ms/host", 15),
+    ("cmds/host", 9),
+    ("per destroy", 11),
+)
+
+
+def cpu(size: Size) -> tuple[object, ...]:
+    n, r = size.n, size.replayed
+    deploy, read, bare = (r.median("cpu", of) * 1000 / n for of in ("deploy", "read", "bare"))
+    rss, bare_rss = (r.median("rss", of) for of in ("deploy", "bare"))
+    collect = statistics.median(c.cpu for c in size.collect) * 1000 / n
+    return (
+        n,
+        f"{deploy:.1f}",
+        f"{read:.1f}",
+        f"{bare:.1f}",
+        f"{deploy / bare:.2f}",
+        f"{rss:.0f}",
+        f"{(rss - bare_rss) * 1024 / n:.0f}",
+        f"{collect:.1f}",
+        size.noop,
+        size.destroy,
+    )
+
+
+def simulated(size: Size) -> tuple[object, ...]:
+    r = size.simulated
+    seconds = (f"{r.median('wall', of):.2f}" for of in ("deploy", "bare"))
+    return (size.n, *seconds, f"{r.wall_ratio():.2f}")
 
 
 def per_added_host(small: Size, large: Size, period: float) -> str:
@@ -308,20 +333,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--simulated-rounds", type=int, default=1)
     parser.add_argument("--period", type=float, default=300.0, help="schedule period, seconds")
     args = parser.parse_args(argv)
-    print("replayed tool outputs: the deploy's cost")
-    print("  ".join(f"{h:>{w}}" for h, w in HEAD), flush=True)
     sizes = []
     for n in (int(s) for s in args.sizes.split(",")):
         sizes.append(measure(n, args.rounds, args.simulated_rounds))
-        print(row(sizes[-1]), flush=True)
+        print(f"N={n} measured", file=sys.stderr, flush=True)
+    print("replayed tool outputs, wall: a no-op converge, the node read alone, bare exec")
+    print(table(WALL, [wall(s) for s in sizes]))
+    print("\nreplayed tool outputs, the pyinfra process: CPU per host, peak RSS")
+    print(table(CPU, [cpu(s) for s in sizes]))
     for small, large in zip(sizes, sizes[1:], strict=False):
         print(per_added_host(small, large, args.period))
     print("\nsimulated tools (Python, on the same CPUs): the simulator's cost, not the deploy's")
-    print(f"{'N':>4}  {'deploy s':>9}  {'exec s':>7}  {'wall':>5}")
-    for size in sizes:
-        sim = size.simulated
-        deploy, bare = sim.median("wall", "deploy"), sim.median("wall", "bare")
-        print(f"{size.n:>4}  {deploy:>9.2f}  {bare:>7.2f}  {sim.wall_ratio:>5.2f}")
+    print(table((WALL[0], WALL[1], WALL[3], WALL[4]), [simulated(s) for s in sizes]))
     return 0
 
 

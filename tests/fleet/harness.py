@@ -8,8 +8,8 @@ starts at 127.0.0.21, so that two fleets share a machine; sshd listens there on 
 node's processes) and its own mounts: the simulated node's /var/lib (kubelet, state dir, marker
 trees), /run (lock, sshd's privilege separation dir), /dev and /home are bind-mounted at their real
 paths, and its tools on /usr/local/sbin, so the enforcer runs with default host data. A node
-reached as a non-root user with sudo also gets its own /etc/passwd, group, shadow and sudoers.
-Nothing changes on the machine itself: every mount is in the node's private mount namespace.
+reached as a non-root user with sudo also gets its own /etc/passwd, group, shadow and sudoers;
+every node, empty shell startup files for root (ROOT_STARTUP). Nothing changes on the machine itself: every mount is in the node's private mount namespace.
 
     python tests/fleet/harness.py N [DIR]    # `make fleet N=5`: start, print, wait for Ctrl-C
 
@@ -45,6 +45,11 @@ OPERATOR_UID = 4242
 TOOLS_ON_PATH = "/usr/local/sbin"  # on root's PATH over SSH and on sudo's secure_path
 # What the node's own /dev needs besides the simulated device nodes.
 HOST_DEVICES = ("null", "zero", "random", "urandom", "tty")
+# The machine's shell startup files in root's home (which the nodes share): bash runs ~/.bashrc
+# for every SSH command, and this machine's runs `pyenv init`, which rehashes under a lock file.
+# A node's root gets empty ones: its commands cost what they cost on a node, and a lock left by
+# a killed session cannot hang every later one.
+ROOT_STARTUP = ("/root/.bashrc", "/root/.profile", "/root/.bash_profile", "/root/.bash_login")
 FIRST = int(os.environ.get("ENFORCER_FLEET_FIRST", "11"))  # the first node's 127.0.0.<n>
 PREREQUISITES = ("unshare", "mount", "pkill", "ssh-keygen", "sudo", SSHD)
 
@@ -242,6 +247,9 @@ def _lay_out(node: FleetNode) -> None:
     binds = [(path / "bin", TOOLS_ON_PATH)]
     binds += [(path / "rootfs" / sub, f"/{sub}") for sub in ("var/lib", "run", "home")]
     binds += [(f, f"/etc/{f.name}") for f in etc]
+    empty = path / "empty"
+    empty.touch()
+    binds += [(empty, startup) for startup in ROOT_STARTUP if Path(startup).is_file()]
     for name in HOST_DEVICES:  # placeholders in the node's /dev, then the machine's device on them
         placeholder = path / "rootfs" / "dev" / name
         placeholder.touch()
