@@ -9,7 +9,8 @@ node's processes) and its own mounts: the simulated node's /var/lib (kubelet, st
 trees), /run (lock, sshd's privilege separation dir), /dev and /home are bind-mounted at their real
 paths, and its tools on /usr/local/sbin, so the enforcer runs with default host data. A node
 reached as a non-root user with sudo also gets its own /etc/passwd, group, shadow and sudoers;
-every node, empty shell startup files for root (ROOT_STARTUP). Nothing changes on the machine itself: every mount is in the node's private mount namespace.
+every node, empty shell startup files for root (ROOT_STARTUP). Nothing changes on the machine
+itself: every mount is in the node's private mount namespace.
 
     python tests/fleet/harness.py N [DIR]    # `make fleet N=5`: start, print, wait for Ctrl-C
 
