@@ -92,10 +92,14 @@ def parse_report(data: bytes) -> dict[str, Any]:
     """
     try:
         report = json.loads(data.decode("utf-8"), object_pairs_hook=_once, parse_constant=_number)
+    except ReportError:  # a ValueError too: _once's and _number's, said as they are
+        raise
     except UnicodeDecodeError as error:
         raise ReportError(f"not UTF-8: {error}") from error
     except json.JSONDecodeError as error:
         raise ReportError(f"not JSON: {error}") from error
+    except (ValueError, RecursionError) as error:  # a number past int()'s digits, deep nesting
+        raise ReportError(f"not JSON as runs write it ({type(error).__name__})") from error
     try:
         VALIDATOR.validate(report)
     except jsonschema.ValidationError as invalid:

@@ -58,6 +58,8 @@ def test_the_node_s_report_parses_strictly_as_its_scheduled_run_wrote_it():
         (b"\xff{}", "not UTF-8"),
         ('{"host": "@local", "host": "@local"}', "key 'host' twice in one object"),
         ("NaN", "NaN is no JSON number"),
+        ("1" * 5000, "not JSON as runs write it (ValueError)"),
+        ("[" * 100000 + "]" * 100000, "not JSON as runs write it (RecursionError)"),
         ('{"host": "@local"}', "not a run report: at (top): 'version' is a required property"),
         ("[]", "not a run report: at (top): [] is not of type 'object'"),
     ],
