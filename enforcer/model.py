@@ -276,6 +276,9 @@ class Instance:
     socket: str | None = None
     name: str = ""
     written_at: float = 0.0
+    # The VMM's record of a failed create, kept only to release its vGPU (hypeman's
+    # GPURetainedForCleanup): no VM boots from it.
+    retained: bool = False
 
     @property
     def owner_uid(self) -> str:
