@@ -131,7 +131,8 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
     if record.source == "markers":
         return marker_claims(record)
     texts = [*record.device_ids, *(v for _, v in record.envs), *(v for _, v in record.annotations)]
-    named = sorted({u for t in texts for u in MIG_UUID.findall(t)})
+    given = texts if record.resource else texts[: len(texts) - len(record.annotations)]
+    named = sorted({u for t in given for u in MIG_UUID.findall(t)})
     named += _gke_names(record)
     found = [
         Claim(
@@ -144,6 +145,25 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
         )
         for u in named
     ]
+    # A pod's annotation (no resource: the API's, the CRI's) does not say whose MIG UUID it
+    # holds: T-Head's GPU instances have the same form (gpustack's
+    # `device.gpustack.ai/accelerator.allocated` names either by its `allocatedPhysicalID`): it
+    # claims the one of that UUID of either kind, and neither claim dangles.
+    noted = sorted({u for t in texts[len(given) :] for u in MIG_UUID.findall(t)} - set(named))
+    found += [
+        Claim(
+            record.owner_uid,
+            record.source,
+            "exact",
+            f"{record.where}: {u}",
+            kind=kind,
+            uuid=u,
+            judged=False,
+        )
+        for u in noted
+        for kind in (MIG, PPU)
+    ]
+    named += noted
     rest = [MIG_UUID.sub("", t) for t in texts] if named else texts
     gpus = sorted({g for t in rest for g in GPU_UUID.findall(t)})
     ids = rest[: len(record.device_ids)]

@@ -8,15 +8,18 @@ mig.go: migMarker, reserveMigInstance). Rules 3 and 4, named after them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
-from unit.test_contract import policy
+from unit.test_contract import T0, policy
 from unit.test_fail_closed_contract import CHECKPOINT, all_1g, decided, mig_node, nvidia_entry
 from unit.test_mig_contract import GPU, OTHER_GPU, alive, gi, marker, mig_uuid, runs, status
 
 from enforcer.claims import claims_from_records
 from enforcer.cli import needs_a_person
-from enforcer.model import Advertised
+from enforcer.contract import decide
+from enforcer.ledger import Ledger
+from enforcer.model import Advertised, OwnerRecord, Pod, SourceHealth
 from enforcer.report import build
 
 A = "7d3c2b1a-0f9e-4d8c-b7a6-958473625140"
@@ -88,3 +91,42 @@ def test_not_claimed_a_gpustack_marker_is_said_once():
     verdicts, _ = runs(lambda i: mig_node(gi(7), records=[marker(A, 7)], pods=[alive(A, "a")]), 3)
     v = verdicts[f"nvidia-mig/gpu:{GPU}/7"]
     assert v.status == "claimed" and v.reason.count(claimed.record) == 1
+
+
+def test_not_claimed_gpustacks_allocation_annotation_claims_a_thead_gi_by_its_physical_id():
+    """With the API source, `device.gpustack.ai/accelerator.allocated` names a T-Head GI by its
+    `allocatedPhysicalID` (a MIG UUID of T-Head's form, which is NVIDIA's): the GI of that UUID is
+    claimed, of either kind, and no claim dangles (a page that nobody could act on)."""
+    from unit.test_ppu_contract import PPU_OK, ppu_node
+    from unit.test_ppu_contract import UUID as PPU_UUID
+    from unit.test_ppu_contract import gi as ppu_gi
+
+    mine, leak = ppu_gi(1, 3), ppu_gi(2, 12)
+    physical = f"MIG-00000000-0000-0000-0000-00000000000{mine.id}"
+    allocated = {
+        "main": {
+            "devices": {
+                "groups": [
+                    {
+                        "id": "g0",
+                        "manufacturer": "thead",
+                        "accelerators": [
+                            {"id": PPU_UUID, "index": 0, "mode": 4, "allocatedPhysicalID": physical}
+                        ],
+                    }
+                ]
+            }
+        }
+    }
+    note = ("device.gpustack.ai/accelerator.allocated", json.dumps(allocated))
+    api = OwnerRecord(A, "kubernetes-api", "pod default/llm-t", annotations=(note,))
+    pods = [Pod(A, "kubernetes-api", "alive", "llm-t", "default", "phase Running")]
+    health = (*PPU_OK, SourceHealth("kubernetes-api", "ok"))
+    obs = ppu_node(mine, leak, records=[api], pods=pods, health=health)
+    pol = policy(claim_sources=["kubelet-checkpoint", "cri", "kubernetes-api"])
+    verdicts, _ = runs(lambda i: obs, 3, pol=pol)
+    assert verdicts[mine.key].status == "claimed"
+    assert verdicts[leak.key].status == "orphan"
+    decision = decide(replace(obs, now=T0 + 900), Ledger(), pol, T0 + 900)
+    report = build("t-1", obs, decision, "converge", "", policy=pol)
+    assert report["dangling_claims"] == [] and needs_a_person(report) == []
