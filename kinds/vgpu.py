@@ -46,6 +46,7 @@ from kinds.base import Claims, Context, Found, Kind, Witness, on_gpu
 SYSFS = "sysfs"  # the source of the vGPU listing
 KINDS = (MDEV, VFIO)
 MDEV_ENV, PCI_ENV = "MDEV_PCI_RESOURCE_", "PCI_RESOURCE_"  # KubeVirt's env prefixes
+VENDORS = ("nvidia.com",)  # the resource domains whose records may name vGPUs
 _GROUP = re.compile(r"^(?:0|[1-9][0-9]{0,9})$", re.ASCII)  # an IOMMU group
 _MDEV_UUID = re.compile(rf"^{vgpu.UUID}$", re.ASCII | re.IGNORECASE)
 _PCI_ADDRESS = re.compile(rf"^{vgpu.PCI}$", re.ASCII | re.IGNORECASE)
@@ -167,7 +168,7 @@ def _plugin_claims(record: OwnerRecord) -> list[Claim]:
     """
     envs = [(k, v) for k, v in record.envs if k.startswith((MDEV_ENV, PCI_ENV))]
     nodes = [d for d in record.devices if d == "/dev/vfio" or d.startswith("/dev/vfio/")]
-    if not envs and not nodes and not _only_vfio_ids(record.device_ids):
+    if not envs and not nodes and not _only_vfio_ids(record):
         return []
     by_env = tuple(sorted({MDEV if k.startswith(MDEV_ENV) else VFIO for k, _ in envs}))
     group_kinds = by_env or KINDS  # a group names the kind the record's env says
@@ -203,8 +204,12 @@ def _plugin_claims(record: OwnerRecord) -> list[Claim]:
     ]
 
 
-def _only_vfio_ids(ids: tuple[str, ...]) -> bool:
-    return bool(ids) and all(_id_names(i, KINDS) is not None for i in ids)
+def _only_vfio_ids(record: OwnerRecord) -> bool:
+    """A record of ids alone (the pod-resources API's) is read as KubeVirt's only on a vGPU
+    vendor's resource: a bare number is another vendor's slot too (HAMi's `hygon.com/dcunum`)."""
+    domain = record.resource.split("/", 1)[0]
+    ids = record.device_ids
+    return domain in VENDORS and bool(ids) and all(_id_names(i, KINDS) is not None for i in ids)
 
 
 def _env_name(key: str, item: str) -> Named | None:
@@ -285,7 +290,7 @@ KIND = Kind(
     holders=holders,
     claims=claims,
     destroy=destroy,
-    vendors={"nvidia.com": KINDS},
+    vendors=dict.fromkeys(VENDORS, KINDS),
     nodes=((re.compile(r"^/dev/vfio/.+$", re.ASCII), KINDS),),
     listing=SYSFS,
     advertises=advertises,

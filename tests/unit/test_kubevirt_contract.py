@@ -224,3 +224,10 @@ def test_not_desired_without_kubevirt_or_vm_records_no_vgpu_is_destroyed():
     found, _ = runs(kubevirt_node([mdev(A)], health=health), 3, pol=policy())
     assert verdict(found, mdev(A)).status == "inconclusive"
     assert MDEV != VFIO and Ledger  # the kinds stay apart
+
+
+def test_not_claimed_a_bare_number_of_another_vendors_plugin_is_no_iommu_group():
+    """HAMi's Hygon plugin gives device id "0" (hygon.com/dcunum): not read as a vGPU's group."""
+    hygon = OwnerRecord(LAUNCHER, CHECKPOINT, "checkpoint x", "hygon.com/dcunum", ("12",))
+    found, _ = runs(kubevirt_node([mdev(A)], [hygon]), 3, pol=pol())
+    assert verdict(found, mdev(A)).status == "orphan"
