@@ -113,6 +113,9 @@ def vm_liveness(vm: Instance, obs: Observation) -> Pod:
     def said(state: str, detail: str) -> Pod:
         return Pod(vm.owner_uid, VM_METADATA, state, vm.name or vm.id, "", detail)  # type: ignore[arg-type]
 
+    if vm.pid is None and vm.retained:
+        why = "a retention record of a failed create (GPURetainedForCleanup): no VM boots from it"
+        return said("ended", why)
     if vm.pid is None:
         return said("alive", "no hypervisor PID yet: booting")
     pid = vm.pid
@@ -145,7 +148,7 @@ def vm_liveness(vm: Instance, obs: Observation) -> Pod:
 def stuck_seconds(vm: Instance, now: float, after: float) -> float | None:
     """How long a VM has claimed a vGPU with no hypervisor PID, when longer than `after`."""
     age = now - vm.written_at
-    return age if vm.pid is None and vm.devices and age > after else None
+    return age if vm.pid is None and not vm.retained and vm.devices and age > after else None
 
 
 def _absent_from_api(obs: Observation) -> tuple[Pod, ...]:

@@ -32,6 +32,11 @@ DRAIN_MARKER = "drain-marker"  # the node read's section of <state_dir>/drain.js
 DRA = "dra:"
 DRA_SOURCE = "dra"  # the DRA drivers' own records on the node (facts.dra_node)
 VM_METADATA = "vm-metadata"
+# A claim source that reads nothing of its own: the node's VMs are KubeVirt's virt-launcher
+# pods, whose kubelet records claim their vGPUs (kinds.vgpu), so vGPUs need no VMM files.
+KUBEVIRT = "kubevirt"
+# The sources of what kubelet gave a container from a device plugin.
+PLUGIN_SOURCES = ("kubelet-checkpoint", "kubelet-pod-resources")
 # What the report calls an owner, by the source of its claim (else a pod).
 OWNER_NOUNS = {VM_METADATA: "VM", DRA_SOURCE: "DRA claim"}
 CDI = "cdi.k8s.io/devices"
@@ -205,6 +210,9 @@ class Claim:
     # A record on a partition vendor's resource that no adapter understood: it claims all the
     # same (fail closed) and asks a person, so that an adapter gets written.
     unrecognised: bool = False
+    # Whether naming no listed partition makes it dangling (report): not for a name that may be
+    # no partition at all (an IOMMU group or PCI address KubeVirt passes through whole).
+    judged: bool = True
 
 
 @dataclass(frozen=True)
@@ -268,6 +276,9 @@ class Instance:
     socket: str | None = None
     name: str = ""
     written_at: float = 0.0
+    # The VMM's record of a failed create, kept only to release its vGPU (hypeman's
+    # GPURetainedForCleanup): no VM boots from it.
+    retained: bool = False
 
     @property
     def owner_uid(self) -> str:

@@ -120,8 +120,8 @@ def _unrecognised(obs: Observation, decision: Decision, names: dict[str, str]) -
 
 
 def _judged(c: Claim, obs: Observation) -> bool:
-    if c.kind in kinds.UNJUDGED:
-        return False  # its exact claims name no partition (a DCU's DRM node names no vDCU)
+    if c.kind in kinds.UNJUDGED or not c.judged:
+        return False  # it may name no partition (a DCU's DRM node names no vDCU)
     failed = {h.source for h in obs.health if h.status != "ok"}
     return not failed & {"node", LISTINGS.get(c.kind, c.kind)}
 

@@ -346,12 +346,16 @@ def render_checkpoint(
     registered: Mapping[str, Sequence[str]],
     *,
     boot_id: str = "",
+    permissions: Sequence[str] = (),
 ) -> str:
     """
     A checkpoint as kubelet writes it, device ids under NUMA node "-1" (no affinity) and a
     Checksum of 0 (no kubelet reads the simulator's file). A CheckpointEntry keeps only the host
-    path of a DeviceSpec, so each is written as host path = container path, permissions "rw".
+    path of a DeviceSpec, so each is written as host path = container path, with the entry's
+    `permissions` (in entry order; "rw", NVIDIA's, for an entry not given: KubeVirt's and GKE's
+    plugins write "mrw").
     """
+    perms = list(permissions) + ["rw"] * (len(entries) - len(permissions))
     rows = [
         {
             "PodUID": e.pod_uid,
@@ -360,13 +364,13 @@ def render_checkpoint(
             "DeviceIDs": {"-1": list(e.device_ids)},
             "AllocResp": encode_alloc_resp(
                 dict(e.envs),
-                [(path, path, "rw") for path in e.devices],
+                [(path, path, perm) for path in e.devices],
                 dict(e.annotations),
                 mounts=[(c, h, False) for c, h in e.mounts],
                 cdi_devices=e.cdi_devices,
             ),
         }
-        for e in entries
+        for e, perm in zip(entries, perms, strict=True)
     ]
     data = {
         "PodDeviceEntries": rows or None,

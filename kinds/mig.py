@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 
 from enforcer.model import CDI, DRA, MIG, PPU, Claim, Holder, Observation, OwnerRecord, Partition
 from enforcer.policy import NodePaths
@@ -26,10 +27,16 @@ MIG_UUID = re.compile(rf"MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/[0-9]+/[0-9]+", re.
 GPU_UUID = re.compile(rf"GPU-{_HEX_UUID}", re.ASCII)
 # NVIDIA's plugin names a profile's resource with '.' for '+' (`1g.10gb+me`: `mig-1g.10gb.me`).
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-([0-9]+g\.[0-9]+gb(?:\.[a-z]+)*)$", re.ASCII)
-# GKE's device plugin (container-engine-accelerators pkg/gpu/nvidia/mig/mig.go) names a GPU
-# instance `nvidia<GPU minor>/gi<GI id>` and gives its container /dev/nvidia<minor> and the
-# capability devices of the GI and its CI 0: no UUID anywhere (Partition.aliases).
-GKE_GI = re.compile(r"^nvidia[0-9]+/gi[0-9]+$", re.ASCII)
+# GKE's device plugin (GoogleCloudPlatform/container-engine-accelerators@992db812
+# pkg/gpu/nvidia/mig/mig.go:171-263) names a GPU instance `nvidia<GPU minor>/gi<GI id>` and gives
+# its container /dev/nvidia<minor> and the capability devices of the GI and its CI 0: no UUID
+# anywhere (Partition.aliases). With time-sharing or MPS each GI is advertised as
+# `nvidia<minor>/gi<id>/vgpu<n>`, n < maxSharedClientsPerGPU (manager.go:187-204;
+# gpusharing/gpusharing.go:53-76): every one of them names that GI.
+GKE_GI = re.compile(r"^(nvidia[0-9]+/gi[0-9]+)(?:/vgpu[0-9]+)?$", re.ASCII)
+# GKE's whole GPUs (no partition size: manager.go:174-180, 187-204): `nvidia<minor>`, shared
+# `nvidia<minor>/vgpu<n>`. Advertised, they name no partition: slots.
+GKE_GPU = re.compile(r"^nvidia[0-9]+(?:/vgpu[0-9]+)?$", re.ASCII)
 NVIDIA_CAP = re.compile(r"^/dev/nvidia-caps/(nvidia-cap[0-9]+)$", re.ASCII)
 # NVIDIA's DRA driver (gpu.nvidia.com, facts.dra): its records name devices `<driver>/<pool>/<name>`
 # by canonical name: a MIG device (a GI alias, facts.mig), a whole GPU `gpu-<minor>` (an alias of
@@ -57,8 +64,8 @@ def advertises(device_id: str) -> list[tuple[str, str]] | None:
     holding a GPU's UUID and no MIG device's is a slot (Kind.slots)."""
     if migs := MIG_UUID.findall(device_id):
         return [(MIG, u) for u in migs]
-    if GKE_GI.match(device_id):
-        return [(MIG, device_id)]
+    if m := GKE_GI.match(device_id):
+        return [(MIG, m[1])]
     return None
 
 
@@ -89,7 +96,7 @@ def dra_claims(record: OwnerRecord) -> Claims:
         return [], False
     exact = sorted({n for n in names if not DRA_VFIO.match(n)})  # type: ignore[arg-type]
     exact += sorted({u for t in texts for u in MIG_UUID.findall(t)})
-    exact += sorted({t for t in texts if GKE_GI.match(t)})
+    exact += sorted({m[1] for t in texts if (m := GKE_GI.match(t))})
     exact += [m[1] for d in record.devices if (m := NVIDIA_CAP.match(d))]
     # One line of evidence for all the names of what it claims (contract.not_claimed: once).
     shown = f"{record.where}: {', '.join(dict.fromkeys(n for n in names if n) or texts)}"
@@ -124,7 +131,8 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
     if record.source == "markers":
         return marker_claims(record)
     texts = [*record.device_ids, *(v for _, v in record.envs), *(v for _, v in record.annotations)]
-    named = sorted({u for t in texts for u in MIG_UUID.findall(t)})
+    given = texts if record.resource else texts[: len(texts) - len(record.annotations)]
+    named = sorted({u for t in given for u in MIG_UUID.findall(t)})
     named += _gke_names(record)
     found = [
         Claim(
@@ -137,6 +145,25 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
         )
         for u in named
     ]
+    # A pod's annotation (no resource: the API's, the CRI's) does not say whose MIG UUID it
+    # holds: T-Head's GPU instances have the same form (gpustack's
+    # `device.gpustack.ai/accelerator.allocated` names either by its `allocatedPhysicalID`): it
+    # claims the one of that UUID of either kind, and neither claim dangles.
+    noted = sorted({u for t in texts[len(given) :] for u in MIG_UUID.findall(t)} - set(named))
+    found += [
+        Claim(
+            record.owner_uid,
+            record.source,
+            "exact",
+            f"{record.where}: {u}",
+            kind=kind,
+            uuid=u,
+            judged=False,
+        )
+        for u in noted
+        for kind in (MIG, PPU)
+    ]
+    named += noted
     rest = [MIG_UUID.sub("", t) for t in texts] if named else texts
     gpus = sorted({g for t in rest for g in GPU_UUID.findall(t)})
     ids = rest[: len(record.device_ids)]
@@ -154,18 +181,24 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
 
 
 def _gke_names(record: OwnerRecord) -> list[str]:
-    """GKE's GPU instance ids; else the capability devices its container was given."""
-    if ids := sorted({d for d in record.device_ids if GKE_GI.match(d)}):
-        return ids
-    return sorted({m[1] for d in record.devices if (m := NVIDIA_CAP.match(d))})
+    """GKE's GPU instance ids (kubelet's pick) and the capability devices its container was
+    given (the plugin's answer for them): both are read, whatever each names."""
+    ids = {m[1] for d in record.device_ids if (m := GKE_GI.match(d))}
+    return sorted(ids | {m[1] for d in record.devices if (m := NVIDIA_CAP.match(d))})
 
 
 def marker_claims(record: OwnerRecord, kind: str = MIG, prefix: str = "gpu") -> list[Claim]:
-    """A device plugin's ownership record names its partition: MIG UUID, and GI on its card."""
+    """
+    A device plugin's ownership record names its partition: GI on its card, and MIG UUID on any
+    card (gpustack writes both of one GI, allocator/nvidia/mig.go reserveMigInstance; a record
+    whose UUID is of another card's GI names that one too: both are claimed). Its profile,
+    computeSlices, start and length are the same GI's geometry, read and checked by
+    facts.markers; a successor at the GI's id has its name-based UUID, so they name no other.
+    """
     notes = dict(record.annotations)
     if notes.get("vendor") != {MIG: "nvidia", PPU: "thead"}[kind]:
         return []
-    return [
+    on_card = [
         Claim(
             record.owner_uid,
             record.source,
@@ -178,6 +211,8 @@ def marker_claims(record: OwnerRecord, kind: str = MIG, prefix: str = "gpu") -> 
         )
         for uuid in record.device_ids
     ]
+    anywhere = [replace(c, accelerator=None, partition_id=None) for c in on_card]
+    return on_card + anywhere
 
 
 def destroy(p: Partition, obs: Observation, paths: NodePaths) -> str:
@@ -224,6 +259,6 @@ KIND = Kind(
     driver=("nvidia-smi-list", ("nvidia-driver",)),
     elsewhere=(GPU_OPERATOR_SMI, "the GPU Operator's driver root"),
     advertises=advertises,
-    slots=(GPU_UUID,),
+    slots=(GPU_UUID, GKE_GPU),
     markers=Markers("nvidia", always=True, by_card=True),
 )

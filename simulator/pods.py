@@ -151,8 +151,10 @@ class PodModel(Store):
         *,
         devices: Sequence[str] = (),
         annotations: Mapping[str, str] | None = None,
+        permissions: str = "rw",
     ) -> None:
-        """A checkpoint entry, as kubelet records an Allocate(); replaces the same key's entry."""
+        """A checkpoint entry, as kubelet records an Allocate(); replaces the same key's entry.
+        `permissions`: its DeviceSpecs' (KubeVirt's and GKE's plugins write "mrw")."""
         entry = {
             "pod_uid": pod_uid,
             "container": container,
@@ -161,6 +163,7 @@ class PodModel(Store):
             "envs": dict(envs),
             "devices": list(devices),
             "annotations": dict(annotations or {}),
+            "permissions": permissions,
         }
         key = (pod_uid, container, resource)
         with self._mutate() as state:
@@ -176,6 +179,11 @@ class PodModel(Store):
         """The device plugin's registered ids (the checkpoint's RegisteredDevices)."""
         with self._mutate() as state:
             state["registered"][resource] = list(device_ids)
+
+    def unregister(self, resource: str) -> None:
+        """kubelet drops a resource whose plugin has been gone past its grace period."""
+        with self._mutate() as state:
+            state["registered"].pop(resource, None)
 
     # --- gpustack's pod work trees ----------------------------------------------------------------
 

@@ -160,7 +160,10 @@ def checkpoint_text(state: State) -> str:
         )
         for e in state["checkpoint"]
     ]
-    return render_checkpoint(entries, state["registered"], boot_id=state["boot_id"])
+    permissions = [e.get("permissions", "rw") for e in state["checkpoint"]]
+    return render_checkpoint(
+        entries, state["registered"], boot_id=state["boot_id"], permissions=permissions
+    )
 
 
 # --- files ---------------------------------------------------------------------------------------
