@@ -38,16 +38,18 @@ from enforcer.model import (
     CLAIM_OWNER,
     DRA,
     DRA_SHAPE,
+    DRA_SLICES,
     DRA_SOURCE,
     NODE,
     RESERVED,
+    Advertised,
     DraMode,
     OwnerRecord,
     Pod,
     SourceHealth,
 )
 from enforcer.policy import NodePaths
-from facts import dra, dra_cd
+from facts import dra, dra_cd, kubeapi
 from facts.errors import ParseError
 from facts.sections import Reader
 
@@ -331,3 +333,63 @@ def kept_kinds(drivers: dict[str, str], kinds: Sequence[str]) -> dict[str, str]:
                     " NVIDIA's DRA driver)",
                 )
     return kept
+
+
+# --- its ResourceSlices: the driver's own word on what it advertises (rule 4) --------------------
+
+
+def slices_evidence(
+    listed: kubeapi.PodList, node_name: str, unread: str = ""
+) -> tuple[tuple[Advertised, ...], tuple[DraMode, ...]]:
+    """
+    What NVIDIA's GPU driver's ResourceSlices for this node say (its pool, named after the node,
+    v0.4.1 driver.go:190-307,455-493), read whole: partitionable devices (shared counters, a
+    device consuming them: KEP 4815, published only under DynamicMIG) are its word that GPU
+    instances are made per claim; else every device it advertises is desired (Advertised: a
+    static MIG device by its canonical name pins that GI, enforcer.advertised). `unread`: why
+    the API's word is not this node's (the kubernetes-api source not ok). Anything short of a
+    whole pool (slices missing or being replaced, two pools, static and partitionable MIG
+    devices together, which the driver never publishes) says nothing, and is said.
+    """
+    if unread or listed.slices is None:
+        why = unread or f"they could not be listed ({listed.slices_reason})"
+        return (), (DraMode(DRA_SLICES, None, f"its ResourceSlices are not read: {why}"),)
+    mine = [s for s in listed.slices if s.driver == DRIVER and s.node == node_name]
+    pools = sorted({s.pool for s in mine})
+    if len(pools) != 1:
+        what = f"pools {', '.join(pools)}" if pools else "none"
+        why = f"its ResourceSlices for node {node_name}: {what} (not published yet, or gone)"
+        return (), (DraMode(DRA_SLICES, None, why),)
+    newest = max(s.generation for s in mine)
+    current = [s for s in mine if s.generation == newest]
+    named = f"pool {pools[0]} (generation {newest}, {', '.join(sorted(s.name for s in current))})"
+    if {s.slice_count for s in current} != {len(current)}:
+        why = f"its ResourceSlices of {named} are not all there: being replaced"
+        return (), (DraMode(DRA_SLICES, None, why),)
+    return _advertised(pools[0], named, [d for s in current for d in s.devices], current)
+
+
+def _advertised(
+    pool: str, named: str, devices: list[kubeapi.SliceDevice], slices: list[kubeapi.ApiSlice]
+) -> tuple[tuple[Advertised, ...], tuple[DraMode, ...]]:
+    partitionable = any(s.shared_counters for s in slices) or any(
+        d.consumes_counters for d in devices
+    )
+    static = [d.name for d in devices if dra.MIG_NAME.fullmatch(d.name) and not d.consumes_counters]
+    if partitionable and static:
+        why = f"its ResourceSlices of {named} mix partitionable devices with static MIG devices"
+        return (), (DraMode(DRA_SLICES, None, why),)
+    if partitionable:
+        why = (
+            f"its ResourceSlices of {named} advertise partitionable devices (shared counters): "
+            "DynamicMIG, GPU instances made per claim"
+        )
+        return (), (DraMode(DRA_SLICES, True, why),)
+    advertised = tuple(
+        Advertised(kubeapi.SOURCE, f"{DRA}{DRIVER}", f"{DRIVER}/{pool}/{d.name}") for d in devices
+    )
+    why = (
+        f"its ResourceSlices of {named} advertise {len(static)} static MIG device(s) and no "
+        "partitionable one: GPU instances made beforehand, each pinned as it is advertised"
+    )
+    return advertised, (DraMode(DRA_SLICES, False, why),)
