@@ -274,21 +274,22 @@ def dra_waiting(
     """
     if obs.containers is None:
         return {}
-    mine: dict[str, set[str]] = defaultdict(set)
+    mine: dict[str, dict[str, str]] = defaultdict(dict)  # claim -> its pods: uid -> name
     for r in obs.records:
         notes = dict(r.annotations)
         if r.source == DRA_SOURCE and r.owner_uid in claims:
-            mine[r.owner_uid].update(u for u in notes.get(RESERVED, "").split(",") if u)
+            pairs = (p.partition(":") for p in notes.get(RESERVED, "").split(",") if p)
+            mine[r.owner_uid].update((uid, name or uid) for uid, _, name in pairs)
         elif notes.get(CLAIM) and f"{CLAIM_OWNER}{notes[CLAIM]}" in claims:
-            mine[f"{CLAIM_OWNER}{notes[CLAIM]}"].add(r.owner_uid)
+            mine[f"{CLAIM_OWNER}{notes[CLAIM]}"].setdefault(r.owner_uid, r.owner_uid)
     running = {p.uid for p in pods if p.source == "cri" and p.detail == "sandbox ready"}
     waiting = {}
     for claim in sorted(claims):
-        reserved = mine.get(claim, set())
-        if reserved & (running | using):
+        reserved = mine.get(claim, {})
+        if set(reserved) & (running | using):
             continue
         names = {p.uid: p.name for p in pods if p.uid in reserved and p.name}
-        who = ", ".join(sorted(names.get(u, u) for u in reserved))
+        who = ", ".join(sorted(names.get(u, n) for u, n in reserved.items()))
         waiting[claim] = (
             f"prepared for pod(s) {who}, none of which runs" if who else "prepared for no pod"
         ) + " (its driver still holds it: a claim kubelet never unprepared, or a driver gone)"

@@ -41,7 +41,7 @@ OWNER_NOUNS = {VM_METADATA: "VM", DRA_SOURCE: "DRA claim"}
 CDI = "cdi.k8s.io/devices"
 CLAIM = "resource.k8s.io/claim"  # the annotation an API record names its ResourceClaim by
 # The annotation a DRA claim's record (facts.dra_node) names the pods its driver prepared it for
-# by (status.reservedFor uids, comma-separated): what says whether its pods still run.
+# by (status.reservedFor, `<uid>:<name>` comma-separated): what says whether its pods still run.
 RESERVED = "resource.k8s.io/reserved-for"
 CLAIM_OWNER = "resourceclaim:"  # a DRA claim as an owner: resourceclaim:<claim uid>
 NO_CONTAINER = "000000000000"  # npu-smi's Container ID for a vNPU no container is using

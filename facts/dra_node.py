@@ -173,8 +173,9 @@ def _cd_alive(c: dra_cd.CdClaim) -> Pod:
 
 
 def _uids(c: dra.PreparedClaim | dra_cd.CdClaim) -> str:
-    """The pods the claim was prepared for (status.reservedFor), by uid."""
-    return ",".join(dict.fromkeys(uid for _, uid in c.reserved_for))
+    """The pods the claim was prepared for (status.reservedFor): `<uid>:<name>`, comma-separated
+    (neither a uid nor a pod's name, a DNS subdomain, holds either character)."""
+    return ",".join(dict.fromkeys(f"{uid}:{name}" for name, uid in c.reserved_for))
 
 
 def _checkpoint(

@@ -278,7 +278,7 @@ def test_a_claim_the_driver_holds_whose_pods_do_not_run_is_a_stuck_owner_and_sta
     owner = f"resourceclaim:{UID}"
     assert list(decision.stuck_owners) == [owner]
     why, _ = decision.stuck_owners[owner]
-    assert why.startswith(f"prepared for pod(s) {UID}, none of which runs")
+    assert why.startswith("prepared for pod(s) llm-0, none of which runs")
     (v13,) = [v for v in decision.verdicts if v.partition.id == "13"]
     assert v13.status == "claimed"
     assert "stuck owner: prepared for pod(s)" in v13.reason
