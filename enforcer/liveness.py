@@ -224,7 +224,7 @@ def stuck(
     now: float,
 ) -> Stuck:
     """The stuck owners of this run, given which claims protect which partitions (`protect`)."""
-    waiting = waiting_owners(obs, protected, owners.said)
+    waiting = waiting_owners(obs, protected, owners.said, "cri" in policy.claim_sources)
     since = _waiting_since(ledger, obs, now, waiting)
     vms = stuck_claims(obs, policy)
     why = {owner: f"stuck claim: no hypervisor PID for {age:.0f} s" for owner, age in vms.items()}
@@ -244,7 +244,7 @@ def stuck_claims(obs: Observation, policy: Policy) -> dict[str, float]:
 
 
 def waiting_owners(
-    obs: Observation, protected: dict[str, list[Claim]], pods: tuple[Pod, ...]
+    obs: Observation, protected: dict[str, list[Claim]], pods: tuple[Pod, ...], cri: bool = True
 ) -> dict[str, str]:
     """
     The owners whose live claims keep partitions that none of them uses (no holder of theirs)
@@ -258,7 +258,8 @@ def waiting_owners(
     own = (VM_METADATA, DRA_SOURCE)  # a VM has its own (stuck_claims)
     keeping = {c.owner_uid for cs in protected.values() for c in cs if c.source not in own}
     claims = {c.owner_uid for cs in protected.values() for c in cs if c.source == DRA_SOURCE}
-    return not_running(keeping - using, pods) | dra_waiting(obs, claims, using, pods)
+    dra = dra_waiting(obs, claims, using, pods) if cri else {}
+    return not_running(keeping - using, pods) | dra
 
 
 def dra_waiting(
@@ -270,7 +271,8 @@ def dra_waiting(
     for now (facts.kubeapi's records of the claim) holds a partition or has a ready CRI sandbox.
     That is a claim kubelet never unprepared, or the checkpoint of a driver since uninstalled:
     the driver still holds it, so its partitions stay claimed (rule 3); it is reported. Not
-    judged when the runtime's listing was not read (a pod running would not show).
+    judged when the runtime's listing was not read, or `cri` is no claim source (its sandboxes
+    are then not among the pods said: a pod running would not show).
     """
     if obs.containers is None:
         return {}

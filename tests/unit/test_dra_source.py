@@ -284,6 +284,14 @@ def test_a_claim_the_driver_holds_whose_pods_do_not_run_is_a_stuck_owner_and_sta
     assert "stuck owner: prepared for pod(s)" in v13.reason
 
 
+def test_a_claim_is_not_judged_stuck_without_the_cri_as_a_claim_source():
+    """Its pods' sandboxes are then not among what the sources say: a running pod would not show."""
+    claim = completed(concrete(13, 0, GI13_MIG, "gpu-0-mig-1g10gb-19-6"))
+    obs = node(build.write_v2({UID: claim}, boot_id=BOOT))
+    data = {"enforcer_stuck_owner_seconds": 0, "enforcer_claim_sources": ["kubelet-checkpoint"]}
+    assert decide(obs, Ledger(), policy_from_host_data("h100", data), obs.now).stuck_owners == {}
+
+
 def test_a_claim_whose_pod_runs_is_no_stuck_owner():
     """The same claim prepared for infer-310p-0, whose sandbox is ready (the node's CRI)."""
     from unit.test_snapshot import READY_UID
