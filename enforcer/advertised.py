@@ -26,6 +26,11 @@ An advertised device id names a partition, names a slot, or is not understood:
   id holding a GPU's UUID and no MIG device's (a whole GPU, HAMi's `<GPU UUID>-<n>` slots).
 - Not understood, on a partition vendor's resource: every partition of that vendor is kept, and
   a person is asked to write its adapter (fail closed, as an unrecognised owner record).
+
+NVIDIA's DRA driver advertises in ResourceSlices instead (facts.dra_node.slices_evidence, with
+the kubernetes-api source): `gpu.nvidia.com/<pool>/<device>`, a static MIG device by its
+canonical name (a GI's alias), a whole GPU (no partition). Under DynamicMIG it advertises
+partitionable devices, GIs not made yet: none of those is given here.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from enforcer.claims import vendor_kinds
-from enforcer.model import Advertised, Partition
+from enforcer.model import DRA, Advertised, Partition
 from kinds import REGISTRY
 
 # Slots of any vendor (each kind's own are its Kind.slots).
@@ -89,4 +94,9 @@ def _names(device_id: str) -> list[tuple[str, str]] | None:
 
 
 def _evidence(a: Advertised) -> str:
+    if a.resource.startswith(DRA):  # a DRA driver's ResourceSlices (facts.dra_node)
+        driver = a.resource.removeprefix(DRA)
+        return (
+            f"advertised by DRA driver {driver} in its ResourceSlices as {a.device_id} ({a.source})"
+        )
     return f"advertised by the device plugin of {a.resource} as {a.device_id} ({a.source})"

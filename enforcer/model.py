@@ -31,6 +31,10 @@ DRAIN_MARKER = "drain-marker"  # the node read's section of <state_dir>/drain.js
 # `<driver>/<pool>/<device>`, its CDI devices under the annotation CDI.
 DRA = "dra:"
 DRA_SOURCE = "dra"  # the DRA drivers' own records on the node (facts.dra_node)
+# Rule 4's evidence on NVIDIA's DRA driver's DynamicMIG (DraMode.source), strongest first: its
+# ResourceSlices for the node (facts.kubeapi), its checkpoint's shape (facts.dra_node).
+DRA_SLICES, DRA_SHAPE = "resourceslices", "checkpoint"
+HOST_DATA = "host-data"  # the report's source of a contradiction between host data and the node
 VM_METADATA = "vm-metadata"
 # A claim source that reads nothing of its own: the node's VMs are KubeVirt's virt-launcher
 # pods, whose kubelet records claim their vGPUs (kinds.vgpu), so vGPUs need no VMM files.
@@ -41,6 +45,10 @@ PLUGIN_SOURCES = ("kubelet-checkpoint", "kubelet-pod-resources")
 OWNER_NOUNS = {VM_METADATA: "VM", DRA_SOURCE: "DRA claim"}
 CDI = "cdi.k8s.io/devices"
 CLAIM = "resource.k8s.io/claim"  # the annotation an API record names its ResourceClaim by
+# The annotation a DRA claim's record (facts.dra_node) names the pods its driver prepared it for
+# by (status.reservedFor, `<uid>:<name>` comma-separated): what says whether its pods still run.
+RESERVED = "resource.k8s.io/reserved-for"
+CLAIM_OWNER = "resourceclaim:"  # a DRA claim as an owner: resourceclaim:<claim uid>
 NO_CONTAINER = "000000000000"  # npu-smi's Container ID for a vNPU no container is using
 
 
@@ -228,6 +236,20 @@ class Advertised:
 
 
 @dataclass(frozen=True)
+class DraMode:
+    """
+    What one piece of evidence says about NVIDIA's DRA driver making GPU instances per claim
+    (DynamicMIG), rule 4's question (enforcer.contract.dra_mode): `source` DRA_SHAPE (its
+    checkpoint's shape, facts.dra_node) or DRA_SLICES (its ResourceSlices, facts.kubeapi);
+    `dynamic` None when it cannot tell, `why` says what it rests on.
+    """
+
+    source: str
+    dynamic: bool | None
+    why: str
+
+
+@dataclass(frozen=True)
 class Observation:
     """
     The node, read once: partitions and holders, owner records, pods, source health.
@@ -255,6 +277,7 @@ class Observation:
     listening: dict[str, frozenset[int]] = field(default_factory=dict)  # unix socket path ->
     # inodes of listening sockets bound there (/proc/net/unix, accept flag set)
     advertised: tuple[Advertised, ...] = ()
+    dra_modes: tuple[DraMode, ...] = ()  # rule 4's evidence on NVIDIA's DRA driver's DynamicMIG
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,7 @@ SHARED = {
     "drain": "cat drain.json",
     "dra-drivers": "ls /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins",
     "dra-checkpoint": "cat plugins/gpu.nvidia.com/checkpoint.json",
+    "dra-cd-checkpoint": "cat plugins/compute-domain.nvidia.com/checkpoint.json",
     "dra-cdi": "cat k8s.gpu.nvidia.com-claim_*.yaml",
     "claim-digest": "sha256sum kubelet_internal_checkpoint",
     "last-read": "write last-read",
@@ -237,8 +238,8 @@ def observe(
         holders += held
     pods, records = _pods_and_records(entries, sandboxes, containers)
     more_pods, more_records = _pod_resources(answered, sandboxes)
-    dra_pods, dra_records = dra_node.observe_dra(r, paths, boot_id, {p.kind for p in partitions})
-    pods, records = pods + more_pods + dra_pods, records + more_records + marked + dra_records
+    dra = dra_node.observe_dra(r, paths, boot_id, {p.kind for p in partitions})
+    pods, records = pods + more_pods + dra.pods, records + more_records + marked + dra.records
     keep = {*claim_sources, DRA_SOURCE}  # the DRA driver's claims: read where it is
     _tools_missing(r, paths)
     return Observation(
@@ -266,6 +267,7 @@ def observe(
         )
         if kubelet
         else (),
+        dra_modes=dra.modes,
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 from enforcer.model import CDI, DRA, MIG, PPU, Claim, Holder, Observation, OwnerRecord, Partition
 from enforcer.policy import NodePaths
 from enforcer.shell import b64, decimal, render
-from facts import dra
+from facts import dra, dra_cd
 from facts.errors import ParseError
 from facts.mig import NOTHING, mig_holders, observe_mig
 from facts.sections import Reader
@@ -42,6 +42,9 @@ NVIDIA_CAP = re.compile(r"^/dev/nvidia-caps/(nvidia-cap[0-9]+)$", re.ASCII)
 # by canonical name: a MIG device (a GI alias, facts.mig), a whole GPU `gpu-<minor>` (an alias of
 # every GI on it), a GPU passed through to a VM `gpu-vfio-<n>` (no partition).
 DRA_DRIVER = "gpu.nvidia.com"
+# The chart's ComputeDomain plugin (facts.dra_cd): IMEX channels and daemons, no partition.
+DRA_CD_DRIVER = dra_cd.DRIVER
+NVIDIA_DRA = (DRA_DRIVER, DRA_CD_DRIVER)
 DRA_GPU = re.compile(r"^gpu-[0-9]+$", re.ASCII)
 DRA_VFIO = re.compile(r"^gpu-vfio-[0-9]+$", re.ASCII)
 
@@ -61,7 +64,11 @@ def holders(r: Reader, found: Found, w: Witness) -> tuple[list[Partition], list[
 
 def advertises(device_id: str) -> list[tuple[str, str]] | None:
     """NVIDIA's plugin advertises each MIG device by its UUID, GKE's each GI by its name; an id
-    holding a GPU's UUID and no MIG device's is a slot (Kind.slots)."""
+    holding a GPU's UUID and no MIG device's is a slot (Kind.slots). NVIDIA's DRA driver
+    advertises in its ResourceSlices (facts.kubeapi) `gpu.nvidia.com/<pool>/<device>`: a static
+    MIG device by its canonical name (a GI's alias), a whole GPU or a VFIO GPU (no partition)."""
+    if device_id.startswith(f"{DRA_DRIVER}/"):
+        return _dra_advertised(device_id.split("/", 2)[-1])
     if migs := MIG_UUID.findall(device_id):
         return [(MIG, u) for u in migs]
     if m := GKE_GI.match(device_id):
@@ -69,17 +76,31 @@ def advertises(device_id: str) -> list[tuple[str, str]] | None:
     return None
 
 
+def _dra_advertised(name: str) -> list[tuple[str, str]] | None:
+    if dra.MIG_NAME.fullmatch(name):
+        return [(MIG, name)]
+    return [] if DRA_GPU.match(name) or DRA_VFIO.match(name) else None
+
+
 def claims(record: OwnerRecord) -> Claims:
-    if record.resource == f"{DRA}{DRA_DRIVER}" or _nvidia_cdi(record):
+    if _nvidia_dra(record):
         return dra_claims(record)
     return _mig_claims(record), False
 
 
-def _nvidia_cdi(record: OwnerRecord) -> bool:
-    """A DRA claim whose driver kubelet did not name (before 1.31), all of whose CDI ids are
-    NVIDIA's driver's (its CDI vendor, cdi.go:45)."""
+def _nvidia_dra(record: OwnerRecord) -> bool:
+    """
+    A DRA claim of NVIDIA's drivers only (`dra:<driver>[,<driver>]`, the GPU plugin and the
+    ComputeDomain plugin), or one whose driver kubelet did not name (before 1.31), all of whose
+    CDI ids are theirs (their CDI vendors, cdi.go:45 and compute-domain cdi.go:37).
+    """
+    if not record.resource.startswith(DRA):
+        return False
+    drivers = record.resource.removeprefix(DRA)
+    if drivers:
+        return set(drivers.split(",")) <= set(NVIDIA_DRA)
     ids = _cdi_devices(dict(record.annotations).get(CDI, ""))
-    return record.resource == DRA and bool(ids) and None not in ids
+    return bool(ids) and None not in ids
 
 
 def dra_claims(record: OwnerRecord) -> Claims:
@@ -91,9 +112,14 @@ def dra_claims(record: OwnerRecord) -> Claims:
     """
     names = [d.split("/", 2)[2] for d in record.device_ids if d.startswith(f"{DRA_DRIVER}/")]
     names += [n for _, v in record.annotations if _ == CDI for n in _cdi_devices(v)]
-    texts = [d for d in record.device_ids if not d.startswith(f"{DRA_DRIVER}/")]
-    if any(n is None for n in names) or not all(_dra_known(n) for n in names):
+    channels = [d for d in record.device_ids if d.startswith(f"{DRA_CD_DRIVER}/")]
+    drivers = tuple(f"{d}/" for d in NVIDIA_DRA)
+    texts = [d for d in record.device_ids if not d.startswith(drivers)]
+    if any(n is None for n in names) or not all(_dra_known(n) for n in names if n):
         return [], False
+    if not all(dra_cd.DEVICE.fullmatch(d.split("/", 2)[-1]) for d in channels):
+        return [], False  # a device of the ComputeDomain plugin's that it does not make
+    names = [n for n in names if n]  # its channels and daemons claim nothing: no partition
     exact = sorted({n for n in names if not DRA_VFIO.match(n)})  # type: ignore[arg-type]
     exact += sorted({u for t in texts for u in MIG_UUID.findall(t)})
     exact += sorted({m[1] for t in texts if (m := GKE_GI.match(t))})
@@ -115,13 +141,16 @@ def _dra_known(name: str) -> bool:
 
 
 def _cdi_devices(value: str) -> list[str | None]:
-    """The device names of a record's CDI ids (None: one of another vendor or class, or not
-    understood)."""
+    """The device names of a record's CDI ids ("": the ComputeDomain plugin's, no partition;
+    None: one of another vendor or class, or not understood)."""
     return [_cdi_device(i) for i in value.split(",") if i]
 
 
 def _cdi_device(cdi_id: str) -> str | None:
     try:
+        if cdi_id.startswith(f"k8s.{DRA_CD_DRIVER}/"):
+            dra_cd.check_cdi(cdi_id)
+            return ""
         return dra.device_of_cdi(cdi_id)
     except ParseError:
         return None

@@ -73,6 +73,9 @@ class FakeApiServer:
     # claims_status: what it answers their LIST instead, when not 200.
     claims: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     claims_status: int = 200
+    # The ResourceSlices, likewise (issue 30: NVIDIA's DRA driver's word on its capacity).
+    slices: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    slices_status: int = 200
     authorization: list[str] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
     url: str = ""
@@ -83,6 +86,12 @@ class FakeApiServer:
         query = parse_qs(url.query)
         if url.path.startswith("/api/v1/nodes/"):
             return self.node(url.path.removeprefix("/api/v1/nodes/"))
+        version = url.path.removeprefix("/apis/resource.k8s.io/").removesuffix("/resourceslices")
+        if url.path.endswith("/resourceslices") and version in self.slices:
+            if self.slices_status != 200:
+                return self.slices_status, status_body(self.slices_status, "Forbidden", "no")
+            items = self.slices[version]
+            return 200, {"kind": "ResourceSliceList", "metadata": {}, "items": items}
         version = url.path.removeprefix("/apis/resource.k8s.io/").removesuffix("/resourceclaims")
         if version in self.claims:
             if self.claims_status != 200:
