@@ -147,9 +147,10 @@ def list_pods(kubeconfig: str | None, timeout: float = 10) -> PodList:
     KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG or ~/.kube/config (as kubectl does).
     """
     listed_at = time.time()
-    deadline = time.monotonic() + timeout
     try:
         cfg = _configuration(kubeconfig)
+        # The budget is the API's: importing the client, once per process, is not spent of it.
+        deadline = time.monotonic() + timeout
         pods = _list_all(cfg, deadline)
         claims = _list_claims(cfg, deadline)
     except _Failure as failure:
@@ -661,9 +662,9 @@ def set_unschedulable(
     """
     if not is_node_name(node_name):
         raise CordonError(f"not a node name (DNS-1123 subdomain): {node_name!r}")
-    deadline = time.monotonic() + timeout
     try:
         cfg = _configuration(kubeconfig)
+        deadline = time.monotonic() + timeout  # the API's budget, not the client's import
         url = f"{cfg.host}/api/v1/nodes/{node_name}"
         k8s = _k8s()
         with k8s.client.ApiClient(cfg) as api:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fixtures.dra import build
 from unit.test_dra_source import BOOT, GI13_MIG, UID, completed, concrete, node
-from unit.test_kubeapi import FakeApiServer, fake, kubeconfig  # noqa: F401 (the fixture)
+from unit.test_kubeapi import BUDGET, FakeApiServer, fake, kubeconfig  # noqa: F401 (the fixture)
 
 from enforcer.contract import decide
 from enforcer.ledger import Ledger
@@ -188,7 +188,7 @@ def test_the_simulators_static_slices_listed_say_static_and_name_its_gis(
                 for d in item["spec"]["devices"]
             ]
     fake.slices[version] = items
-    pods = kubeapi.list_pods(kubeconfig(tmp_path, fake.url), timeout=10)
+    pods = kubeapi.list_pods(kubeconfig(tmp_path, fake.url), timeout=BUDGET)
     assert pods.ok and pods.slices is not None, pods.slices_reason
     advertised, (mode,) = dra_node.slices_evidence(pods, NODE)
     assert mode.dynamic is False
@@ -207,7 +207,7 @@ def test_the_simulators_dynamic_slices_listed_say_dynamic(
 ) -> None:
     n = sim(tmp_path, "v0.4.1", dynamic=True)
     fake.slices["v1"] = n.dra.resource_slices() + n.dra_cd.resource_slices()
-    pods = kubeapi.list_pods(kubeconfig(tmp_path, fake.url), timeout=10)
+    pods = kubeapi.list_pods(kubeconfig(tmp_path, fake.url), timeout=BUDGET)
     advertised, (mode,) = dra_node.slices_evidence(pods, NODE)
     assert (advertised, mode.dynamic) == ((), True)
 
@@ -217,6 +217,6 @@ def test_slices_that_cannot_be_listed_leave_the_pod_list_whole(
     tmp_path: Path,
 ) -> None:
     fake.slices["v1"], fake.slices_status = [], 403
-    pods = kubeapi.list_pods(kubeconfig(tmp_path, fake.url), timeout=10)
+    pods = kubeapi.list_pods(kubeconfig(tmp_path, fake.url), timeout=BUDGET)
     assert pods.ok
     assert pods.slices is None and "HTTP 403" in pods.slices_reason
