@@ -536,6 +536,8 @@ def _pods_and_records(entries, sandboxes, containers) -> tuple[list[Pod], list[O
             e.envs,
             e.annotations,
             e.devices,
+            e.mounts,
+            e.cdi_devices,
         )
         for e in entries or ()
     ]

@@ -9,14 +9,27 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 
-from enforcer.model import CDI, DRA, MIG, PPU, Claim, Holder, Observation, OwnerRecord, Partition
+from enforcer.model import (
+    CDI,
+    DRA,
+    MIG,
+    PPU,
+    VGPU_KINDS,
+    Claim,
+    Holder,
+    Observation,
+    OwnerRecord,
+    Partition,
+)
 from enforcer.policy import NodePaths
 from enforcer.shell import b64, decimal, render
 from facts import dra
 from facts.errors import ParseError
 from facts.mig import NOTHING, mig_holders, observe_mig
 from facts.sections import Reader
+from kinds import nvidia_plugin
 from kinds.base import Claims, Context, Found, Kind, Markers, Witness, on_gpu
 
 TOOL = "nvidia-smi"
@@ -121,9 +134,15 @@ def _cdi_device(cdi_id: str) -> str | None:
 
 
 def _mig_claims(record: OwnerRecord) -> list[Claim]:
+    """
+    Every field of the record (kinds.nvidia_plugin): a MIG device UUID anywhere claims its GI
+    exactly, a device NVIDIA's plugin names by index the GI (or GPU) of that index, a HAMi
+    reservation its GI; a GPU UUID the rest claims partitions on that GPU, count-aware. What
+    NVIDIA's fields carry that is not understood claims every partition of the vendor.
+    """
     if record.source == "markers":
         return marker_claims(record)
-    texts = [*record.device_ids, *(v for _, v in record.envs), *(v for _, v in record.annotations)]
+    texts = list(record.texts)
     named = sorted({u for t in texts for u in MIG_UUID.findall(t)})
     named += _gke_names(record)
     found = [
@@ -137,6 +156,10 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
         )
         for u in named
     ]
+    ids, odd = nvidia_plugin.named(record)
+    found += nvidia_plugin.index_claims(record, ids)
+    reserved, bad = nvidia_plugin.hami_claims(record)
+    found += reserved
     rest = [MIG_UUID.sub("", t) for t in texts] if named else texts
     gpus = sorted({g for t in rest for g in GPU_UUID.findall(t)})
     ids = rest[: len(record.device_ids)]
@@ -150,14 +173,26 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
         profile = resource[1]
         count = len(record.device_ids) or None
         found.append(on_gpu(record, "device-wide", None, profile, count, record.resource, MIG))
-    return found
+    return found + _not_understood(record, [*odd, *bad])
+
+
+def _not_understood(record: OwnerRecord, odd: list[str]) -> list[Claim]:
+    """What NVIDIA's fields carry that no rule reads keeps every partition of the vendor, whatever
+    else the record names, and asks a person (enforcer.claims, unrecognised)."""
+    if not odd:
+        return []
+    what = f"unrecognised record: {record.resource or 'annotations'}, {'; '.join(odd)[:160]}"
+    return [
+        replace(on_gpu(record, "device-wide", None, None, None, what, kind), unrecognised=True)
+        for kind in (MIG, *VGPU_KINDS)
+    ]
 
 
 def _gke_names(record: OwnerRecord) -> list[str]:
     """GKE's GPU instance ids; else the capability devices its container was given."""
     if ids := sorted({d for d in record.device_ids if GKE_GI.match(d)}):
         return ids
-    return sorted({m[1] for d in record.devices if (m := NVIDIA_CAP.match(d))})
+    return sorted({m[1] for d in record.device_nodes if (m := NVIDIA_CAP.match(d))})
 
 
 def marker_claims(record: OwnerRecord, kind: str = MIG, prefix: str = "gpu") -> list[Claim]:
@@ -226,4 +261,5 @@ KIND = Kind(
     advertises=advertises,
     slots=(GPU_UUID,),
     markers=Markers("nvidia", always=True, by_card=True),
+    reads_cdi=nvidia_plugin.reads_cdi,
 )
