@@ -25,7 +25,7 @@ from enforcer.model import (
 )
 from enforcer.policy import NodePaths
 from enforcer.shell import b64, decimal, render
-from facts import dra
+from facts import dra, hami
 from facts.errors import ParseError
 from facts.mig import NOTHING, mig_holders, observe_mig
 from facts.sections import Reader
@@ -245,10 +245,11 @@ KIND = Kind(
         "nvidia-caps": "cat /proc/driver/nvidia-caps/mig-minors",
         "nvidia-gpus": "grep '' /proc/driver/nvidia/gpus/*/information",
         "nvidia-driver": "ls /proc/driver/nvidia/capabilities/gpu*/mig/gi* " + GPU_OPERATOR_SMI,
+        "hami-mig-config": f"cat {hami.PATH}",  # HAMi's MIG template cache (facts.hami)
     },
     devnodes=("nvidia-caps/nvidia-cap*",),
     witnesses="nvidia-smi process table and fd scan of the capability devices",
-    sources=("nvidia-smi",),
+    sources=("nvidia-smi", hami.HAMI_CACHE),
     observe=observe,
     holders=holders,
     claims=claims,

@@ -68,6 +68,7 @@ def mig_sections(**changes) -> dict:
             "",
         ),
         "nvidia-gpus": ("0", INFORMATION, ""),
+        "hami-mig-config": ("absent", "", ""),
         "devnodes": ("0", CAPS, ""),
         "fd-scan": ("0", "", ""),
         "markers": ("0", "root 0 0\n", ""),
