@@ -346,19 +346,24 @@ def render_checkpoint(
     registered: Mapping[str, Sequence[str]],
     *,
     boot_id: str = "",
+    alloc_resps: Sequence[str | None] = (),
 ) -> str:
     """
     A checkpoint as kubelet writes it, device ids under NUMA node "-1" (no affinity) and a
     Checksum of 0 (no kubelet reads the simulator's file). A CheckpointEntry keeps only the host
-    path of a DeviceSpec, so each is written as host path = container path, permissions "rw".
+    path of a DeviceSpec, so each is written as host path = container path, permissions "rw",
+    and a mount read-write; `alloc_resps[i]`, when given, is entry i's AllocResp as its plugin
+    encoded it (simulator.device_plugins: read-only mounts, device specs as given).
     """
+    given = list(alloc_resps) + [None] * (len(entries) - len(alloc_resps))
     rows = [
         {
             "PodUID": e.pod_uid,
             "ContainerName": e.container,
             "ResourceName": e.resource,
             "DeviceIDs": {"-1": list(e.device_ids)},
-            "AllocResp": encode_alloc_resp(
+            "AllocResp": resp
+            or encode_alloc_resp(
                 dict(e.envs),
                 [(path, path, "rw") for path in e.devices],
                 dict(e.annotations),
@@ -366,7 +371,7 @@ def render_checkpoint(
                 cdi_devices=e.cdi_devices,
             ),
         }
-        for e in entries
+        for e, resp in zip(entries, given, strict=True)
     ]
     data = {
         "PodDeviceEntries": rows or None,

@@ -151,8 +151,13 @@ class PodModel(Store):
         *,
         devices: Sequence[str] = (),
         annotations: Mapping[str, str] | None = None,
+        alloc_resp: str | None = None,
     ) -> None:
-        """A checkpoint entry, as kubelet records an Allocate(); replaces the same key's entry."""
+        """
+        A checkpoint entry, as kubelet records an Allocate(); replaces the same key's entry.
+        `alloc_resp`: the response as the plugin encoded it (simulator.device_plugins), which
+        the checkpoint then holds instead of one made from `envs`, `devices`, `annotations`.
+        """
         entry = {
             "pod_uid": pod_uid,
             "container": container,
@@ -162,6 +167,8 @@ class PodModel(Store):
             "devices": list(devices),
             "annotations": dict(annotations or {}),
         }
+        if alloc_resp is not None:
+            entry["alloc_resp"] = alloc_resp
         key = (pod_uid, container, resource)
         with self._mutate() as state:
             state["checkpoint"] = [e for e in state["checkpoint"] if _entry_key(e) != key]

@@ -160,7 +160,11 @@ def checkpoint_text(state: State) -> str:
         )
         for e in state["checkpoint"]
     ]
-    return render_checkpoint(entries, state["registered"], boot_id=state["boot_id"])
+    # An entry a device plugin's simulation answered keeps its response as the plugin encoded it.
+    responses = [e.get("alloc_resp") for e in state["checkpoint"]]
+    return render_checkpoint(
+        entries, state["registered"], boot_id=state["boot_id"], alloc_resps=responses
+    )
 
 
 # --- files ---------------------------------------------------------------------------------------
