@@ -150,7 +150,7 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
             record.owner_uid,
             record.source,
             "exact",
-            f"{record.where}: {u}",
+            f"{record.where}: {u}{_only_in(record, u)}",
             kind=MIG,
             uuid=u,
         )
@@ -174,6 +174,18 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
         count = len(record.device_ids) or None
         found.append(on_gpu(record, "device-wide", None, profile, count, record.resource, MIG))
     return found + _not_understood(record, [*odd, *bad])
+
+
+def _only_in(record: OwnerRecord, name: str) -> str:
+    """Where a name is, when only the allocate response's CDI names or mounts carry it."""
+    if any(
+        name in t
+        for t in (*record.device_ids, *(v for _, v in (*record.envs, *record.annotations)))
+    ):
+        return ""
+    if any(name in n for n in record.cdi_devices):
+        return " (its CDI device)"
+    return " (its mount)" if any(name in p for m in record.mounts for p in m) else ""
 
 
 def _not_understood(record: OwnerRecord, odd: list[str]) -> list[Claim]:

@@ -184,6 +184,12 @@ class PodModel(Store):
         with self._mutate() as state:
             state["registered"][resource] = list(device_ids)
 
+    def unregister(self, resource: str) -> None:
+        """kubelet forgets a resource whose plugin has been gone past its grace (5 minutes:
+        devicemanager's endpointStopGracePeriod); its entries stay."""
+        with self._mutate() as state:
+            state["registered"].pop(resource, None)
+
     # --- gpustack's pod work trees ----------------------------------------------------------------
 
     def marker_dir(self, pod_uid: str, root: str = GPUSTACK_PODS) -> Path:
