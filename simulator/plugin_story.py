@@ -71,6 +71,8 @@ def build_nvidia(
     two 1g.10gb (b, idle) advertised under their profiles' resources, the leak a 1g.10gb+me. The
     leak was made by hand after the plugin listed its devices (an operator's test): advertised
     by nothing, claimed by nothing. llm-a runs on a; llm-b, admitted, is creating its container.
+    (An index names the GI the runtime resolves it to when the container starts: a GI made
+    between Allocate and then takes the index, and the record claims it too.)
     """
     node = SimNode.create(path, [], gpus=[H100])
     if mig_strategy == "single":
@@ -88,6 +90,9 @@ def build_nvidia(
         }
     else:
         raise ValueError(f"MIG strategy single or mixed: {mig_strategy}")
+    if leak:  # before the pods' Allocate: the index strategy's ids count it (NVML's order)
+        profile, start = ("1g.10gb", 3) if mig_strategy == "single" else ("1g.10gb+me", 4)
+        gis["leak"] = node.create_gi(0, profile, start=start)
     advertised: dict[str, list[str]] = {}
     for name, resource in resources.items():
         advertised.setdefault(resource, []).append(node.mig_uuid(0, gis[name], 0))
@@ -99,9 +104,6 @@ def build_nvidia(
     ):
         node.add_pod(uid, name, phase=phase)
         nvidia_allocate(node, plugin, uid, resources[gi], [gis[gi]])
-    if leak:
-        profile, start = ("1g.10gb", 3) if mig_strategy == "single" else ("1g.10gb+me", 4)
-        gis["leak"] = node.create_gi(0, profile, start=start)
     return node, {n: (0, gi) for n, gi in gis.items()}
 
 

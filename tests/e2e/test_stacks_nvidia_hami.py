@@ -219,7 +219,13 @@ def test_hami_mig_template_a_true_leak_is_reclaimed_and_the_idle_cached_gis_are_
 
 
 def test_hami_mig_template_a_starting_pods_partition_is_kept(stack):
-    starting_kept(stack(lambda p: story.build_hami_template(p, leak=False)))
+    """llm-b's GI is one of the template's: pinned by HAMi's cache (its record claims it too:
+    unit tests), past the grace and one run."""
+    node = stack(lambda p: story.build_hami_template(p, leak=False))
+    for run in node.converge(GRACE_RUNS + 1):
+        assert node.status(run, "b") == "pinned"
+        assert "HAMi's MIG template on GPU 0" in node.reason(run, "b")
+    assert node.listed("b")
 
 
 def test_hami_mig_template_a_healthy_node_is_quiet(stack):
