@@ -320,3 +320,32 @@ def test_the_template_cache_as_nvidia_mig_parted_exports_it():
     text += "    mig-devices:\n      1g.10gb: 7\n"
     (template,) = hami.parse_mig_config(text)
     assert template == hami.Template(None, (("1g.10gb", 7),))
+
+
+# --- the other kinds: a mount of a partition's device node claims as its device spec does -------
+
+
+@pytest.mark.parametrize(
+    ("resource", "node", "kind", "name"),
+    [
+        (
+            "alibabacloud.com/ppu.partitioned",
+            "/dev/alixpu-caps/alixpu-cap17",
+            "thead-ppu",
+            "alixpu-cap17",
+        ),
+        ("hygon.com/dcunum", "/dev/dri/renderD128", "hygon-vdcu", "renderD128"),
+        ("nvidia.com/gpu", "/dev/nvidia-caps/nvidia-cap120", MIG, "nvidia-cap120"),
+    ],
+    ids=["thead-ppu", "hygon-vdcu", "nvidia-mig"],
+)
+def test_not_claimed_a_mounted_device_node_claims_as_a_device_spec_does(resource, node, kind, name):
+    record = OwnerRecord(
+        "7e6d5c4b-3a29-4180-9f7e-6d5c4b3a2918",
+        "kubelet-checkpoint",
+        f"checkpoint 7e6d5c4b/main {resource}",
+        resource,
+        mounts=((node, node),),
+    )
+    claims = claims_from_records([record])
+    assert [(c.scope, c.kind, c.uuid) for c in claims] == [("exact", kind, name)]
