@@ -69,6 +69,8 @@ def parse_mig_config(text: str) -> tuple[Template, ...]:
         spec = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
     except yaml.YAMLError as err:
         raise ParseError(f"{PATH}: not YAML ({err})") from err
+    except (ValueError, RecursionError) as err:  # an int past int()'s digits, deep nesting
+        raise ParseError(f"{PATH}: not YAML yaml.v3 writes ({type(err).__name__})") from err
     spec = _mapping(spec, _KEYS, ("version",), PATH)
     if spec["version"] != "v1":
         raise ParseError(f"{PATH}: version {spec['version']!r} is not v1")
