@@ -156,8 +156,8 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
         )
         for u in named
     ]
-    ids, odd = nvidia_plugin.named(record)
-    found += nvidia_plugin.index_claims(record, ids)
+    listed, odd = nvidia_plugin.named(record)
+    found += nvidia_plugin.index_claims(record, listed)
     reserved, bad = nvidia_plugin.hami_claims(record)
     found += reserved
     rest = [MIG_UUID.sub("", t) for t in texts] if named else texts
