@@ -177,8 +177,9 @@ class Pod:
 class OwnerRecord:
     """
     One record that names an owner and what it was given, as a claim source wrote it: a kubelet
-    checkpoint entry (resource, device ids, the allocate response's envs and device nodes), a
-    CRI sandbox or a Kubernetes pod (annotations). Adapters turn records into claims.
+    checkpoint entry (resource, device ids, the allocate response's envs, device nodes, mounts,
+    annotations and CDI device names: every field it carries), a CRI sandbox or a Kubernetes pod
+    (annotations). Adapters turn records into claims.
     """
 
     owner_uid: str
@@ -189,6 +190,27 @@ class OwnerRecord:
     envs: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
     devices: tuple[str, ...] = ()  # the allocate response's device nodes (host paths)
+    mounts: tuple[tuple[str, str], ...] = ()  # the allocate response's (container, host) paths
+    cdi_devices: tuple[str, ...] = ()  # the allocate response's CDI device names
+
+    @property
+    def device_nodes(self) -> tuple[str, ...]:
+        """The device nodes its container was given: its device specs, and the host paths of
+        its mounts under /dev (a bind mount of a device node reaches it all the same)."""
+        mounted = tuple(h for _, h in self.mounts if h.startswith("/dev/") and h != "/dev/null")
+        return (*self.devices, *mounted)
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """Every value it carries, for the generic rule (a partition's UUID anywhere claims it):
+        device ids first, then env values, annotation values, CDI names and mount paths."""
+        return (
+            *self.device_ids,
+            *(v for _, v in self.envs),
+            *(v for _, v in self.annotations),
+            *self.cdi_devices,
+            *(p for mount in self.mounts for p in mount),
+        )
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,25 @@ import re
 from collections import Counter
 from dataclasses import replace
 
-from enforcer.model import CDI, DRA, MIG, PPU, Claim, Holder, Observation, OwnerRecord, Partition
+from enforcer.model import (
+    CDI,
+    DRA,
+    MIG,
+    PPU,
+    VGPU_KINDS,
+    Claim,
+    Holder,
+    Observation,
+    OwnerRecord,
+    Partition,
+)
 from enforcer.policy import NodePaths
 from enforcer.shell import b64, decimal, render
-from facts import dra, dra_cd
+from facts import dra, dra_cd, hami
 from facts.errors import ParseError
 from facts.mig import NOTHING, mig_holders, observe_mig
 from facts.sections import Reader
+from kinds import nvidia_plugin
 from kinds.base import Claims, Context, Found, Kind, Markers, Witness, on_gpu
 
 TOOL = "nvidia-smi"
@@ -157,10 +169,16 @@ def _cdi_device(cdi_id: str) -> str | None:
 
 
 def _mig_claims(record: OwnerRecord) -> list[Claim]:
+    """
+    Every field of the record (kinds.nvidia_plugin): a MIG device UUID anywhere claims its GI
+    exactly, a device NVIDIA's plugin names by index the GI (or GPU) of that index, a HAMi
+    reservation its GI; a GPU UUID the rest claims partitions on that GPU, count-aware. What
+    NVIDIA's fields carry that is not understood claims every partition of the vendor.
+    """
     if record.source == "markers":
         return marker_claims(record)
-    texts = [*record.device_ids, *(v for _, v in record.envs), *(v for _, v in record.annotations)]
-    given = texts if record.resource else texts[: len(texts) - len(record.annotations)]
+    texts = list(record.texts)
+    given = texts if record.resource else list(replace(record, annotations=()).texts)
     named = sorted({u for t in given for u in MIG_UUID.findall(t)})
     named += _gke_names(record)
     found = [
@@ -168,7 +186,7 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
             record.owner_uid,
             record.source,
             "exact",
-            f"{record.where}: {u}",
+            f"{record.where}: {u}{_only_in(record, u)}",
             kind=MIG,
             uuid=u,
         )
@@ -178,7 +196,8 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
     # holds: T-Head's GPU instances have the same form (gpustack's
     # `device.gpustack.ai/accelerator.allocated` names either by its `allocatedPhysicalID`): it
     # claims the one of that UUID of either kind, and neither claim dangles.
-    noted = sorted({u for t in texts[len(given) :] for u in MIG_UUID.findall(t)} - set(named))
+    notes = () if record.resource else (v for _, v in record.annotations)
+    noted = sorted({u for t in notes for u in MIG_UUID.findall(t)} - set(named))
     found += [
         Claim(
             record.owner_uid,
@@ -193,6 +212,10 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
         for kind in (MIG, PPU)
     ]
     named += noted
+    listed, odd = nvidia_plugin.named(record)
+    found += nvidia_plugin.index_claims(record, listed)
+    reserved, bad = nvidia_plugin.hami_claims(record)
+    found += reserved
     rest = [MIG_UUID.sub("", t) for t in texts] if named else texts
     gpus = sorted({g for t in rest for g in GPU_UUID.findall(t)})
     ids = rest[: len(record.device_ids)]
@@ -206,14 +229,39 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
         profile = resource[1]
         count = len(record.device_ids) or None
         found.append(on_gpu(record, "device-wide", None, profile, count, record.resource, MIG))
-    return found
+    return found + _not_understood(record, [*odd, *bad])
+
+
+def _only_in(record: OwnerRecord, name: str) -> str:
+    """Where a name is, when only the allocate response's CDI names or mounts carry it."""
+    if any(
+        name in t
+        for t in (*record.device_ids, *(v for _, v in (*record.envs, *record.annotations)))
+    ):
+        return ""
+    if any(name in n for n in record.cdi_devices):
+        return " (its CDI device)"
+    return " (its mount)" if any(name in p for m in record.mounts for p in m) else ""
+
+
+def _not_understood(record: OwnerRecord, odd: list[str]) -> list[Claim]:
+    """What NVIDIA's fields carry that no rule reads keeps every partition of the vendor, whatever
+    else the record names, and asks a person (enforcer.claims, unrecognised)."""
+    if not odd:
+        return []
+    what = f"unrecognised record: {record.resource or 'annotations'}, {'; '.join(odd)[:160]}"
+    return [
+        replace(on_gpu(record, "device-wide", None, None, None, what, kind), unrecognised=True)
+        for kind in (MIG, *VGPU_KINDS)
+    ]
 
 
 def _gke_names(record: OwnerRecord) -> list[str]:
     """GKE's GPU instance ids (kubelet's pick) and the capability devices its container was
-    given (the plugin's answer for them): both are read, whatever each names."""
+    given (the plugin's answer for them, device specs or mounts): both are read, whatever each
+    names."""
     ids = {m[1] for d in record.device_ids if (m := GKE_GI.match(d))}
-    return sorted(ids | {m[1] for d in record.devices if (m := NVIDIA_CAP.match(d))})
+    return sorted(ids | {m[1] for d in record.device_nodes if (m := NVIDIA_CAP.match(d))})
 
 
 def marker_claims(record: OwnerRecord, kind: str = MIG, prefix: str = "gpu") -> list[Claim]:
@@ -274,10 +322,11 @@ KIND = Kind(
         "nvidia-caps": "cat /proc/driver/nvidia-caps/mig-minors",
         "nvidia-gpus": "grep '' /proc/driver/nvidia/gpus/*/information",
         "nvidia-driver": "ls /proc/driver/nvidia/capabilities/gpu*/mig/gi* " + GPU_OPERATOR_SMI,
+        "hami-mig-config": f"cat {hami.PATH}",  # HAMi's MIG template cache (facts.hami)
     },
     devnodes=("nvidia-caps/nvidia-cap*",),
     witnesses="nvidia-smi process table and fd scan of the capability devices",
-    sources=("nvidia-smi",),
+    sources=("nvidia-smi", hami.HAMI_CACHE),
     observe=observe,
     holders=holders,
     claims=claims,
@@ -290,4 +339,5 @@ KIND = Kind(
     advertises=advertises,
     slots=(GPU_UUID, GKE_GPU),
     markers=Markers("nvidia", always=True, by_card=True),
+    reads_cdi=nvidia_plugin.reads_cdi,
 )

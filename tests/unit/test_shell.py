@@ -268,6 +268,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "nvidia-caps",
         "nvidia-gpus",
         "nvidia-driver",
+        "hami-mig-config",
         "ppu-smi-list",
         "ppu-smi-lgi",
         "ppu-smi-lci",
