@@ -211,12 +211,30 @@ class Claim:
 class Advertised:
     """
     A device a device plugin advertises to kubelet as allocatable (the checkpoint's
-    RegisteredDevices): the node's capacity, desired state (rule 4).
+    RegisteredDevices): the node's capacity, desired state (rule 4). Any other advertiser of
+    desired state (a scheduler's cache of idle partitions, a DRA driver's ResourceSlices) is one
+    too. `source` names where it was read: a run in which that source is not ok leaves the
+    memory of its advertisements as it was (enforcer.memory); `resource` is the advertiser, so
+    a run that reads `source` and finds no device of `resource` finds the advertiser gone.
     """
 
     source: str
     resource: str
     device_id: str
+
+
+@dataclass(frozen=True)
+class Release:
+    """
+    A person's release of a partition kept only by rule 4's memory (`enforcer release` on the
+    node appends it to <state_dir>/released; enforcer.memory applies it): the identity released,
+    who, why, and when (the node's clock).
+    """
+
+    identity: str
+    by: str
+    reason: str
+    at: float
 
 
 @dataclass(frozen=True)
@@ -247,6 +265,7 @@ class Observation:
     listening: dict[str, frozenset[int]] = field(default_factory=dict)  # unix socket path ->
     # inodes of listening sockets bound there (/proc/net/unix, accept flag set)
     advertised: tuple[Advertised, ...] = ()
+    released: tuple[Release, ...] = ()  # a person's releases not applied yet (enforcer.memory)
 
 
 @dataclass(frozen=True)

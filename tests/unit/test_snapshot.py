@@ -80,6 +80,7 @@ def healthy_node() -> dict[str, tuple[str, str, str]]:
         "crictl-ps": ("0", CONTAINERS, ""),
         "ledger": ("absent", "", ""),
         "destroyed": ("absent", "", ""),
+        "released": ("absent", "", ""),
         "drain": ("absent", "", ""),
         "dra-drivers": ("0", "", ""),
         "dra-checkpoint": ("absent", "", ""),
