@@ -119,6 +119,8 @@ def test_a_plugin_that_blinks_changes_nothing(pool_node):
         assert set(node.statuses(run).values()) == {"pinned"}
         assert "until" not in run.reason(min(node.uuids))  # advertised now, not remembered
     assert len(node.instances()) == 7
+    view = node.enforcer("report", str(node.report_file.parent))
+    assert view.returncode == 0, view.stdout + view.stderr  # a healthy node is quiet
 
 
 def test_a_device_called_unhealthy_is_kept_and_a_persons_release_lets_it_go(pool_node):
