@@ -156,8 +156,10 @@ def _previous(
         return {}
     stems = {_stem(i): i for i in listed}
     found: dict[str, Remembered] = {}
-    for identity, m in sorted(ledger.desired.items()):
-        if identity.rpartition("@")[2] != obs.boot_id and _stem(identity) in stems:
+    # This boot's entries first: one remembered in this boot is never replaced by one carried.
+    order = sorted(ledger.desired.items(), key=lambda e: (_boot(e[0]) != obs.boot_id, e[0]))
+    for identity, m in order:
+        if _boot(identity) != obs.boot_id and _stem(identity) in stems:
             identity, m = stems[_stem(identity)], replace(m, gone_seen=True)
         if m.missing_since is not None and m.missing_since > now:
             m = replace(m, missing_since=now)
@@ -168,6 +170,10 @@ def _previous(
 def _stem(identity: str) -> str:
     """An identity without its boot id: every field the tool prints."""
     return identity.rpartition("@")[0]
+
+
+def _boot(identity: str) -> str:
+    return identity.rpartition("@")[2]
 
 
 def _advertised(

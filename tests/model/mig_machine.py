@@ -586,7 +586,8 @@ class MigContract:
         there = {STATIC: bool(m.advertised), OPAQUE: m.opaque_advertised}
         stems = {g.identity()[:-1]: g.identity() for g in listed}
         previous: dict[tuple, tuple[str, bool]] = {}
-        for i, (resource, _gone) in sorted(self.remembered.items(), key=repr):
+        order = sorted(self.remembered.items(), key=lambda e: (e[0][-1] != m.boot, repr(e)))
+        for i, (resource, _gone) in order:  # this boot's first: never replaced by one carried
             if i[-1] != m.boot and i[:-1] in stems:
                 i, _gone = stems[i[:-1]], True
                 m.event("memory: a GI made again after a reboot, remembered on")
