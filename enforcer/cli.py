@@ -464,6 +464,7 @@ def _ledger_show(args: argparse.Namespace) -> int:
                     {"identity": identity, **asdict(e), "streak_seconds": _streak_seconds(e)}
                     for identity, e in entries
                 ],
+                "desired": {i: asdict(m) for i, m in sorted(ledger.desired.items())},
             }
         )
         return OK
@@ -479,6 +480,16 @@ def _ledger_show(args: argparse.Namespace) -> int:
         short = short_identity(identity, e.key)
         rows.append((e.key, short, _when(e.first_seen), runs, seconds, str(e.destroy_attempts)))
     print("\n".join(aligned(rows, right={3, 4, 5})) if entries else "no partition recorded")
+    away = sorted((m.key, i, m) for i, m in ledger.desired.items() if m.missing_since is not None)
+    if away:
+        print("kept by the memory of an advertiser (rule 4; `enforcer release` lets one go):")
+        rows = [("KEY", "IDENTITY", "NOT ADVERTISED SINCE", "ADVERTISER", "SEEN GONE")]
+        for key, identity, m in away:
+            gone = "yes" if m.gone_seen else "no"
+            advertiser = f"{m.resource} ({m.source})"
+            short = short_identity(identity, key)
+            rows.append((key, short, _when(m.missing_since), advertiser, gone))
+        print("\n".join(aligned(rows)))
     return OK
 
 

@@ -652,3 +652,13 @@ def test_explain_says_a_stuck_desired_partition_needs_a_person_and_how(capsys, t
     reports = write_reports(tmp_path / "reports", report("n1", gi7, stuck_desired=[stuck]))
     rc, out, _ = run(capsys, "report", str(reports))
     assert rc == 1 and "1 partition kept with its advertiser gone" in out
+
+
+def test_ledger_show_lists_what_the_memory_keeps(capsys, remembering):
+    rc, out, _ = run(capsys, "ledger", "show", str(remembering))
+    assert rc == 0 and "kept by the memory of an advertiser" in out
+    (row,) = [line for line in out.splitlines() if line.startswith(GI7)]
+    assert "2025-11-29 21:05:00Z" in row and "nvidia.com/mig-1g.10gb (kubelet-checkpoint)" in row
+    assert "nvidia-mig/gpu:GPU-1/6 " not in out  # advertised now: not listed as kept by memory
+    rc, out, _ = run(capsys, "ledger", "show", str(remembering), "--json")
+    assert set(json.loads(out)["desired"]) == {GI7_ID, f"nvidia-mig/gpu:GPU-1/6[gi=6]@{BOOT}"}
