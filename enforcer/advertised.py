@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from enforcer.claims import vendor_kinds
 from enforcer.model import DRA, Advertised, Partition
@@ -49,10 +49,14 @@ SLOTS = (re.compile(r"^[\w.-]+:[^:]+:[0-9]{4}$", re.ASCII),)  # gpustack's pool 
 
 @dataclass(frozen=True)
 class Desired:
-    """The partitions advertised devices keep, with the evidence; the ids not understood."""
+    """
+    The partitions advertised devices keep, with the evidence and the advertisement that keeps
+    each (`by`: what rule 4's memory, enforcer.memory, remembers); the ids not understood.
+    """
 
     pinned: dict[str, str]
     unrecognised: tuple[str, ...]
+    by: dict[str, Advertised] = field(default_factory=dict)
 
 
 def desired(partitions: Sequence[Partition], advertised: Sequence[Advertised]) -> Desired:
@@ -60,6 +64,7 @@ def desired(partitions: Sequence[Partition], advertised: Sequence[Advertised]) -
     by_name = {(p.kind, name): p for p in partitions for name in p.uuids}
     by_name |= {(p.kind, p.id): p for p in partitions if p.kind in by_id}
     pinned: dict[str, str] = {}
+    by: dict[str, Advertised] = {}
     unknown: list[Advertised] = []
     for a in advertised:
         names = _names(a.device_id)
@@ -71,15 +76,17 @@ def desired(partitions: Sequence[Partition], advertised: Sequence[Advertised]) -
         for name in names:
             if (p := by_name.get(name)) is not None:
                 pinned.setdefault(p.key, _evidence(a))
+                by.setdefault(p.key, a)
     for a in unknown:
         why = f"{_evidence(a)}, a device id not understood: every partition of its vendor kept"
         for p in partitions:
             if p.kind in vendor_kinds(a.resource):
                 pinned.setdefault(p.key, why)
+                by.setdefault(p.key, a)
     lines = tuple(
         f"{a.source} advertises {a.resource} {a.device_id}: not understood" for a in unknown
     )
-    return Desired(pinned, lines)
+    return Desired(pinned, lines, by)
 
 
 def _names(device_id: str) -> list[tuple[str, str]] | None:

@@ -6,7 +6,10 @@ operations/templates/write-state.sh.j2).
 A destroy is logged twice: `destroy` when a run proves a partition orphaned (a drain: free)
 and is about to destroy it (its whole verdict: reason, evidence, streak), then its outcome in a
 later run, `destroyed` (verified gone) or `destroy-failed` (still listed). A circuit breaker
-trip is one `breaker` line naming the partitions it kept. Pure: built from the run report.
+trip is one `breaker` line naming the partitions it kept. A partition rule 4's memory stops
+keeping is one `released` line: by evidence (its advertiser back without it) or by a person
+(whose `release` line `enforcer release` appended when it was asked). Pure: built from the run
+report.
 """
 
 from __future__ import annotations
@@ -24,6 +27,11 @@ def events(report: dict) -> list[dict]:
         {**head, "event": EVENTS[v["status"]], **_about(v)}
         for v in report["verdicts"]
         if _logged(v["status"], report["mode"])
+    ]
+    found += [
+        {**head, "event": "released", "identity": r["identity"], "by": r["by"], "reason": r["why"]}
+        for r in report.get("released", ())
+        if r["applied"]
     ]
     kept = [v for v in report["verdicts"] if v["status"] == "breaker"]
     if kept:

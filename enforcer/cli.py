@@ -6,6 +6,10 @@ The `enforcer` command: what the runs said, for people (tables) and machines (`-
     enforcer ledger show [STATE_DIR_OR_FILE]  one node's ledger: the candidate streaks
     enforcer validate INVENTORY               every host's enforcer_* host data, every error (as the
                                               deploys check it, schedule.py's cross-key checks too)
+    enforcer audit [STATE_DIR_OR_FILE]        a node's recent destroys, breaker trips, releases
+    enforcer release PARTITION --reason WHY   on the node: stop keeping a partition that rule 4's
+                                              memory keeps (its advertiser gone); audited, applied
+                                              by the next run, destroyed after the grace if orphaned
 
 Exit codes: 0 ok; 1 findings or a failed check (a node that needs a person, a report that cannot
 be read, a corrupt ledger, bad host data, no such partition); 2 usage (bad arguments, a path that
@@ -15,8 +19,11 @@ is not there, a partition that matches more than one).
 from __future__ import annotations
 
 import argparse
+import fcntl
+import getpass
 import json
 import os
+import socket
 import sys
 import time
 from collections import Counter
@@ -28,8 +35,9 @@ from typing import Any
 
 import jsonschema
 
-from enforcer import fleet
+from enforcer import fleet, releases
 from enforcer import ledger as ledgers
+from enforcer.model import Release
 from enforcer.policy import PREFIX, PolicyError, policy_from_host_data
 from enforcer.report import VALIDATOR as REPORT
 from enforcer.report import owner_name
@@ -37,6 +45,8 @@ from enforcer.report import owner_name
 OK, FINDINGS, USAGE = 0, 1, 2
 BOLD, RED = "1", "31"  # ANSI colours, only for a terminal
 DEFAULT_LEDGER = "/var/lib/partition-enforcer/ledger.json"
+DEFAULT_LOCK = "/run/lock/partition-enforcer.lock"
+LOCK_WAIT = 30.0  # seconds `enforcer release` waits for the node lock (a run's write, a destroy)
 
 # The fleet view's columns: verdict statuses in the order a partition's life goes.
 COUNTED = (
@@ -223,6 +233,11 @@ def needs_a_person(report: dict[str, Any]) -> list[str]:
         (len(report["dangling_claims"]), "dangling claim", "dangling claims"),
         (len(report.get("unrecognised", ())), "record not understood", "records not understood"),
         (len(report.get("stuck_owners", ())), "stuck owner", "stuck owners"),
+        (
+            len(report.get("stuck_desired", ())),
+            "partition kept with its advertiser gone",
+            "partitions kept with their advertiser gone",
+        ),
         (len(report.get("drift", ())), "declared partition missing", "declared partitions missing"),
     ):
         if count:
@@ -375,6 +390,8 @@ def _explain(args: argparse.Namespace) -> int:
         "grace_seconds": report["grace_seconds"],
         "breaker": report["breaker"],
         "sources_not_ok": [s for s in report["sources"] if s["status"] != "ok"],
+        "stuck_desired": report.get("stuck_desired", []),
+        "released": report.get("released", []),
     }
     if args.json:
         _print_json({**context, "verdicts": found})
@@ -401,6 +418,18 @@ def explanation(v: dict[str, Any], context: dict[str, Any]) -> str:
         *(f"    - {owner_name(o)} [{', '.join(o['sources'])}]" for o in v["claimed_by"]),
         f"  identity:         {p['identity']}",
     ]
+    identity = p["identity"]
+    for stuck in context.get("stuck_desired", ()):
+        if stuck["identity"] == identity:
+            lines += [
+                f"  needs a person:   not advertised for {stuck['seconds']:.0f} s, kept by rule "
+                "4's memory (enforcer_advertiser_gone_seconds); once its advertiser is not coming "
+                "back, on the node:",
+                f"    enforcer release {_quoted(identity)} --reason '<why>'",
+            ]
+    for released in context.get("released", ()):
+        if released["identity"] == identity:
+            lines.append(f"  released:         {released['why']}")
     if context["breaker"]:
         lines.append(f"  breaker:          {context['breaker']}")
     lines += [
@@ -435,6 +464,7 @@ def _ledger_show(args: argparse.Namespace) -> int:
                     {"identity": identity, **asdict(e), "streak_seconds": _streak_seconds(e)}
                     for identity, e in entries
                 ],
+                "desired": {i: asdict(m) for i, m in sorted(ledger.desired.items())},
             }
         )
         return OK
@@ -450,6 +480,16 @@ def _ledger_show(args: argparse.Namespace) -> int:
         short = short_identity(identity, e.key)
         rows.append((e.key, short, _when(e.first_seen), runs, seconds, str(e.destroy_attempts)))
     print("\n".join(aligned(rows, right={3, 4, 5})) if entries else "no partition recorded")
+    away = sorted((m.key, i, m) for i, m in ledger.desired.items() if m.missing_since is not None)
+    if away:
+        print("kept by the memory of an advertiser (rule 4; `enforcer release` lets one go):")
+        rows = [("KEY", "IDENTITY", "NOT ADVERTISED SINCE", "ADVERTISER", "SEEN GONE")]
+        for key, identity, m in away:
+            gone = "yes" if m.gone_seen else "no"
+            advertiser = f"{m.resource} ({m.source})"
+            short = short_identity(identity, key)
+            rows.append((key, short, _when(m.missing_since), advertiser, gone))
+        print("\n".join(aligned(rows)))
     return OK
 
 
@@ -595,10 +635,126 @@ def _audit(args: argparse.Namespace) -> int:
         return OK
     rows = [("WHEN", "HOST", "EVENT", "PARTITION", "REASON")]
     for e in events:
-        what = e.get("partition", {}).get("identity") or ", ".join(e.get("partitions", ()))
+        what = e.get("partition", {}).get("identity") or e.get("identity")
+        what = what or ", ".join(e.get("partitions", ()))
         rows.append((_when(e["run_at"]), e["host"], e["event"], what, _cut(e["reason"], 80)))
     print("\n".join(aligned(rows)) if events else f"{log}: no event recorded")
     return OK
+
+
+# --- enforcer release PARTITION --reason WHY: on the node ------------------------------------
+
+
+def _release(args: argparse.Namespace) -> int:
+    """
+    A person stops rule 4's memory from keeping a partition (enforcer.memory): its advertiser is
+    gone, or no longer lists it, and is not coming back. Resolved against the node's ledger to
+    the remembered identity (a successor at the same place is never released by it), audited,
+    and appended to <state dir>/released under the node lock; the next run applies it: from then
+    on the partition is a candidate like any other, destroyed after the grace if nothing keeps it.
+    """
+    state = _existing(args.state_dir, "state directory")
+    reason = " ".join(args.reason.split())
+    if not reason or not reason.isprintable():
+        raise Failed(USAGE, "--reason: say why, in printable text")
+    path = state / "ledger.json"
+    try:
+        ledger = ledgers.load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ledgers.LedgerError) as error:
+        raise Failed(FINDINGS, f"{path}: {error}") from error
+    identity, remembered = _remembered(ledger, args.partition, path)
+    if remembered.missing_since is None:
+        raise Failed(
+            FINDINGS,
+            f"{identity} is advertised now ({remembered.said}): desired while it is, a release "
+            "would change nothing",
+        )
+    by = args.by or f"{os.environ.get('SUDO_USER') or getpass.getuser()}@{socket.gethostname()}"
+    release = Release(identity, by, reason, time.time())
+    event = {
+        "run_at": release.at,
+        "host": socket.gethostname(),
+        "node": ledger.node,
+        "boot_id": ledger.boot_id,
+        "mode": "release",
+        "event": "release",
+        "identity": identity,
+        "by": by,
+        "reason": reason,
+        "advertised": remembered.said,
+        "missing_since": remembered.missing_since,
+    }
+    with _NodeLock(Path(args.lock_path)):
+        _append(state / "audit.jsonl", json.dumps(event, sort_keys=True) + "\n")
+        _append(state / releases.FILE, releases.encode(release))
+    print(
+        f"released {identity} ({reason}): the next run stops keeping it for "
+        f"{remembered.said}; unless something else keeps it, it is a candidate then, destroyed "
+        "after the grace (rule 5)"
+    )
+    return OK
+
+
+def _remembered(ledger: ledgers.Ledger, wanted: str, path: Path) -> tuple[str, ledgers.Remembered]:
+    """The one remembered identity `wanted` names: by identity, else key, else id."""
+    memory = ledger.desired
+    for matches in (
+        lambda i, m: i == wanted,
+        lambda i, m: m.key == wanted,
+        lambda i, m: m.key.rsplit("/", 1)[-1] == wanted,
+    ):
+        found = sorted((i, m) for i, m in memory.items() if matches(i, m))
+        if len(found) == 1:
+            return found[0]
+        if found:
+            named = "\n".join(f"  {i}" for i, _ in found)
+            raise Failed(USAGE, f"{wanted!r} names {len(found)} remembered partitions:\n{named}")
+    raise Failed(
+        FINDINGS,
+        f"{path}: rule 4's memory keeps no partition {wanted!r} (by identity, "
+        "kind/accelerator/id or id); `enforcer explain` says what keeps it",
+    )
+
+
+class _NodeLock:
+    """The node lock the runs' state writes and destroys take (flock), waited for a while."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.handle = open(self.path, "a")  # noqa: SIM115 (held until __exit__)
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError as busy:
+                if time.monotonic() > deadline:
+                    self.handle.close()
+                    raise Failed(FINDINGS, f"{self.path}: the node lock is busy") from busy
+                time.sleep(0.2)
+
+    def __exit__(self, *_: object) -> None:
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
+def _append(path: Path, text: str) -> None:
+    """Append and sync (0600): on record before the command says it is done."""
+    if path.is_symlink():
+        raise Failed(FINDINGS, f"{path} is a symbolic link, not followed")
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(descriptor, text.encode())
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 # --- the command line -------------------------------------------------------------------------
@@ -654,6 +810,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     audit.add_argument("--last", type=int, default=20, metavar="N", help="the newest N (0: all)")
     audit.set_defaults(run=_audit)
+    release = sub.add_parser(
+        "release", help="on the node: stop keeping a partition its advertiser left (rule 4)"
+    )
+    release.add_argument(
+        "partition", metavar="PARTITION", help="identity, kind/accelerator/id or id (remembered)"
+    )
+    release.add_argument("--reason", required=True, metavar="WHY", help="why, for the audit log")
+    release.add_argument("--by", metavar="WHO", help="who (default: user@host)")
+    release.add_argument(
+        "--state-dir",
+        default=str(Path(DEFAULT_LEDGER).parent),
+        metavar="DIR",
+        help="the node's state directory (enforcer_state_dir under enforcer_rootfs)",
+    )
+    release.add_argument(
+        "--lock-path",
+        default=DEFAULT_LOCK,
+        metavar="PATH",
+        help="the node lock (enforcer_lock_path under enforcer_rootfs)",
+    )
+    release.set_defaults(run=_release)
     for command in (report, explain, show, validate, audit):
         command.add_argument("--json", action="store_true", help="print JSON, for machines")
     return parser

@@ -8,11 +8,12 @@ decided it (None: the rule does not stop the destroy). `decide()` composes them 
     2 not_held()             no process holds it
     3 not_claimed()          no live owner's claim covers it (owners' liveness: enforcer.liveness;
                              counted claims: enforcer.claims.protect)
-    4 not_pinned()           nothing wants it kept as capacity (drift(): declared, not there;
-                             dra_capacity(): NVIDIA's DRA driver's static MIG, after rule 3,
-                             as dra_mode() reads the evidence)
+    4 not_pinned()           nothing wants it kept as capacity, now or remembered (the memory:
+                             enforcer.memory; drift(): declared, not there; dra_capacity():
+                             NVIDIA's DRA driver's static MIG, after rule 3, as dra_mode() reads
+                             the evidence)
     5 proven_over_time()     a candidate long enough (streaks, their restarts: enforcer.streaks)
-    6 not_implausible()      the circuit breaker, over the whole node
+    6 not_implausible()      the circuit breaker, over the whole node and each accelerator
     7 (on the node)          the guarded destroy re-proves it under the node lock
                              (operations/templates/reproof.sh.j2, in every destroy-*.sh.j2)
     8 verified_after()       a destroy counts as done only when verified
@@ -22,13 +23,13 @@ decided it (None: the rule does not stop the destroy). `decide()` composes them 
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import kinds
-from enforcer import liveness, streaks
+from enforcer import liveness, memory, streaks
 from enforcer.advertised import Desired, desired
 from enforcer.claims import exact_claims, protect
 from enforcer.ledger import Entry, Ledger
@@ -95,6 +96,7 @@ class Index:
     accelerators: frozenset[str]  # the chips and GPUs listed
     read: tuple[str, ...]  # the claim sources read: the policy's, and a DRA driver's (evidence)
     dra: DraMig | None  # NVIDIA's DRA driver's DynamicMIG, by the evidence (rule 4); None: absent
+    remembered: dict[str, str] = field(default_factory=dict)  # key -> kept by memory (rule 4)
 
     @classmethod
     def of(cls, obs: Observation, policy: Policy) -> Index:
@@ -167,7 +169,8 @@ def _claim_line(c: Claim, names: dict[str, str], stuck: dict[str, str]) -> str:
 
 def not_pinned(p: Partition, index: Index) -> str | None:
     """Rule 4: host data pins it, declares it in the static MIG geometry, or a device plugin
-    advertises it to kubelet as allocatable: the node's capacity, not a leak (and dra_capacity)."""
+    advertises it to kubelet as allocatable: the node's capacity, not a leak (and dra_capacity);
+    or one did, and nothing since proved it no longer desired (enforcer.memory)."""
     pins = [s for s in _among(index.pins, (p.kind, p.id), (p.kind, None)) if s.matches(p)]
     if pins:
         return f"pinned by host data: {pins[0]}"
@@ -177,7 +180,7 @@ def not_pinned(p: Partition, index: Index) -> str | None:
         return f"defined persistently by mdevctl (start {p.usage_value('mdevctl')})"
     if index.declared and _declared(p) in index.declared:
         return f"declared by enforcer_mig_geometry: {p.profile} at placement {_declared(p)[2]}"
-    return None
+    return index.remembered.get(p.key)
 
 
 def dra_capacity(p: Partition, index: Index) -> str | None:
@@ -281,19 +284,37 @@ def proven_over_time(entry: Entry, policy: Policy, now: float) -> str | None:
 
 
 def not_implausible(
-    orphans: int, total: int, live: dict[str, int], ledger: Ledger, policy: Policy
+    verdicts: list[Verdict], live: dict[str, int], ledger: Ledger, policy: Policy
 ) -> str | None:
-    """Rule 6: the circuit breaker, over the whole node."""
+    """
+    Rule 6: the circuit breaker, over the whole node and each accelerator. One accelerator's
+    partitions going at once (its free pool, a scheduler's cache) is what an advertiser or claim
+    source failing for that device alone looks like, below the node's share on a node of many.
+    Kinds destroyed a whole accelerator at a time (WHOLE_DEVICE) are not counted per accelerator:
+    their tool takes them all or none, each proven on its own (whole_devices()).
+    """
     if not policy.breaker:
         return None
     for source in liveness.went_silent(live, ledger, policy):
         before = ledger.live_owners[source]
         return f"claim source {source} reported {before} live owners last run and none now"
+    orphans = sum(1 for v in verdicts if v.is_orphan)
+    total = len(verdicts)
     if orphans > policy.breaker_max_fraction * total and orphans > policy.breaker_min_count:
         return (
             f"{orphans} of {total} partitions would be destroyed (more than "
             f"{policy.breaker_max_fraction:.0%} and more than {policy.breaker_min_count})"
         )
+    counted = [v for v in verdicts if v.partition.kind not in WHOLE_DEVICE]
+    on = Counter(v.partition.accelerator for v in counted)
+    going = Counter(v.partition.accelerator for v in counted if v.is_orphan)
+    share, least = policy.breaker_accelerator_max_fraction, policy.breaker_accelerator_min_count
+    for accelerator, n in sorted(going.items()):
+        if n > share * on[accelerator] and n > least:
+            return (
+                f"{n} of the {on[accelerator]} partitions of {accelerator} would be destroyed "
+                f"(more than {share:.0%} of one accelerator's and more than {least})"
+            )
     return None
 
 
@@ -341,10 +362,16 @@ def confirmed_gone(e: Entry, index: Index) -> bool:
     missing from a chip map (a cut-short `npu-smi info -m` still parses), or a GPU from
     nvidia-smi's list, proves nothing about its partitions.
     """
-    stub = _stub(e)
-    if stub.key in index.keys:
+    if e.key in index.keys:
         return False  # its place holds another identity: what is left of it (a GI whose
         # compute instances alone were destroyed), or a successor; gone once the place is free
+    return listing_read_whole(e.key, index)
+
+
+def listing_read_whole(key: str, index: Index) -> bool:
+    """The listing that shows the partitions at `key` was read whole, and lists its accelerator:
+    an identity there that it does not show is gone."""
+    stub = _stub_at(key)
     # The vGPU listing is the whole bus: read whole, what it does not show is not there.
     listed = stub.accelerator in index.accelerators or stub.kind in VGPU_KINDS
     return listed and not everything_was_read(stub, index)
@@ -367,6 +394,10 @@ class Decision:
     desired: Desired  # what device plugins advertise (rule 4), and the ids not understood
     drift: list[str]  # declared GPU instances that are not there (rule 4)
     host_data: tuple[SourceHealth, ...] = ()  # host data the node contradicts (rule 4): said
+    # Rule 4's memory: kept by it too long (identity -> why, seconds not advertised), and the
+    # remembered partitions no longer desired this run (the advertiser back without it, a person)
+    stuck_desired: dict[str, tuple[str, float]] = field(default_factory=dict)
+    released: tuple[memory.Released, ...] = ()
 
 
 def decide(obs: Observation, ledger: Ledger, policy: Policy, now: float) -> Decision:
@@ -400,6 +431,12 @@ def decide(obs: Observation, ledger: Ledger, policy: Policy, now: float) -> Deci
     }
 
     index = Index.of(obs, policy)
+    # Rule 4's memory: what was advertised and is not now, kept until evidence says otherwise.
+    recalled = memory.recall(
+        obs, ledger, index.desired, policy, now, lambda key: listing_read_whole(key, index)
+    )
+    index = replace(index, remembered=recalled.kept)
+    released = {r.identity: r.why for r in recalled.released if r.applied}
     reconfiguring = {
         g.accelerator: f"GPU {g.index}: MIG mode {g.mig_pending} at its next reset (pending)"
         for g in obs.gpus
@@ -415,6 +452,11 @@ def decide(obs: Observation, ledger: Ledger, policy: Policy, now: float) -> Deci
             verdict = replace(
                 verdict, reason=f"{verdict.reason}; {note}", evidence=(*verdict.evidence, note)
             )
+        if identity in released:  # no longer desired this run: say why it is not pinned now
+            note = released[identity]
+            verdict = replace(
+                verdict, reason=f"{verdict.reason}; {note}", evidence=(*verdict.evidence, note)
+            )
         if verdict.status in ("pending", "orphan", "destroy-failed") and p.key in passed_over:
             notes = passed_over[p.key]
             reason = "; ".join((verdict.reason, *notes))
@@ -425,7 +467,7 @@ def decide(obs: Observation, ledger: Ledger, policy: Policy, now: float) -> Deci
     verdicts = whole_devices(verdicts)
     live = liveness.live_owners(obs, owners, policy)
     orphans = [v for v in verdicts if v.is_orphan]
-    trip = not_implausible(len(orphans), len(verdicts), live, ledger, policy) if orphans else None
+    trip = not_implausible(verdicts, live, ledger, policy) if orphans else None
     if trip:
         verdicts = [
             replace(v, status="breaker", reason=trip) if v.is_orphan else v for v in verdicts
@@ -453,6 +495,7 @@ def decide(obs: Observation, ledger: Ledger, policy: Policy, now: float) -> Deci
         cri_run,
         owners.containers,
         waiting=stuck.waiting,
+        desired=recalled.remembered,
     )
     exact, dangling = exact_claims(obs.partitions, owners.claims)
     return Decision(
@@ -466,6 +509,8 @@ def decide(obs: Observation, ledger: Ledger, policy: Policy, now: float) -> Deci
         index.desired,
         drift(obs, policy),
         contradictions(index),
+        recalled.stuck,
+        recalled.released,
     )
 
 
@@ -546,5 +591,9 @@ def _blocked(v: Verdict, keeping: list[Verdict]) -> Verdict:
 
 def _stub(e: Entry) -> Partition:
     """The partition an entry names, for a verdict about one that is no longer listed."""
-    kind, accelerator, pid = e.key.split("/")
+    return _stub_at(e.key)
+
+
+def _stub_at(key: str) -> Partition:
+    kind, accelerator, pid = key.split("/")
     return Partition(kind, accelerator, pid, profile="", identity_fields=())

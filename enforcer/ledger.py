@@ -40,6 +40,25 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class Remembered:
+    """
+    Rule 4's memory of one partition identity that was advertised (enforcer.memory): by which
+    advertiser (the source that read it, its resource, the device id), what rule 4 said of it,
+    since when (node clock), since when it is not advertised (None: it is now), and whether a
+    run since then found its advertiser gone (its source read, the resource listing nothing).
+    """
+
+    key: str
+    source: str
+    resource: str
+    device_id: str
+    said: str
+    since: float
+    missing_since: float | None = None
+    gone_seen: bool = False
+
+
+@dataclass(frozen=True)
 class Ledger:
     """
     Runs are numbered (`run`, the last one) so that what appeared when is ordered without the
@@ -65,6 +84,9 @@ class Ledger:
     # Running totals behind the metrics' counters (enforcer.metrics), counter -> kind -> count
     # (`counted`): they outlive every entry and a new boot; a ledger set aside starts them again.
     totals: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Rule 4's memory: identity -> what advertised it (enforcer.memory). A ledger without it
+    # (written before it existed, missing, set aside) remembers nothing.
+    desired: dict[str, Remembered] = field(default_factory=dict)
 
 
 class LedgerError(ValueError):
@@ -98,6 +120,7 @@ def load(text: str | None) -> Ledger:
         report_digest=data.get("report_digest", ""),  # absent before it existed: a new report
         waiting=dict(data.get("waiting", {})),  # absent before it existed: nobody waits yet
         totals={name: dict(kinds) for name, kinds in data.get("totals", {}).items()},  # from 0
+        desired={i: Remembered(**m) for i, m in data.get("desired", {}).items()},  # none yet
     )
 
 
@@ -115,6 +138,7 @@ def dump(ledger: Ledger) -> str:
         "report_digest": ledger.report_digest,
         "waiting": dict(sorted(ledger.waiting.items())),
         "totals": {name: dict(sorted(k.items())) for name, k in sorted(ledger.totals.items())},
+        "desired": {i: asdict(m) for i, m in sorted(ledger.desired.items())},
     }
     VALIDATOR.validate(data)
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
@@ -165,11 +189,14 @@ def counted(previous: Ledger, next_ledger: Ledger) -> Ledger:
     return replace(next_ledger, totals=totals)
 
 
-def why_record(previous: Ledger | None, next_ledger: Ledger, consumed: int = 0) -> str:
+def why_record(
+    previous: Ledger | None, next_ledger: Ledger, consumed: int = 0, released: int = 0
+) -> str:
     """
     Why this run must write its ledger and report; "" when it changed nothing of substance.
     `previous`: the ledger read, None when there was none (missing, or set aside). `consumed`:
-    the destroyed-partition records the run read, which its write removes from the node.
+    the destroyed-partition records the run read, which its write removes from the node;
+    `released`: likewise, a person's releases (enforcer.releases).
 
     Skipping a run's record changes no later decision (`enforcer.contract.decide`):
     - times: every candidate's streak_runs grows each run and a destroy counts an attempt, so a
@@ -189,6 +216,8 @@ def why_record(previous: Ledger | None, next_ledger: Ledger, consumed: int = 0) 
         return "no ledger was read"
     if consumed:
         return f"{consumed} destroyed-partition record(s) read"
+    if released:
+        return f"{released} release(s) read"
     if substance(previous) != substance(next_ledger):
         return "the ledger or the report changed"
     return ""

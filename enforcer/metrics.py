@@ -87,6 +87,10 @@ def render(report: dict, totals: Mapping[str, Mapping[str, int]] | None = None) 
     gauge("stuck_owners", "Pods not running for too long that keep partitions.").set(
         len(report.get("stuck_owners", ()))
     )
+    gauge(
+        "stuck_desired",
+        "Partitions kept by the memory of an advertiser gone for too long (enforcer release).",
+    ).set(len(report.get("stuck_desired", ())))
     gauge("unrecognised_records", "Records no adapter understood: they keep partitions.").set(
         len(report.get("unrecognised", ()))
     )

@@ -249,7 +249,11 @@ class Claim:
 class Advertised:
     """
     A device a device plugin advertises to kubelet as allocatable (the checkpoint's
-    RegisteredDevices): the node's capacity, desired state (rule 4).
+    RegisteredDevices): the node's capacity, desired state (rule 4). Any other advertiser of
+    desired state (a scheduler's cache of idle partitions, a DRA driver's ResourceSlices) is one
+    too. `source` names where it was read: a run in which that source is not ok leaves the
+    memory of its advertisements as it was (enforcer.memory); `resource` is the advertiser, so
+    a run that reads `source` and finds no device of `resource` finds the advertiser gone.
     """
 
     source: str
@@ -269,6 +273,17 @@ class DraMode:
     source: str
     dynamic: bool | None
     why: str
+class Release:
+    """
+    A person's release of a partition kept only by rule 4's memory (`enforcer release` on the
+    node appends it to <state_dir>/released; enforcer.memory applies it): the identity released,
+    who, why, and when (the node's clock).
+    """
+
+    identity: str
+    by: str
+    reason: str
+    at: float
 
 
 @dataclass(frozen=True)
@@ -300,6 +315,7 @@ class Observation:
     # inodes of listening sockets bound there (/proc/net/unix, accept flag set)
     advertised: tuple[Advertised, ...] = ()
     dra_modes: tuple[DraMode, ...] = ()  # rule 4's evidence on NVIDIA's DRA driver's DynamicMIG
+    released: tuple[Release, ...] = ()  # a person's releases not applied yet (enforcer.memory)
 
 
 @dataclass(frozen=True)

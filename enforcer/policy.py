@@ -217,6 +217,12 @@ class Policy:
     # NVIDIA's DRA driver makes and destroys GPU instances per claim (facts.dra_node); else the
     # instances it may advertise (static MIG) are the node's capacity.
     dra_dynamic_mig: bool = False
+    # Rule 6 per accelerator: a run may destroy at most this share of one accelerator's
+    # partitions, unless it destroys no more than this many there.
+    breaker_accelerator_max_fraction: float = 0.5
+    breaker_accelerator_min_count: int = 2
+    # Rule 4's memory: a partition kept only by it for this long needs a person.
+    advertiser_gone_seconds: float = 3600.0
 
     def is_pinned(self, partition: Partition) -> bool:
         return any(selector.matches(partition) for selector in self.pinned)
@@ -263,6 +269,9 @@ def _build(host_name: str, d: Mapping[str, Any]) -> Policy:
             for gi in declared
         ),
         dra_dynamic_mig=d["enforcer_dra_dynamic_mig"],
+        breaker_accelerator_max_fraction=float(d["enforcer_breaker_accelerator_max_fraction"]),
+        breaker_accelerator_min_count=int(d["enforcer_breaker_accelerator_min_count"]),
+        advertiser_gone_seconds=float(d["enforcer_advertiser_gone_seconds"]),
         paths=NodePaths.from_rootfs(
             d["enforcer_rootfs"],
             procfs=d["enforcer_procfs"],

@@ -70,6 +70,14 @@ def build(
             {"owner": _owner(uid, names), "why": why, "seconds": round(age, 1)}
             for uid, (why, age) in sorted(decision.stuck_owners.items())
         ],
+        "stuck_desired": [
+            {"identity": identity, "why": why, "seconds": round(age, 1)}
+            for identity, (why, age) in sorted(decision.stuck_desired.items())
+        ],
+        "released": [
+            {"identity": r.identity, "by": r.by, "why": r.why, "applied": r.applied}
+            for r in decision.released
+        ],
     }
     VALIDATOR.validate(report)
     return report
@@ -200,6 +208,9 @@ def table(report: dict) -> str:
         f"{o['seconds']:.0f} s: kept"
         for o in report.get("stuck_owners", ())
     ]
+    gone = report.get("stuck_desired", ())
+    lines += [f"  advertiser gone: {stuck_desired_line(d)}" for d in gone]
+    lines += [f"  released: {r['why']}" for r in report.get("released", ())]
     rows = [("PARTITION", "PROFILE", "VERDICT", "STREAK", "REASON")]
     for v in report["verdicts"]:
         p, streak = v["partition"], v["streak"]
@@ -249,6 +260,14 @@ def stuck_line(claim: dict) -> str:
     return (
         f"VM {owner_name(claim['owner'])} has claimed {', '.join(claim['devices'])} with no "
         f"hypervisor PID for {claim['seconds']:.0f} s ({claim['record']}): kept"
+    )
+
+
+def stuck_desired_line(stuck: dict) -> str:
+    """A partition kept by rule 4's memory alone for too long: kept, for a person to look at."""
+    return (
+        f"{stuck['identity']} not advertised for {stuck['seconds']:.0f} s, kept: release it with "
+        "`enforcer release` on the node once its advertiser is not coming back"
     )
 
 

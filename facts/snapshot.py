@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pyinfra.api import FactBase
 
+from enforcer import releases
 from enforcer.model import (
     CDI,
     DRA,
@@ -33,6 +34,7 @@ from enforcer.model import (
     OwnerRecord,
     Partition,
     Pod,
+    Release,
     SourceHealth,
 )
 from enforcer.policy import NodePaths
@@ -128,6 +130,7 @@ SHARED = {
     "pod-resources": "pod-resources List on kubelet.sock",
     "ledger": "cat ledger.json",
     "destroyed": "cat destroyed",
+    "released": "cat released",
     "drain": "cat drain.json",
     "dra-drivers": "ls /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins",
     "dra-checkpoint": "cat plugins/gpu.nvidia.com/checkpoint.json",
@@ -139,6 +142,7 @@ SHARED = {
 COMMANDS = {name: command for unit in REGISTRY for name, command in unit.sections.items()}
 COMMANDS |= SHARED
 HEARTBEAT = "heartbeat"  # the source whose health says whether last-read was written
+RELEASED = "released"  # a person's releases (enforcer.releases): unreadable, none is applied
 
 
 def parse_sections(lines: Sequence[str]) -> Sections:
@@ -218,6 +222,7 @@ def observe(
     marked = _markers(r, paths, gpus) if MARKERS in claim_sources else []
     ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=ABSENT)
     destroyed = r.read("destroyed", "ledger", lambda s: _destroyed(s.stdout), absent=())
+    released = r.read(RELEASED, RELEASED, lambda s: _released(s.stdout), absent=())
     drain = r.read("drain", DRAIN_MARKER, lambda s: s.stdout, absent=ABSENT)
     digest = r.read("claim-digest", "kubelet-checkpoint", lambda s: _one_line(s.stdout, "digest"))
     _heartbeat(r, paths)
@@ -262,6 +267,7 @@ def observe(
         claim_digest=digest or "",
         ledger_text=None if ledger_text in (None, ABSENT) else ledger_text,
         destroyed=tuple(destroyed or ()),
+        released=released or (),
         drain_text=None if drain in (None, ABSENT) else drain,
         devnodes={k: f"{v.dev_ino}:{v.rdev}" for k, v in (devnodes or {}).items()},
         containers=_containers(sandboxes, containers),
@@ -523,6 +529,14 @@ def _destroyed(text: str) -> tuple[str, ...]:
             raise ParseError("not a destroyed-partition record", line, n)
         found.append(identity)
     return tuple(found)
+
+
+def _released(text: str) -> tuple[Release, ...]:
+    """A person's releases not applied yet (enforcer.releases); unreadable: none is applied."""
+    try:
+        return releases.decode(text)
+    except releases.ReleaseError as error:
+        raise ParseError(f"{releases.FILE}: {error}") from error
 
 
 def _identity(encoded: str, line: str, n: int) -> str:

@@ -180,13 +180,14 @@ def converge(host) -> None:
     recorded = {**report, "mode": policy.mode}
     next_ledger = replace(next_ledger, report_digest=reports.digest(recorded))
     read = None if note == "missing" or note.startswith("set aside") else ledger
-    why = ledgers.why_record(read, next_ledger, len(obs.destroyed))
+    why = ledgers.why_record(read, next_ledger, len(obs.destroyed), len(obs.released))
     enforce.write_state(
         name="Record the ledger and the run report",
         paths=policy.paths,
         set_aside=note.startswith("set aside"),
         stamp=int(obs.now),
         consumed=len(obs.destroyed),
+        released=len(obs.released),
         why=why,
         audit_max_bytes=policy.audit_max_bytes,
         audit_keep=policy.audit_keep,

@@ -25,6 +25,7 @@ def write_state(
     ledger: str = "",
     report: str = "",
     consumed: int = 0,
+    released: int = 0,
     why: str = "always",
     audit: str = "",
     audit_max_bytes: int = 10485760,
@@ -40,6 +41,8 @@ def write_state(
     ``audit``: JSON lines (`enforcer.audit.lines`) appended to audit.jsonl first, synced, the
     file rotated when it has reached ``audit_max_bytes`` (``audit_keep`` old ones kept).
     ``metrics``: the node_exporter textfile (`enforcer.metrics.render`), renamed into place.
+    ``consumed``, ``released``: the destroy records and a person's releases the run read (the
+    first lines of ``destroyed`` and ``released``): applied in this ledger, removed.
 
     .. code:: python
 
@@ -57,6 +60,7 @@ def write_state(
         set_aside=set_aside,
         stamp=stamp,
         consumed=consumed,
+        released=released,
         audit=b64(audit) if audit else "",
         audit_max_bytes=audit_max_bytes,
         audit_keep=audit_keep,

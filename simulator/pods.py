@@ -184,8 +184,54 @@ class PodModel(Store):
 
     def register(self, resource: str, device_ids: Sequence[str]) -> None:
         """The device plugin's registered ids (the checkpoint's RegisteredDevices)."""
+        self.list_and_watch(resource, device_ids)
+
+    # Kubelet's device manager, as it writes RegisteredDevices (kubernetes/kubernetes
+    # pkg/kubelet/cm/devicemanager/manager.go @7510f32987feb7efbaced9aec1ca15303dea252b):
+    # writeCheckpoint (490-508) writes each resource's healthy devices only. State "unhealthy"
+    # holds its unhealthyDevices, which the file never shows.
+
+    def list_and_watch(
+        self, resource: str, healthy: Sequence[str], unhealthy: Sequence[str] = ()
+    ) -> None:
+        """
+        A plugin's ListAndWatch answer (genericDeviceUpdateCallback, 267-320): its devices as it
+        calls them, Healthy or Unhealthy; the checkpoint is written with the healthy ones. A
+        plugin (re)connecting sends its whole list this way.
+        """
         with self._mutate() as state:
-            state["registered"][resource] = list(device_ids)
+            state["registered"][resource] = list(healthy)
+            state.setdefault("unhealthy", {})[resource] = list(unhealthy)
+
+    def mark_unhealthy(self, resource: str, device_ids: Sequence[str]) -> None:
+        """The plugin calls these devices Unhealthy (a health check, an XID): gone from the file."""
+        state = self.state()
+        healthy = [d for d in state["registered"].get(resource, []) if d not in device_ids]
+        before = state.get("unhealthy", {}).get(resource, [])
+        self.list_and_watch(resource, healthy, [*before, *device_ids])
+
+    def plugin_disconnected(self, resource: str) -> None:
+        """
+        The plugin goes away (PluginDisconnected, 241-253; markResourceUnhealthy, 415-426): every
+        device of its resource unhealthy, the resource listed with no device at the next write
+        (any plugin's update, an allocation), here at once.
+        """
+        state = self.state()
+        devices = [
+            *state["registered"].get(resource, []),
+            *state.get("unhealthy", {}).get(resource, []),
+        ]
+        self.list_and_watch(resource, [], devices)
+
+    def plugin_expired(self, resource: str) -> None:
+        """
+        The plugin has been gone longer than endpointStopGracePeriod (5 minutes, types.go:119
+        @28f88c77b624e791a77e34a1bee006efccda3ae2): GetCapacity (428-488) deletes the resource
+        and writes the checkpoint without it.
+        """
+        with self._mutate() as state:
+            state["registered"].pop(resource, None)
+            state.setdefault("unhealthy", {}).pop(resource, None)
 
     def unregister(self, resource: str) -> None:
         """kubelet forgets a resource whose plugin has been gone past its grace (5 minutes:

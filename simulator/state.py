@@ -139,6 +139,7 @@ def new_state(chips: list[State], boot_id: str | None, version: str, mcu: bool) 
         "pods": [],
         "checkpoint": [],
         "registered": {},
+        "unhealthy": {},  # kubelet's unhealthyDevices: not in the checkpoint (simulator.pods)
         "faults": no_faults(),
     }
 

@@ -328,6 +328,7 @@ class InProcessDriver(Driver):
             lines.append(_line("destroyed", "0", record.read_text(), ""))
         else:
             lines.append("PE1 destroyed absent - -")
+        lines.append("PE1 released absent - -")  # no person releases anything here
         lines.append("PE1 drain absent - -")  # never drained
         lines.append(_line("dra-drivers", "0", "", ""))
         lines.append("PE1 dra-checkpoint absent - -")
@@ -480,7 +481,7 @@ class Contract:
     entries: dict[tuple, RefEntry] = field(default_factory=dict)
     verified: set[tuple] = field(default_factory=set)  # destroyed by the enforcer since last run
 
-    def run(self, m: LifecycleMachine, now: float) -> Expected:
+    def run(self, m: LifecycleMachine, now: float, breaker: bool = True) -> Expected:
         faults = set(m.faults)
         cri_ok = ("crictl", "pods") not in faults
         listed = [] if ("npu-smi", "info-vnpu") in faults else list(m.vnpus.values())
@@ -542,9 +543,10 @@ class Contract:
         if cri_ok:
             live["cri"] = len({p.uid for p in m.pods.values() if m.cri_alive(p)})
         silent = [s for s, n in sorted(self.live.items()) if n > 0 and live.get(s) == 0]
-        trip = bool(proven) and (
-            bool(silent) or (len(proven) > 0.5 * len(listed) and len(proven) > 4)
-        )
+        # Rule 6: the node's share (more than half, more than 4), or one accelerator's (more
+        # than half, more than 2): every vNPU here is on the one chip.
+        trip = breaker and bool(proven)
+        trip = trip and (bool(silent) or (len(proven) > 0.5 * len(listed) and len(proven) > 2))
         if not trip:
             for v in listed:
                 if v.id in proven:
@@ -555,7 +557,7 @@ class Contract:
             if identity not in listed_ids and e.attempts and chip_failure:
                 entries[identity] = e.restarted()
         kept = {s: n for s, n in self.live.items() if s not in live}
-        kept |= {s: self.live[s] for s in silent}
+        kept |= {s: self.live[s] for s in silent} if breaker else {}
         self.boot, self.last_run, self.entries = boot, now, entries
         self.live = {**live, **kept}
         return Expected(set() if trip else proven, trip)
@@ -995,6 +997,13 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.now += dt
         self.enforce()
 
+    @rule(dt=st.sampled_from([300, 600]))
+    def enforcer_run_breaker_lifted(self, dt: int) -> None:
+        """An operator lifts the circuit breaker for one run (`--data enforcer_breaker=off`)."""
+        self.now += dt
+        self.note("an operator lifts the circuit breaker for one run")
+        self.enforce(breaker=False)
+
     @rule(k=st.integers(2, 4), dt=st.sampled_from([300, 450]))
     def enforcer_runs_on_schedule(self, k: int, dt: int) -> None:
         """Several runs, one every dt seconds (the systemd timer), nothing else happening."""
@@ -1036,7 +1045,9 @@ class LifecycleMachine(RuleBasedStateMachine):
                 self.note(f"the process holding vNPU {vid} ends")
         self.stray.clear()
 
-    def enforce(self, race: Callable[[list[Verdict]], None] | None = None) -> None:
+    def enforce(
+        self, race: Callable[[list[Verdict]], None] | None = None, breaker: bool = True
+    ) -> None:
         c = type(self).counts
         c.runs += 1
         listed = {x["id"] for x in self.sim.state()["vnpus"]}
@@ -1055,9 +1066,10 @@ class LifecycleMachine(RuleBasedStateMachine):
             except ledgers.LedgerError as error:
                 self.violation("model", f"the ledger written last run cannot be read: {error}")
                 ledger = ledgers.Ledger()
-        decision = decide(obs, ledger, self.driver.policy, self.now)
+        policy = self.driver.policy if breaker else replace(self.driver.policy, breaker=False)
+        decision = decide(obs, ledger, policy, self.now)
         verdicts, next_ledger = decision.verdicts, decision.ledger
-        expected = self.contract.run(self, self.now)
+        expected = self.contract.run(self, self.now, breaker)
         orphans = [v for v in verdicts if v.is_orphan]
         got = {int(v.partition.id) for v in orphans}
         tripped = any(v.status == "breaker" for v in verdicts)

@@ -6,8 +6,10 @@ reference of the contract) on a node with two simulated H100s, and the rules tha
 - a static geometry: 1g.10gb GPU instances made at the start (mig-manager), advertised by
   NVIDIA's plugin in the checkpoint's RegisteredDevices under `nvidia.com/mig-1g.10gb`, by MIG UUID;
   pods are given free ones (their records name the MIG UUID). An advertised GI is desired state:
-  never destroyed while advertised, used or not. The plugin may drop one (re-geometry): from then
-  on it is a leak like any other unless a record claims it.
+  never destroyed while advertised, used or not, nor while desired by the memory of that
+  (rule 4): the plugin may call one unhealthy (kubelet lists it no more: kept), go away (kubelet
+  lists none of its devices, or drops the resource: all kept) and come back; one it does not
+  list once back is a leak like any other unless a record claims it.
 - dynamic GIs, made per pod at Allocate by a device plugin and recorded in the checkpoint:
   gpustack's (`nvidia.com/gpu.partitioned`, an advertised slot id, NVIDIA_VISIBLE_DEVICES=<MIG
   UUID>), one that gives the MIG UUID as the device id (`nvidia.com/gpu`), and one whose record
@@ -35,12 +37,13 @@ reference of the contract) on a node with two simulated H100s, and the rules tha
   plugins' dynamic GIs do share its node: its restart destroys those not in use, as the real
   driver would (the machine follows the simulator and says so).
 - an opaque plugin advertising ids not understood on `nvidia.com/mig-shared`: every MIG partition
-  is kept while it does.
+  is kept while it does, and remembered: kept while it is gone.
 
 The reference (`MigContract`) decides from the model's truth: node-wide failure (the CRI), MIG
 failure (an nvidia-smi output; or, while GIs are listed, the DRA driver's claims not read whole:
 its folder without a checkpoint, a checkpoint of another boot, one that does not parse), pinned
-(advertised by MIG UUID, or any GI while ids not understood are advertised), held (a process in a
+(advertised by MIG UUID, or any GI while ids not understood are advertised; or remembered so,
+`MigContract._remember`), held (a process in a
 pod or a stray one has its capability device open), claimed (a live record names its MIG UUID; a
 GPU's UUID in a live record, gpustack's slot, claims one GI on that GPU: while its MIG UUID names
 none there and its pod holds none, every one there; a live record not understood, whose pod
@@ -48,11 +51,13 @@ holds no GI, claims them all; every claim in the DRA checkpoint, PrepareStarted 
 PrepareCompleted and whatever its pod, claims what its device's name names (the GI of that GPU,
 profile and placement; a whole GPU's, every GI on it) and, PrepareCompleted, its recorded GI id
 and MIG UUID; a claim the API allocated to a pod alive or coming claims what its device's name
-names), then the streak, the breaker (an operator lifts it for a run now and then) and the
+names), then the streak, the breaker (the node's share or one GPU's; an operator lifts it for a
+run now and then) and the
 destroy attempts exactly as lifecycle_machine.Contract. A GI nothing names, the DRA state read
 whole, is an ordinary candidate.
 
-Invariants, after every run: safety (no GI destroyed while advertised, while a live pod is
+Invariants, after every run: safety (no GI destroyed while advertised or desired by the memory
+of an advertisement, while a live pod is
 allocated it, whatever its record, while a process holds it, while a claim in the DRA checkpoint
 names it, or while the DRA driver's state was not read whole), conformance (decide() proves
 orphaned exactly what the reference proves, the breaker trips when it says), liveness (every GI
@@ -69,6 +74,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -277,6 +283,7 @@ class MigInProcessDriver(InProcessDriver):
                 lines.append(_line(name, "0", path.read_text(), ""))
             else:
                 lines.append(f"PE1 {name} absent - -")
+        lines.append("PE1 released absent - -")  # no person releases anything here
         lines.append("PE1 drain absent - -")  # never drained
         lines.append(_line("claim-digest", "0", self._digest() + "\n", ""))
         lines.append("PE1 end")
@@ -492,6 +499,8 @@ class MigContract:
     entries: dict[tuple, RefEntry] = field(default_factory=dict)
     verified: set[tuple] = field(default_factory=set)
     run_no: int = 0
+    # Rule 4's memory: GI identity -> (the advertiser's resource, seen gone since it listed it)
+    remembered: dict[tuple, tuple[str, bool]] = field(default_factory=dict)
 
     def run(self, m: MigLifecycle, now: float, breaker: bool = True) -> Expected:
         faults = set(m.faults)
@@ -513,6 +522,7 @@ class MigContract:
         self.verified = set()
         self.run_no += 1
         kept = self._kept(m, listed)
+        kept |= self._remember(m, listed, not mig_failure)
 
         entries: dict[tuple, RefEntry] = {}
         proven: set[tuple[int, int]] = set()
@@ -539,8 +549,13 @@ class MigContract:
         if m.api_agrees():  # its listed pods, alive by any source: those in a live phase
             live[kubeapi.SOURCE] = len({p.uid for p in m.pods.values() if p.phase in LIVE})
         silent = [s for s, n in sorted(self.live.items()) if n > 0 and live.get(s) == 0]
+        # Rule 6: the node's share (more than half, more than 4) or one GPU's (half, 2).
+        on = Counter(g.gpu for g in listed)
+        going = Counter(gpu for gpu, _ in proven)
+        one = any(n > 0.5 * on[gpu] and n > 2 for gpu, n in going.items())
         trip = breaker and bool(proven)
-        trip = trip and (bool(silent) or (len(proven) > 0.5 * len(listed) and len(proven) > 4))
+        node = len(proven) > 0.5 * len(listed) and len(proven) > 4
+        trip = trip and (bool(silent) or node or one)
         if not trip:
             for g in listed:
                 if (g.gpu, g.id) in proven:
@@ -555,6 +570,51 @@ class MigContract:
         self.boot, self.last_run, self.entries = m.boot, now, entries
         self.live = {**live, **carried}
         return Expected(set() if trip else proven, trip)
+
+    def _remember(
+        self, m: MigLifecycle, listed: list[GiM], read_whole: bool
+    ) -> set[tuple[int, int]]:
+        """
+        Rule 4's memory, from the model's truth: a GI advertised (by MIG UUID under STATIC, or
+        by the opaque plugin's ids not understood: every GI) is remembered by that advertiser;
+        one remembered and not advertised now is kept while its advertiser is gone (its
+        resource lists nothing: seen gone) or lists others without ever having been seen gone
+        since (it calls it unhealthy); the advertiser back without it, seen gone since, ends it.
+        A GI of the boot before whose every field a GI of this boot has is carried onto it (its
+        advertiser restarted with the node); one not listed is forgotten once read whole.
+        """
+        there = {STATIC: bool(m.advertised), OPAQUE: m.opaque_advertised}
+        stems = {g.identity()[:-1]: g.identity() for g in listed}
+        previous: dict[tuple, tuple[str, bool]] = {}
+        order = sorted(self.remembered.items(), key=lambda e: (e[0][-1] != m.boot, repr(e)))
+        for i, (resource, _gone) in order:  # this boot's first: never replaced by one carried
+            if i[-1] != m.boot and i[:-1] in stems:
+                i, _gone = stems[i[:-1]], True
+                m.event("memory: a GI made again after a reboot, remembered on")
+            previous.setdefault(i, (resource, _gone))
+        remembered: dict[tuple, tuple[str, bool]] = {}
+        kept: set[tuple[int, int]] = set()
+        for g in listed:
+            i = g.identity()
+            if g.names is not None and g.names in m.advertised:
+                remembered[i] = (STATIC, False)
+            elif m.opaque_advertised:
+                remembered[i] = (OPAQUE, False)
+            elif i in previous:
+                resource, gone = previous[i]
+                if there[resource] and gone:
+                    m.event("memory: a GI released, its advertiser back without it")
+                    continue
+                remembered[i] = (resource, gone or not there[resource])
+                kept.add((g.gpu, g.id))
+                why = "unhealthy" if there[resource] else "gone"
+                m.event(f"memory: a GI kept, its advertiser {why} ({resource})")
+        listed_ids = {g.identity() for g in listed}
+        for i, said in previous.items():
+            if i not in listed_ids and not read_whole:
+                remembered[i] = said
+        self.remembered = remembered
+        return kept
 
     @staticmethod
     def _kept(m: MigLifecycle, listed: list[GiM]) -> set[tuple[int, int]]:
@@ -1275,17 +1335,25 @@ class MigLifecycle(RuleBasedStateMachine):
 
     @rule(
         event=st.sampled_from(
-            ["drop_advertised", "readvertise", "opaque_registers", "opaque_leaves"]
+            ["drop_advertised", "plugin_leaves", "readvertise", "opaque_registers", "opaque_leaves"]
         ),
         i=st.integers(0, 7),
     )
     def plugin_event(self, event: str, i: int) -> None:
         if event == "drop_advertised" and self.advertised:
             uuid = self.advertised.pop(i % len(self.advertised))
-            self._register_static()
-            self.note(f"NVIDIA's plugin stops advertising {uuid[:12]} (re-geometry)")
+            self.sim.mark_unhealthy(STATIC, [uuid])
+            self.note(f"NVIDIA's plugin calls {uuid[:12]} unhealthy: kubelet lists it no more")
+        elif event == "plugin_leaves":
+            self.advertised = []
+            self.sim.plugin_disconnected(STATIC)
+            if i % 2:
+                self.sim.plugin_expired(STATIC)
+            self.note("NVIDIA's plugin goes away: kubelet lists none of its devices")
         elif event == "readvertise":
             self.advertised = [g.uuid for g in self.gis.values() if self._is_static(g) and g.ci]
+            if i % 3 == 2 and self.advertised:  # one it calls unhealthy from its start
+                self.advertised.pop(i % len(self.advertised))
             self._register_static()
             self.note(f"NVIDIA's plugin restarts: advertises {len(self.advertised)} MIG devices")
         elif event == "opaque_registers":
@@ -1625,6 +1693,8 @@ class MigLifecycle(RuleBasedStateMachine):
             self.violation("safety", f"GI {place} was destroyed while a process held it")
         if g.names in self.advertised or self.opaque_advertised:
             self.violation(kind, f"GI {place} was destroyed while a device plugin advertised it")
+        if g.identity() in self.contract.remembered:
+            self.violation(kind, f"GI {place} was destroyed while desired (remembered, rule 4)")
         for c in self.dra_claims.values():
             if c.names(g):
                 why = f"GI {place} was destroyed while DRA claim {c.uid} ({c.state}) names it"

@@ -101,15 +101,24 @@ def test_mig_lifecycle_in_process():
     print(machine.counts.summary())
 
 
-def test_an_advertised_gi_is_kept_idle_and_goes_once_the_plugin_stops_advertising_it():
+def test_an_advertised_gi_is_kept_while_unhealthy_and_gone_and_goes_once_back_without_it():
     m = _mig(MigInProcessDriver, "MigAdvertised")()
     try:
         m.mig_node([0, 0, 1], [])  # three static 1g.10gb GIs, advertised; nobody uses them
         m.enforcer_runs_on_schedule(4, 450)
         assert len(m.gis) == 3
-        m.plugin_event("drop_advertised", 0)  # re-geometry: the plugin drops GI 0/13
+        m.plugin_event("drop_advertised", 0)  # the plugin calls GI 0/13 unhealthy
         m.enforcer_runs_on_schedule(4, 450)
-        assert set(m.gis) == {(0, 11), (1, 13)}, m.log
+        assert len(m.gis) == 3, m.log  # kept: remembered (rule 4)
+        m.plugin_event("plugin_leaves", 1)  # kubelet drops the resource
+        m.enforcer_runs_on_schedule(4, 450)
+        assert len(m.gis) == 3, m.log
+        m.plugin_event("readvertise", 0)  # back, and without GI 0/11
+        m.advertised.remove(m.gis[(0, 11)].uuid)
+        m._register_static()
+        m.enforcer_runs_on_schedule(4, 450)
+        assert set(m.gis) == {(0, 13), (1, 13)}, m.log
+        assert type(m).counts.violations == 0
     finally:
         m.teardown()
 

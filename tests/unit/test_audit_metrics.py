@@ -128,3 +128,19 @@ def test_totals_survive_the_ledger_file_and_an_older_ledger_reads_as_none_counte
     old = json.loads(ledgers.dump(kept))
     del old["totals"]
     assert ledgers.load(json.dumps(old)).totals == {}
+
+
+def test_a_release_applied_is_an_audit_event_and_stuck_desired_partitions_a_gauge():
+    said = report("converge", None, verdict("7", "pending"))
+    said["released"] = [
+        {"identity": "gi7", "by": "ops@c", "why": "released by ops@c", "applied": True},
+        {"identity": "gi9", "by": "ops@c", "why": "nothing remembered", "applied": False},
+        {"identity": "gi8", "by": "evidence", "why": "back without it", "applied": True},
+    ]
+    said["stuck_desired"] = [{"identity": "gi5", "why": "gone", "seconds": 4000.0}]
+    events = audit.events(said)
+    assert [(e["event"], e.get("identity"), e.get("by")) for e in events] == [
+        ("released", "gi7", "ops@c"),
+        ("released", "gi8", "evidence"),
+    ]
+    assert values(metrics.render(said))[("partition_enforcer_stuck_desired", ())] == 1

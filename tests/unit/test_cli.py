@@ -579,3 +579,86 @@ def test_a_relative_reports_dir_is_taken_from_the_current_dir_outside_pyinfras_c
         assert reports_dir("/srv/fleet") == Path("/srv/fleet")
     finally:
         converge.inventory_arg.cache_clear()
+
+
+# --- enforcer release PARTITION (rule 4's memory, on the node) --------------------------------
+
+GI7 = "nvidia-mig/gpu:GPU-1/7"
+GI7_ID = f"{GI7}[gpu=GPU-1,gi=7,cis=0:1g.10gb:0:1]@{BOOT}"
+
+
+@pytest.fixture
+def remembering(tmp_path: Path) -> Path:
+    """A node's state dir whose ledger remembers GI 7 (not advertised since) and GI 6 (it is)."""
+
+    def remembered(key: str, missing: float | None) -> ledgers.Remembered:
+        said = f"advertised by the device plugin of nvidia.com/mig-1g.10gb as MIG-{key[-1]}"
+        return ledgers.Remembered(key, "kubelet-checkpoint", "nvidia.com/mig-1g.10gb", "x", said,
+                                  1764450000.0, missing, False)  # fmt: skip
+
+    gi6 = "nvidia-mig/gpu:GPU-1/6"
+    ledger = ledgers.Ledger(
+        node="n1",
+        boot_id=BOOT,
+        last_run=1764450600.0,
+        desired={
+            GI7_ID: remembered(GI7, 1764450300.0),
+            f"{gi6}[gi=6]@{BOOT}": remembered(gi6, None),
+        },
+    )
+    directory = tmp_path / "state"
+    directory.mkdir()
+    (directory / "ledger.json").write_text(ledgers.dump(ledger))
+    return directory
+
+
+def release(capsys, state: Path, *argv: str) -> tuple[int, str, str]:
+    lock = str(state.parent / "run" / "lock" / "partition-enforcer.lock")
+    return run(capsys, "release", *argv, "--state-dir", str(state), "--lock-path", lock)
+
+
+def test_release_appends_the_remembered_identity_and_audits_it(capsys, remembering):
+    from enforcer import releases
+
+    rc, out, _ = release(capsys, remembering, GI7, "--reason", "GPU 1  retired", "--by", "ops@c")
+    assert rc == 0 and GI7_ID in out
+    (said,) = releases.decode((remembering / "released").read_text())
+    assert (said.identity, said.by, said.reason) == (GI7_ID, "ops@c", "GPU 1 retired")
+    (event,) = [json.loads(line) for line in (remembering / "audit.jsonl").read_text().splitlines()]
+    assert (event["event"], event["identity"], event["by"]) == ("release", GI7_ID, "ops@c")
+    assert oct((remembering / "released").stat().st_mode & 0o777) == "0o600"
+    rc, out, _ = run(capsys, "audit", str(remembering))
+    assert rc == 0 and "release" in out and GI7_ID in out
+
+
+def test_release_refuses_what_memory_does_not_keep_and_what_is_advertised(capsys, remembering):
+    rc, _, err = release(capsys, remembering, "nvidia-mig/gpu:GPU-1/9", "--reason", "x")
+    assert rc == 1 and "keeps no partition" in err
+    rc, _, err = release(capsys, remembering, "6", "--reason", "x")
+    assert rc == 1 and "advertised now" in err
+    rc, _, err = release(capsys, remembering, "7", "--reason", "  ")
+    assert rc == 2 and "--reason" in err
+    assert not (remembering / "released").exists() and not (remembering / "audit.jsonl").exists()
+
+
+def test_explain_says_a_stuck_desired_partition_needs_a_person_and_how(capsys, tmp_path):
+    stuck = {"identity": GI7_ID, "why": "advertised by ..., until ...", "seconds": 4000.0}
+    gi7 = verdict("7", "pinned", kind="nvidia-mig", accelerator="gpu:GPU-1", identity=GI7_ID)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report("n1", gi7, stuck_desired=[stuck])))
+    rc, out, _ = run(capsys, "explain", str(path), "7")
+    assert rc == 0 and "needs a person:   not advertised for 4000 s" in out
+    assert f"enforcer release '{GI7_ID}' --reason" in out
+    reports = write_reports(tmp_path / "reports", report("n1", gi7, stuck_desired=[stuck]))
+    rc, out, _ = run(capsys, "report", str(reports))
+    assert rc == 1 and "1 partition kept with its advertiser gone" in out
+
+
+def test_ledger_show_lists_what_the_memory_keeps(capsys, remembering):
+    rc, out, _ = run(capsys, "ledger", "show", str(remembering))
+    assert rc == 0 and "kept by the memory of an advertiser" in out
+    (row,) = [line for line in out.splitlines() if line.startswith(GI7)]
+    assert "2025-11-29 21:05:00Z" in row and "nvidia.com/mig-1g.10gb (kubelet-checkpoint)" in row
+    assert "nvidia-mig/gpu:GPU-1/6 " not in out  # advertised now: not listed as kept by memory
+    rc, out, _ = run(capsys, "ledger", "show", str(remembering), "--json")
+    assert set(json.loads(out)["desired"]) == {GI7_ID, f"nvidia-mig/gpu:GPU-1/6[gi=6]@{BOOT}"}

@@ -56,6 +56,9 @@ def test_schema_is_valid_draft_2020_12_and_names_every_key_of_the_table():
         "enforcer_schedule_wheelhouse",  # issue 19's node mode that installs itself
         "enforcer_drain_cordon", "enforcer_drain_timeout_seconds",
         "enforcer_drain_poll_seconds",  # issue 6's pre-maintenance drain (drain.py)
+        "enforcer_advertiser_gone_seconds",  # issue 30's memory of desired state
+        "enforcer_breaker_accelerator_max_fraction",
+        "enforcer_breaker_accelerator_min_count",  # issue 30's breaker per accelerator
     }  # fmt: skip
     assert set(HOST_DATA_KEYS) == table
     assert not SCHEMA.get("required")

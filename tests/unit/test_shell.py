@@ -292,6 +292,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "pod-resources",
         "ledger",
         "destroyed",
+        "released",
         "drain",
         "claim-digest",
     ]

@@ -80,6 +80,7 @@ def healthy_node() -> dict[str, tuple[str, str, str]]:
         "crictl-ps": ("0", CONTAINERS, ""),
         "ledger": ("absent", "", ""),
         "destroyed": ("absent", "", ""),
+        "released": ("absent", "", ""),
         "drain": ("absent", "", ""),
         "dra-drivers": ("0", "", ""),
         "dra-checkpoint": ("absent", "", ""),
@@ -645,6 +646,22 @@ def test_the_destroyed_record_names_identities_and_refuses_anything_else():
     for bad in (f"0 0 101 1 vir02 {BOOT_ID}\n", f"0 0 101 1 vir02 5:x {BOOT_ID}\n"):
         broken = read({"destroyed": ("0", bad, "")})
         assert [(h.source, h.status) for h in broken.health] == [("ledger", "unreadable")]
+
+
+def test_a_persons_releases_are_read_and_a_line_of_another_shape_applies_none():
+    line = '{"at": 1764450000.5, "by": "ops@c", "identity": "nvidia-mig/gpu:G/7[gi=7]@b", '
+    line += '"reason": "retired"}\n'
+    (said,) = read({"released": ("0", line, "")}).released
+    assert (said.identity, said.by, said.reason, said.at) == (
+        "nvidia-mig/gpu:G/7[gi=7]@b",
+        "ops@c",
+        "retired",
+        1764450000.5,
+    )
+    for bad in ("not json\n", line.replace('"by"', '"who"'), line.replace('"ops@c"', '""')):
+        broken = read({"released": ("0", line + bad, "")})
+        assert broken.released == ()
+        assert [(h.source, h.status) for h in broken.health] == [("released", "unreadable")]
 
 
 # --- the kubelet's pod-resources API -----------------------------------------------------------
