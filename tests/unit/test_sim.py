@@ -671,3 +671,42 @@ def test_310p_duo_host_table_is_the_vllm_ascend_sample_byte_for_byte(make_node) 
     assert out.splitlines() == sample_lines(
         "npu-smi_info_300I-Duo-310P3-2-chips-1-proc_vllm-ascend-issue-1993.txt"
     )
+
+
+# --- Huawei's device plugin and Volcano (simulator.mindcluster) --------------------------------
+
+
+def test_dynamic_vnpu_records_are_the_plugins_and_volcanos(tmp_path: Path) -> None:
+    from simulator import ascend_stacks, mindcluster
+
+    node, vnpus = ascend_stacks.dynamic(tmp_path / "n")
+    entries = {e.pod_uid: e for e in parse_checkpoint(node.checkpoint_path.read_text())}
+    b = entries[ascend_stacks.INFER_B]
+    assert (b.resource, b.device_ids) == (
+        "huawei.com/npu-core",
+        tuple(f"npu-core-{i}" for i in (4, 5, 6, 7)),
+    )
+    assert dict(b.envs) == {  # common.go:95-121 SetAscendRuntimeEnv, dynamic mode
+        "ASCEND_VISIBLE_DEVICES": str(vnpus["b"]),
+        "ASCEND_RUNTIME_OPTIONS": "VIRTUAL",
+        "MS_LOCAL_WORKER": "1",
+        "MS_WORKER_NUM": "1",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "CM_WORKER_SIZE": "1",
+        "CM_LOCAL_WORKER": "1",
+    }
+    whole = entries[ascend_stacks.TRAIN_W]
+    assert dict(whole.envs)["ASCEND_VISIBLE_DEVICES"] == "1"
+    assert dict(whole.envs)["ASCEND_RUNTIME_OPTIONS"] == ""
+    assert ascend_stacks.BATCH_X not in entries  # deleted: kubelet dropped its entry
+    assert vnpus["leak"] in {v["id"] for v in node.state()["vnpus"]}  # the plugin did not
+    pods = {p["metadata"]["uid"]: p for p in mindcluster.api_pods(node, "n1", {})}
+    notes = pods[ascend_stacks.INFER_B]["metadata"]["annotations"]
+    assert notes["huawei.com/npu-core"] == "0-vir04"
+    assert notes["predicate-time"] == "18446744073709551615"
+    assert notes["huawei.com/kltDev"] == "npu-core-4,npu-core-5,npu-core-6,npu-core-7"
+    assert notes["huawei.com/AscendReal"] == f"Ascend310P-4c-{vnpus['b']}-0_2"
+    sandbox = next(p for p in node.state()["pods"] if p["uid"] == ascend_stacks.INFER_B)
+    assert set(sandbox["annotations"]) == {"huawei.com/npu-core", "predicate-time"}
