@@ -21,6 +21,7 @@ from e2e.test_kubernetes_api import FakeApi, kubeconfig
 from e2e.test_kubernetes_api import api as api  # noqa: F401 (the fixture, for these tests)
 
 from simulator import ascend_stacks, mindcluster
+from simulator.demo import infer_b_starts
 from simulator.namespace import NodeNamespace
 
 ENFORCER = str(Path(sys.executable).with_name("enforcer"))
@@ -202,3 +203,25 @@ def test_950_node_is_read_says_it_makes_no_vnpus_and_is_quiet(stack):
     assert [s["status"] for s in npu_smi] == ["ok"], npu_smi
     assert "NPU 0 (Ascend950PR), NPU 1 (Ascend950PR): Ascend 950" in npu_smi[0]["reason"]
     node.quiet()
+
+
+# --- a 310P host table cut after its device table ----------------------------------------------
+
+
+def test_rule_1_a_310p_host_table_cut_after_its_device_table_keeps_the_chips_vnpus(seed_node):
+    # npu-smi lists a process on chip 0 that opened no vNPU device the fd scan can see: by its
+    # process table it may hold any vNPU of the chip. A 310P card prints that table; an output
+    # that ends after the device table is no proof of "no process" (read so, 101 and 102 went).
+    seed_node.enforce()
+    infer_b_starts(seed_node.sim)
+    seed_node.sim.add_process(0, 0, 4242, "python3", 2048)
+    whole = subprocess.run(
+        [str(seed_node.path / "bin/npu-smi"), "info"], capture_output=True, text=True, check=True
+    ).stdout.splitlines(keepends=True)
+    cut = "".join(whole[: next(i for i, line in enumerate(whole) if "Process id" in line) - 1])
+    seed_node.sim.set_fault("npu-smi", "info", stdout=cut)
+    for run in seed_node.converge(GRACE_RUNS + 1):
+        assert {101, 102} <= seed_node.vnpus(), run.output
+        assert "orphan" not in (run.verdict(101), run.verdict(102)), run.output
+    assert run.verdict(101) == run.verdict(102) == "inconclusive", run.output
+    assert "ends after the device table" in run.reason(101)
