@@ -246,9 +246,11 @@ class _Read:
 
     def __init__(self, record: OwnerRecord):
         self.record = record
-        self.envs, self.notes = dict(record.envs), dict(record.annotations)
+        self.envs = dict(record.envs)
         self.exact: dict[str, list[str]] = {}  # vNPU id -> what named it
         self.counted: list[Claim] = []
+        self.hami: list[Claim] = []  # HAMi's devices-allocated: its memory, not its template
+        self.runtime_info = False  # HAMi's `huawei.com/<type>` JSON was read
         self.picks: list[str] = []  # AI-core tokens: one vNPU made for them, or whole chips
         self.whole = False  # a field says the owner was given whole chips
         self.understood = False  # some field names what it gives
@@ -264,6 +266,9 @@ class _Read:
     def claims(self) -> list[Claim]:
         found = [_exact(self.record, vnpu, ", ".join(what)) for vnpu, what in self.exact.items()]
         found += self.counted
+        # HAMi's devices-allocated names the devices its `huawei.com/<type>` names (with their
+        # template), so it counts only where that one is absent.
+        found += [] if self.runtime_info else self.hami
         if self.picks and not self.exact and not self.whole and not self.counted:
             picked = ", ".join(self.picks[:4])
             what = f"kubelet's pick {picked}: the plugin made one vNPU for it, which one unsaid"
@@ -307,12 +312,12 @@ class _Read:
         elif TYPE_NOTE.match(key):
             if value.startswith("["):
                 self.counted += _runtime_info(self.record, key, value)
-                self.understood = True
+                self.understood = self.runtime_info = True
             elif not self._device_names(value, key):
                 self.garbled.append(f"{key} {value[:60]!r}")
         elif re.match(r"^hami\.io/Ascend\w*-devices-allocated$", key):
             what = f"{key} {value[:60]!r}"
-            self.counted.append(_device_wide(self.record, None, _hami_devices(value), what))
+            self.hami.append(_device_wide(self.record, None, _hami_devices(value), what))
             self.understood = True
 
     def _volcano(self, value: str) -> None:

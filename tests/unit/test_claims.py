@@ -66,6 +66,15 @@ def test_hami_devices_allocated_alone_claims_as_many_as_it_names_of_any_template
     assert claims(annotations=garbled) == [("device-wide", None, None, None)]
 
 
+def test_hami_devices_allocated_beside_its_runtime_info_is_the_same_device_counted_once():
+    value = f'[{{"UUID":"{UUID}","temp":"vir02","memory":6144}}]'
+    notes = (
+        ("hami.io/Ascend310P-devices-allocated", f"{UUID},Ascend310P,6144,0:;"),
+        ("huawei.com/Ascend310P", value),
+    )
+    assert claims(annotations=notes) == [("device-wide", None, "vir02", 1)]
+
+
 def test_unreadable_annotation_claims_every_vnpu():
     assert claims(annotations=(("huawei.com/Ascend310P", "[{broken"),)) == [
         ("device-wide", None, None, None)
