@@ -12,6 +12,12 @@ An advertised device id names a partition, names a slot, or is not understood:
   pkg/gpu/nvidia/mig/mig.go). Huawei's plugin in static vNPU mode advertises each pre-made vNPU
   as `<type>-<n>c[.<spec>]*-<vnpu>-<phy>` (mind-cluster ascend-device-plugin
   pkg/device/ascendcommon.go): `Ascend310P-2c-101-0`, `Ascend310P-2c.1cpu-100-0`.
+  KubeVirt's plugins advertise a vGPU by its IOMMU group (kubevirt/kubevirt
+  pkg/virt-handler/device-manager mediated_device.go, pci_device.go), NVIDIA's plugin for
+  KubeVirt an mdev by its UUID and a PCI device by its address (NVIDIA/kubevirt-gpu-device-plugin
+  pkg/device_plugin/device_plugin.go): virt-handler makes every mdev of a configured type and
+  keeps it (mediatedDevicesConfiguration), capacity for the next VM. A name of a vGPU kind on a
+  resource of a vendor without vGPUs (a bare number on `huawei.com/`) is not understood.
 - A slot. Plugins that make a partition per allocation advertise placeholders, so pinning by
   them would keep every leak: HAMi's Ascend `<VDie id>-<n>` (ascend-device-plugin
   internal/server/server.go), Huawei's dynamic `npu-core-<n>` and whole chips `Ascend310P-<phy>`
@@ -20,6 +26,11 @@ An advertised device id names a partition, names a slot, or is not understood:
   id holding a GPU's UUID and no MIG device's (a whole GPU, HAMi's `<GPU UUID>-<n>` slots).
 - Not understood, on a partition vendor's resource: every partition of that vendor is kept, and
   a person is asked to write its adapter (fail closed, as an unrecognised owner record).
+
+NVIDIA's DRA driver advertises in ResourceSlices instead (facts.dra_node.slices_evidence, with
+the kubernetes-api source): `gpu.nvidia.com/<pool>/<device>`, a static MIG device by its
+canonical name (a GI's alias), a whole GPU (no partition). Under DynamicMIG it advertises
+partitionable devices, GIs not made yet: none of those is given here.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from enforcer.claims import vendor_kinds
-from enforcer.model import Advertised, Partition
+from enforcer.model import DRA, Advertised, Partition
 from kinds import REGISTRY
 
 # Slots of any vendor (each kind's own are its Kind.slots).
@@ -52,8 +63,9 @@ def desired(partitions: Sequence[Partition], advertised: Sequence[Advertised]) -
     unknown: list[Advertised] = []
     for a in advertised:
         names = _names(a.device_id)
-        if names is None:
-            if vendor_kinds(a.resource):
+        vendor = vendor_kinds(a.resource)
+        if names is None or (names and vendor and not {k for k, _ in names} & set(vendor)):
+            if vendor:  # not understood, or a form of another vendor's kinds (a bare number)
                 unknown.append(a)
             continue
         for name in names:
@@ -82,4 +94,9 @@ def _names(device_id: str) -> list[tuple[str, str]] | None:
 
 
 def _evidence(a: Advertised) -> str:
+    if a.resource.startswith(DRA):  # a DRA driver's ResourceSlices (facts.dra_node)
+        driver = a.resource.removeprefix(DRA)
+        return (
+            f"advertised by DRA driver {driver} in its ResourceSlices as {a.device_id} ({a.source})"
+        )
     return f"advertised by the device plugin of {a.resource} as {a.device_id} ({a.source})"

@@ -74,7 +74,7 @@ from enforcer.model import (
     Partition,
 )
 from kinds import REGISTRY, vendors
-from kinds.base import on_gpu
+from kinds.base import cdi_name, cdi_names, on_gpu
 
 # The partition kinds of each vendor, by the domain of a resource or a DRA driver's name.
 VENDORS = vendors()
@@ -129,14 +129,53 @@ def _allocating(records: tuple[OwnerRecord, ...]) -> list[Claim]:
 
 def _claims(record: OwnerRecord) -> list[Claim]:
     """Each kind's adapter, in registry order: the first that takes the record alone answers;
-    else what they all found, or, when none, the record is unrecognised."""
+    else what they all found, or, when none, the record is unrecognised. Either way a CDI name
+    of a partition vendor that no kind reads keeps that vendor's partitions (`_unread_cdi`)."""
     found: list[Claim] = []
     for unit in REGISTRY:
         claims, alone = unit.claims(record)
         if alone:
-            return claims
+            return claims + _unread_cdi(record)
         found += claims
+    found += _unread_cdi(record)
     return found or _unrecognised(record)
+
+
+def _unread_cdi(record: OwnerRecord) -> list[Claim]:
+    """
+    A CDI device name a record carries (a device plugin's CDIDevices or CDI annotation) of a
+    partition vendor, which none of that vendor's kinds reads, is a record not understood: it
+    claims every partition of those kinds and asks a person, whatever else the record names. A
+    name the runtime could not parse is its resource's vendor's. A DRA claim's CDI names are its
+    driver's (kinds.mig.dra_claims and `_unrecognised` read them).
+    """
+    if record.resource.startswith(DRA):
+        return []
+    odd: dict[str, list[str]] = defaultdict(list)
+    for name in cdi_names(record):
+        parsed = cdi_name(name)
+        kinds = vendor_kinds(parsed[0] if parsed else record.resource)
+        if kinds and not _read(name, kinds):
+            for kind in kinds:
+                odd[kind].append(name)
+    return [
+        replace(
+            on_gpu(record, "device-wide", None, None, None, _cdi_what(record, names), kind),
+            unrecognised=True,
+        )
+        for kind, names in odd.items()
+    ]
+
+
+def _read(name: str, kinds: tuple[str, ...]) -> bool:
+    return any(
+        unit.reads_cdi(name) for unit in REGISTRY if unit.reads_cdi and set(unit.kinds) & set(kinds)
+    )
+
+
+def _cdi_what(record: OwnerRecord, names: list[str]) -> str:
+    shown = ", ".join(names[:4]) + (f" (+{len(names) - 4})" if len(names) > 4 else "")
+    return f"unrecognised record: {record.resource or 'no resource'}, CDI device {shown}"
 
 
 def vendor_kinds(name: str) -> tuple[str, ...]:
@@ -159,7 +198,7 @@ def _unrecognised(record: OwnerRecord) -> list[Claim]:
         names = record.resource.removeprefix(DRA).split(",")
         names += dict(record.annotations).get(CDI, "").split(",")
     kinds = [k for name in names for k in vendor_kinds(name)]
-    for d in record.devices:
+    for d in record.device_nodes:
         kinds += [k for pattern, ks in PARTITION_NODES if pattern.match(d) for k in ks]
     if record.resource == DRA:  # a claim whose driver the kubelet did not name: any partition
         kinds = list(KINDS)

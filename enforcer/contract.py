@@ -9,7 +9,8 @@ decided it (None: the rule does not stop the destroy). `decide()` composes them 
     3 not_claimed()          no live owner's claim covers it (owners' liveness: enforcer.liveness;
                              counted claims: enforcer.claims.protect)
     4 not_pinned()           nothing wants it kept as capacity (drift(): declared, not there;
-                             dra_capacity(): NVIDIA's DRA driver's static MIG, after rule 3)
+                             dra_capacity(): NVIDIA's DRA driver's static MIG, after rule 3,
+                             as dra_mode() reads the evidence)
     5 proven_over_time()     a candidate long enough (streaks, their restarts: enforcer.streaks)
     6 not_implausible()      the circuit breaker, over the whole node
     7 (on the node)          the guarded destroy re-proves it under the node lock
@@ -32,7 +33,9 @@ from enforcer.advertised import Desired, desired
 from enforcer.claims import exact_claims, protect
 from enforcer.ledger import Entry, Ledger
 from enforcer.model import (
+    DRA_SLICES,
     DRA_SOURCE,
+    HOST_DATA,
     MIG,
     NODE,
     OWNER_NOUNS,
@@ -91,7 +94,7 @@ class Index:
     keys: frozenset[str]  # the partition keys listed
     accelerators: frozenset[str]  # the chips and GPUs listed
     read: tuple[str, ...]  # the claim sources read: the policy's, and a DRA driver's (evidence)
-    dra_static: bool  # NVIDIA's DRA driver may advertise static MIG instances (rule 4)
+    dra: DraMig | None  # NVIDIA's DRA driver's DynamicMIG, by the evidence (rule 4); None: absent
 
     @classmethod
     def of(cls, obs: Observation, policy: Policy) -> Index:
@@ -104,7 +107,7 @@ class Index:
             keys=frozenset(p.key for p in obs.partitions),
             accelerators=frozenset(a.accelerator for a in (*obs.chips, *obs.gpus)),
             read=(*policy.claim_sources, *_dra_read(obs)),
-            dra_static=bool(_dra_read(obs)) and not policy.dra_dynamic_mig,
+            dra=dra_mode(obs, policy) if _dra_read(obs) else None,
         )
 
 
@@ -180,15 +183,67 @@ def not_pinned(p: Partition, index: Index) -> str | None:
 def dra_capacity(p: Partition, index: Index) -> str | None:
     """
     Rule 4 for NVIDIA's DRA driver: without DynamicMIG it advertises the GPU instances made
-    beforehand (static MIG) in ResourceSlices, which are not read; unless host data says it makes
-    them per claim, every one is the node's capacity. Asked after rule 3: a claimed one says whose.
+    beforehand (static MIG) as capacity. Where its ResourceSlices said so they pin what they
+    advertise one by one (Advertised, not_pinned); else every GPU instance is the node's capacity,
+    unless the evidence says it makes them per claim (dra_mode). Asked after rule 3: a claimed
+    one says whose.
     """
-    if not (index.dra_static and p.kind == MIG):
+    mode = index.dra
+    if mode is None or p.kind != MIG or mode.dynamic or mode.by_slices:
         return None
-    return (
-        "NVIDIA's DRA driver is on the node and may advertise it as capacity (static MIG; "
-        "its ResourceSlices are not read): set enforcer_dra_dynamic_mig if it runs DynamicMIG"
+    said = "NVIDIA's DRA driver is on the node and may advertise it as capacity"
+    return f"{said} (static MIG: {mode.why})"
+
+
+@dataclass(frozen=True)
+class DraMig:
+    """Rule 4's reading of NVIDIA's DRA driver: whether it makes GPU instances per claim."""
+
+    dynamic: bool
+    why: str  # what that rests on
+    by_slices: bool  # its ResourceSlices said so (they pin the GIs they advertise themselves)
+    contradiction: str = ""  # host data says dynamic, the node static: kept static, reported
+
+
+def dra_mode(obs: Observation, policy: Policy) -> DraMig:
+    """
+    Evidence over host data: the driver's ResourceSlices for this node (its own word on what it
+    advertises: partitionable devices under DynamicMIG, else its static GPU instances), then its
+    checkpoint's shape when that proves a release before DynamicMIG, then host data
+    (enforcer_dra_dynamic_mig). Evidence that cannot tell (slices not read whole, a shape a
+    DynamicMIG release writes too) is only said. Host data saying dynamic where the node's
+    evidence says static: static (kept), and the contradiction is reported.
+    """
+    told = sorted(
+        (m for m in obs.dra_modes if m.dynamic is not None), key=lambda m: m.source != DRA_SLICES
     )
+    unsure = [m.why for m in obs.dra_modes if m.dynamic is None and m.source == DRA_SLICES]
+    if not told:
+        slices = (
+            unsure[0]
+            if unsure
+            else "its ResourceSlices are not read (the kubernetes-api source is off)"
+        )
+        if policy.dra_dynamic_mig:
+            return DraMig(True, f"host data says enforcer_dra_dynamic_mig; {slices}", False)
+        return DraMig(False, f"{slices}: set enforcer_dra_dynamic_mig if it runs DynamicMIG", False)
+    best = told[0]
+    why = "; ".join([best.why, *unsure]) if best.source != DRA_SLICES else best.why
+    said = ""
+    if policy.dra_dynamic_mig and not best.dynamic:
+        said = (
+            f"host data says enforcer_dra_dynamic_mig, but {best.why}: its GPU instances are kept "
+            "as the driver's capacity; set enforcer_dra_dynamic_mig false for this host, or "
+            "upgrade the driver to a release that runs DynamicMIG"
+        )
+    return DraMig(bool(best.dynamic), why, best.source == DRA_SLICES, said)
+
+
+def contradictions(index: Index) -> tuple[SourceHealth, ...]:
+    """Host data the node contradicts, as the report's sources say it: a person fixes it."""
+    if index.dra is None or not index.dra.contradiction:
+        return ()
+    return (SourceHealth(HOST_DATA, "stale", MIG, index.dra.contradiction),)
 
 
 def drift(obs: Observation, policy: Policy) -> list[str]:
@@ -311,6 +366,7 @@ class Decision:
     stuck_owners: dict[str, tuple[str, float]]  # pods waiting too long: why, for how long
     desired: Desired  # what device plugins advertise (rule 4), and the ids not understood
     drift: list[str]  # declared GPU instances that are not there (rule 4)
+    host_data: tuple[SourceHealth, ...] = ()  # host data the node contradicts (rule 4): said
 
 
 def decide(obs: Observation, ledger: Ledger, policy: Policy, now: float) -> Decision:
@@ -409,6 +465,7 @@ def decide(obs: Observation, ledger: Ledger, policy: Policy, now: float) -> Deci
         stuck.owners,
         index.desired,
         drift(obs, policy),
+        contradictions(index),
     )
 
 

@@ -23,7 +23,10 @@ from enforcer import streaks
 from enforcer.claims import claims_from_records, vm_records
 from enforcer.ledger import Ledger
 from enforcer.model import (
+    CLAIM,
+    CLAIM_OWNER,
     DRA_SOURCE,
+    RESERVED,
     VM_METADATA,
     Claim,
     Container,
@@ -113,6 +116,9 @@ def vm_liveness(vm: Instance, obs: Observation) -> Pod:
     def said(state: str, detail: str) -> Pod:
         return Pod(vm.owner_uid, VM_METADATA, state, vm.name or vm.id, "", detail)  # type: ignore[arg-type]
 
+    if vm.pid is None and vm.retained:
+        why = "a retention record of a failed create (GPURetainedForCleanup): no VM boots from it"
+        return said("ended", why)
     if vm.pid is None:
         return said("alive", "no hypervisor PID yet: booting")
     pid = vm.pid
@@ -145,7 +151,7 @@ def vm_liveness(vm: Instance, obs: Observation) -> Pod:
 def stuck_seconds(vm: Instance, now: float, after: float) -> float | None:
     """How long a VM has claimed a vGPU with no hypervisor PID, when longer than `after`."""
     age = now - vm.written_at
-    return age if vm.pid is None and vm.devices and age > after else None
+    return age if vm.pid is None and not vm.retained and vm.devices and age > after else None
 
 
 def _absent_from_api(obs: Observation) -> tuple[Pod, ...]:
@@ -221,7 +227,7 @@ def stuck(
     now: float,
 ) -> Stuck:
     """The stuck owners of this run, given which claims protect which partitions (`protect`)."""
-    waiting = waiting_owners(obs, protected, owners.said)
+    waiting = waiting_owners(obs, protected, owners.said, "cri" in policy.claim_sources)
     since = _waiting_since(ledger, obs, now, waiting)
     vms = stuck_claims(obs, policy)
     why = {owner: f"stuck claim: no hypervisor PID for {age:.0f} s" for owner, age in vms.items()}
@@ -229,7 +235,7 @@ def stuck(
         age = obs.now - since[owner]
         if age >= policy.stuck_owner_seconds:
             why[owner] = f"stuck owner: {what} for {age:.0f} s, keeping partitions it does not use"
-    return Stuck(since, why, vms, stuck_owners(obs, policy, since, owners.said))
+    return Stuck(since, why, vms, stuck_owners(obs, policy, since, waiting))
 
 
 def stuck_claims(obs: Observation, policy: Policy) -> dict[str, float]:
@@ -241,22 +247,58 @@ def stuck_claims(obs: Observation, policy: Policy) -> dict[str, float]:
 
 
 def waiting_owners(
-    obs: Observation, protected: dict[str, list[Claim]], pods: tuple[Pod, ...]
+    obs: Observation, protected: dict[str, list[Claim]], pods: tuple[Pod, ...], cri: bool = True
 ) -> dict[str, str]:
     """
-    The pods whose live claims keep partitions that none of them uses (no holder of theirs)
+    The owners whose live claims keep partitions that none of them uses (no holder of theirs)
     and that no source shows running (no ready CRI sandbox), with why: no source has seen them
     (a stale checkpoint entry of a deleted pod, kubelet prunes lazily; a pod not admitted yet),
-    or they have not started (CNI down, an image that never pulls). Kept, as rule 3 says;
-    reported once waiting longer than `enforcer_stuck_owner_seconds`.
+    or they have not started (CNI down, an image that never pulls). A DRA claim the driver holds
+    waits while none of its pods runs (`dra_waiting`). Kept, as rule 3 says; reported once
+    waiting longer than `enforcer_stuck_owner_seconds`.
     """
     using = {h.owner_uid for h in obs.holders if h.owner_uid}
-    # A VM has its own (stuck_claims); a DRA claim is no pod: the driver holds it until kubelet
-    # unprepares it, its pods' own records say whether they run.
-    own = (VM_METADATA, DRA_SOURCE)
+    own = (VM_METADATA, DRA_SOURCE)  # a VM has its own (stuck_claims)
     keeping = {c.owner_uid for cs in protected.values() for c in cs if c.source not in own}
-    keeping -= using
-    return not_running(keeping, pods)
+    claims = {c.owner_uid for cs in protected.values() for c in cs if c.source == DRA_SOURCE}
+    dra = dra_waiting(obs, claims, using, pods) if cri else {}
+    return not_running(keeping - using, pods) | dra
+
+
+def dra_waiting(
+    obs: Observation, claims: set[str], using: set[str], pods: tuple[Pod, ...]
+) -> dict[str, str]:
+    """
+    The DRA claims a driver holds (its checkpoint, a CDI spec it left) none of whose pods runs:
+    no pod it was prepared for (the checkpoint's status.reservedFor) nor any the API reserves it
+    for now (facts.kubeapi's records of the claim) holds a partition or has a ready CRI sandbox.
+    That is a claim kubelet never unprepared, or the checkpoint of a driver since uninstalled:
+    the driver still holds it, so its partitions stay claimed (rule 3); it is reported. Not
+    judged when the runtime's listing was not read, or `cri` is no claim source (its sandboxes
+    are then not among the pods said: a pod running would not show).
+    """
+    if obs.containers is None:
+        return {}
+    mine: dict[str, dict[str, str]] = defaultdict(dict)  # claim -> its pods: uid -> name
+    for r in obs.records:
+        notes = dict(r.annotations)
+        if r.source == DRA_SOURCE and r.owner_uid in claims:
+            pairs = (p.partition(":") for p in notes.get(RESERVED, "").split(",") if p)
+            mine[r.owner_uid].update((uid, name or uid) for uid, _, name in pairs)
+        elif notes.get(CLAIM) and f"{CLAIM_OWNER}{notes[CLAIM]}" in claims:
+            mine[f"{CLAIM_OWNER}{notes[CLAIM]}"].setdefault(r.owner_uid, r.owner_uid)
+    running = {p.uid for p in pods if p.source == "cri" and p.detail == "sandbox ready"}
+    waiting = {}
+    for claim in sorted(claims):
+        reserved = mine.get(claim, {})
+        if set(reserved) & (running | using):
+            continue
+        names = {p.uid: p.name for p in pods if p.uid in reserved and p.name}
+        who = ", ".join(sorted(names.get(u, n) for u, n in reserved.items()))
+        waiting[claim] = (
+            f"prepared for pod(s) {who}, none of which runs" if who else "prepared for no pod"
+        ) + " (its driver still holds it: a claim kubelet never unprepared, or a driver gone)"
+    return waiting
 
 
 def not_running(owners: Iterable[str], pods: Iterable[Pod]) -> dict[str, str]:
@@ -275,12 +317,11 @@ def not_running(owners: Iterable[str], pods: Iterable[Pod]) -> dict[str, str]:
 
 
 def stuck_owners(
-    obs: Observation, policy: Policy, waiting: dict[str, float], pods: tuple[Pod, ...]
+    obs: Observation, policy: Policy, since: dict[str, float], waiting: dict[str, str]
 ) -> dict[str, tuple[str, float]]:
-    """The pods of `waiting` (the next ledger's) waiting too long: why, for how long."""
-    ages = {u: obs.now - t for u, t in waiting.items()}
-    late = {u: age for u, age in ages.items() if age >= policy.stuck_owner_seconds}
-    return {u: (why, late[u]) for u, why in not_running(late, pods).items()}
+    """The owners of `since` (the next ledger's waiting) waiting too long: why, for how long."""
+    ages = {u: obs.now - t for u, t in since.items()}
+    return {u: (waiting[u], age) for u, age in ages.items() if age >= policy.stuck_owner_seconds}
 
 
 def _waiting_since(

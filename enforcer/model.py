@@ -31,11 +31,24 @@ DRAIN_MARKER = "drain-marker"  # the node read's section of <state_dir>/drain.js
 # `<driver>/<pool>/<device>`, its CDI devices under the annotation CDI.
 DRA = "dra:"
 DRA_SOURCE = "dra"  # the DRA drivers' own records on the node (facts.dra_node)
+# Rule 4's evidence on NVIDIA's DRA driver's DynamicMIG (DraMode.source), strongest first: its
+# ResourceSlices for the node (facts.kubeapi), its checkpoint's shape (facts.dra_node).
+DRA_SLICES, DRA_SHAPE = "resourceslices", "checkpoint"
+HOST_DATA = "host-data"  # the report's source of a contradiction between host data and the node
 VM_METADATA = "vm-metadata"
+# A claim source that reads nothing of its own: the node's VMs are KubeVirt's virt-launcher
+# pods, whose kubelet records claim their vGPUs (kinds.vgpu), so vGPUs need no VMM files.
+KUBEVIRT = "kubevirt"
+# The sources of what kubelet gave a container from a device plugin.
+PLUGIN_SOURCES = ("kubelet-checkpoint", "kubelet-pod-resources")
 # What the report calls an owner, by the source of its claim (else a pod).
 OWNER_NOUNS = {VM_METADATA: "VM", DRA_SOURCE: "DRA claim"}
 CDI = "cdi.k8s.io/devices"
 CLAIM = "resource.k8s.io/claim"  # the annotation an API record names its ResourceClaim by
+# The annotation a DRA claim's record (facts.dra_node) names the pods its driver prepared it for
+# by (status.reservedFor, `<uid>:<name>` comma-separated): what says whether its pods still run.
+RESERVED = "resource.k8s.io/reserved-for"
+CLAIM_OWNER = "resourceclaim:"  # a DRA claim as an owner: resourceclaim:<claim uid>
 NO_CONTAINER = "000000000000"  # npu-smi's Container ID for a vNPU no container is using
 
 
@@ -164,8 +177,9 @@ class Pod:
 class OwnerRecord:
     """
     One record that names an owner and what it was given, as a claim source wrote it: a kubelet
-    checkpoint entry (resource, device ids, the allocate response's envs and device nodes), a
-    CRI sandbox or a Kubernetes pod (annotations). Adapters turn records into claims.
+    checkpoint entry (resource, device ids, the allocate response's envs, device nodes, mounts,
+    annotations and CDI device names: every field it carries), a CRI sandbox or a Kubernetes pod
+    (annotations). Adapters turn records into claims.
     """
 
     owner_uid: str
@@ -176,6 +190,27 @@ class OwnerRecord:
     envs: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
     devices: tuple[str, ...] = ()  # the allocate response's device nodes (host paths)
+    mounts: tuple[tuple[str, str], ...] = ()  # the allocate response's (container, host) paths
+    cdi_devices: tuple[str, ...] = ()  # the allocate response's CDI device names
+
+    @property
+    def device_nodes(self) -> tuple[str, ...]:
+        """The device nodes its container was given: its device specs, and the host paths of
+        its mounts under /dev (a bind mount of a device node reaches it all the same)."""
+        mounted = tuple(h for _, h in self.mounts if h.startswith("/dev/") and h != "/dev/null")
+        return (*self.devices, *mounted)
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """Every value it carries, for the generic rule (a partition's UUID anywhere claims it):
+        device ids first, then env values, annotation values, CDI names and mount paths."""
+        return (
+            *self.device_ids,
+            *(v for _, v in self.envs),
+            *(v for _, v in self.annotations),
+            *self.cdi_devices,
+            *(p for mount in self.mounts for p in mount),
+        )
 
 
 @dataclass(frozen=True)
@@ -205,6 +240,9 @@ class Claim:
     # A record on a partition vendor's resource that no adapter understood: it claims all the
     # same (fail closed) and asks a person, so that an adapter gets written.
     unrecognised: bool = False
+    # Whether naming no listed partition makes it dangling (report): not for a name that may be
+    # no partition at all (an IOMMU group or PCI address KubeVirt passes through whole).
+    judged: bool = True
 
 
 @dataclass(frozen=True)
@@ -217,6 +255,20 @@ class Advertised:
     source: str
     resource: str
     device_id: str
+
+
+@dataclass(frozen=True)
+class DraMode:
+    """
+    What one piece of evidence says about NVIDIA's DRA driver making GPU instances per claim
+    (DynamicMIG), rule 4's question (enforcer.contract.dra_mode): `source` DRA_SHAPE (its
+    checkpoint's shape, facts.dra_node) or DRA_SLICES (its ResourceSlices, facts.kubeapi);
+    `dynamic` None when it cannot tell, `why` says what it rests on.
+    """
+
+    source: str
+    dynamic: bool | None
+    why: str
 
 
 @dataclass(frozen=True)
@@ -247,6 +299,7 @@ class Observation:
     listening: dict[str, frozenset[int]] = field(default_factory=dict)  # unix socket path ->
     # inodes of listening sockets bound there (/proc/net/unix, accept flag set)
     advertised: tuple[Advertised, ...] = ()
+    dra_modes: tuple[DraMode, ...] = ()  # rule 4's evidence on NVIDIA's DRA driver's DynamicMIG
 
 
 @dataclass(frozen=True)
@@ -268,6 +321,9 @@ class Instance:
     socket: str | None = None
     name: str = ""
     written_at: float = 0.0
+    # The VMM's record of a failed create, kept only to release its vGPU (hypeman's
+    # GPURetainedForCleanup): no VM boots from it.
+    retained: bool = False
 
     @property
     def owner_uid(self) -> str:

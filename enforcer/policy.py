@@ -45,6 +45,8 @@ POD_RESOURCES = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # NVIDIA's DRA driver: its checkpoint under the kubelet's plugins (facts.dra), and the roots its
 # per-claim CDI specs are in (/etc/cdi by default; /var/run/cdi under its Helm chart).
 DRA_CHECKPOINT = "plugins/gpu.nvidia.com/checkpoint.json"  # main.go:45-46 (research §1.1)
+# The chart's ComputeDomain plugin's (cmd/compute-domain-kubelet-plugin/main.go:43-44,82-84).
+DRA_CD_CHECKPOINT = "plugins/compute-domain.nvidia.com/checkpoint.json"
 CDI_ROOTS = ("/etc/cdi", "/var/run/cdi")
 
 
@@ -88,6 +90,10 @@ class NodePaths:
     @property
     def dra_checkpoint(self) -> str:
         return f"{self.kubelet_dir}/{DRA_CHECKPOINT}"
+
+    @property
+    def dra_cd_checkpoint(self) -> str:
+        return f"{self.kubelet_dir}/{DRA_CD_CHECKPOINT}"
 
     @classmethod
     def from_rootfs(

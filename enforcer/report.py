@@ -11,6 +11,7 @@ import kinds
 import schemas
 from enforcer.contract import Decision
 from enforcer.model import (
+    CLAIM_OWNER,
     OWNER_NOUNS,
     Claim,
     Observation,
@@ -54,7 +55,7 @@ def build(
         "breaker": breaker,
         "sources": [
             {"source": h.source, "status": h.status, "scope": h.scope, "reason": h.reason}
-            for h in obs.health
+            for h in (*obs.health, *decision.host_data)
         ],
         "summary": dict(sorted(Counter(v.status for v in verdicts).items())),
         "drain": drain,
@@ -120,8 +121,8 @@ def _unrecognised(obs: Observation, decision: Decision, names: dict[str, str]) -
 
 
 def _judged(c: Claim, obs: Observation) -> bool:
-    if c.kind in kinds.UNJUDGED:
-        return False  # its exact claims name no partition (a DCU's DRM node names no vDCU)
+    if c.kind in kinds.UNJUDGED or not c.judged:
+        return False  # it may name no partition (a DCU's DRM node names no vDCU)
     failed = {h.source for h in obs.health if h.status != "ok"}
     return not failed & {"node", LISTINGS.get(c.kind, c.kind)}
 
@@ -195,7 +196,8 @@ def table(report: dict) -> str:
     lines += [f"  stuck claim: {stuck_line(c)}" for c in report.get("stuck_claims", ())]
     lines += [f"  not understood, kept: {u}" for u in report.get("unrecognised", ())]
     lines += [
-        f"  stuck owner: pod {owner_name(o['owner'])} {o['why']} for {o['seconds']:.0f} s: kept"
+        f"  stuck owner: {owner_noun(o['owner'])} {owner_name(o['owner'])} {o['why']} for "
+        f"{o['seconds']:.0f} s: kept"
         for o in report.get("stuck_owners", ())
     ]
     rows = [("PARTITION", "PROFILE", "VERDICT", "STREAK", "REASON")]
@@ -218,6 +220,11 @@ def table(report: dict) -> str:
         cells = [c.ljust(w) for c, w in zip(r[:4], widths, strict=True)]
         lines.append("  " + "  ".join([*cells, r[4]]).rstrip())
     return "\n".join(lines)
+
+
+def owner_noun(owner: dict) -> str:
+    """A stuck owner is a pod, or a DRA claim its driver holds (enforcer.liveness.dra_waiting)."""
+    return "DRA claim" if owner["uid"].startswith(CLAIM_OWNER) else "pod"
 
 
 def owner_name(owner: dict) -> str:

@@ -346,27 +346,36 @@ def render_checkpoint(
     registered: Mapping[str, Sequence[str]],
     *,
     boot_id: str = "",
+    permissions: Sequence[str] = (),
+    alloc_resps: Sequence[str | None] = (),
 ) -> str:
     """
     A checkpoint as kubelet writes it, device ids under NUMA node "-1" (no affinity) and a
     Checksum of 0 (no kubelet reads the simulator's file). A CheckpointEntry keeps only the host
-    path of a DeviceSpec, so each is written as host path = container path, permissions "rw".
+    path of a DeviceSpec, so each is written as host path = container path, with the entry's
+    `permissions` (in entry order; "rw", NVIDIA's, for an entry not given: KubeVirt's and GKE's
+    plugins write "mrw"), and a mount read-write; `alloc_resps[i]`, when given, is entry i's
+    AllocResp as its plugin encoded it (simulator.device_plugins: read-only mounts, device specs
+    as given).
     """
+    perms = list(permissions) + ["rw"] * (len(entries) - len(permissions))
+    given = list(alloc_resps) + [None] * (len(entries) - len(alloc_resps))
     rows = [
         {
             "PodUID": e.pod_uid,
             "ContainerName": e.container,
             "ResourceName": e.resource,
             "DeviceIDs": {"-1": list(e.device_ids)},
-            "AllocResp": encode_alloc_resp(
+            "AllocResp": resp
+            or encode_alloc_resp(
                 dict(e.envs),
-                [(path, path, "rw") for path in e.devices],
+                [(path, path, perm) for path in e.devices],
                 dict(e.annotations),
                 mounts=[(c, h, False) for c, h in e.mounts],
                 cdi_devices=e.cdi_devices,
             ),
         }
-        for e in entries
+        for e, perm, resp in zip(entries, perms, given, strict=True)
     ]
     data = {
         "PodDeviceEntries": rows or None,

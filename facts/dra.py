@@ -26,6 +26,10 @@ from facts.errors import ParseError
 
 STARTED, COMPLETED = "PrepareStarted", "PrepareCompleted"  # checkpointv.go:59-65 (v0.4.1)
 RELEASES = ("v25.3", "v25.8", "v25.12", "v0.4")  # the shapes, oldest first (§1.4)
+# The first release that can run DynamicMIG: its feature gate came with a4674388 ("gpu plugin:
+# introduce dynamic MIG device management", 2025-10-29; pkg/featuregates/featuregates.go:49,91
+# at v25.12.0, Alpha, default off), first tagged v25.12.0.
+DYNAMIC_MIG_FIRST = "v25.12"
 _GO = "Go's encoding/json"
 _UID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"  # k8s UIDs: lower-case
 
@@ -72,6 +76,17 @@ class DriverCheckpoint:
     release: str  # the oldest shape in RELEASES that writes everything the file holds
     boot_id: str  # v2 nodeBootID; "" when the file records none (the caller compares it)
     claims: tuple[PreparedClaim, ...]  # v2's when present (authoritative), else v1's; by uid
+    newest: str = ""  # the newest shape in RELEASES that writes everything the file holds
+
+    @property
+    def before_dynamic_mig(self) -> bool:
+        """
+        Its shape proves its writer predates DynamicMIG: the newest release that writes such a
+        file is older than DYNAMIC_MIG_FIRST. The shape is its last writer's: a driver upgraded
+        since, that has not written yet (v25.12.0 leaves the file as it is at its start,
+        device_state.go:162-171), still shows the old one; keeping is the safe reading of that.
+        """
+        return RELEASES.index(self.newest) < RELEASES.index(DYNAMIC_MIG_FIRST)
 
 
 def fnv1a32(data: bytes) -> int:
@@ -94,6 +109,9 @@ _WRITTEN_BY = {
     "mig concrete": ("v25.12", "v0.4"),
     "vfio": ("v25.12", "v0.4"),
     "claim name/namespace": ("v25.12", "v0.4"),
+    # A PrepareStarted record without the claim's name: v25.8.x; from v25.12.0 the Started record
+    # always names its claim (da23de3c; v25.12.0 device_state.go:231-237; a claim has a name).
+    "PrepareStarted without name": ("v25.8",),
     "nodeBootID": ("v0.4",),
     "ShareID": ("v0.4",),
     "Metadata": ("v0.4",),
@@ -104,14 +122,15 @@ _WRITTEN_BY = {
 }
 
 
-def _release(markers: set[str]) -> str:
-    """The oldest shape that writes every marker; none does -> the file mixes shapes."""
+def _releases(markers: set[str]) -> tuple[str, str]:
+    """The oldest and the newest shape that write every marker; none does -> the file mixes
+    shapes."""
     fits = [r for r in RELEASES if all(r in _WRITTEN_BY[m] for m in markers)]
     if not fits:
         raise ParseError(
             f"DRA checkpoint mixes shapes no release writes together: {sorted(markers)}"
         )
-    return fits[0]
+    return fits[0], fits[-1]
 
 
 # --- the strict pieces -------------------------------------------------------------------------
@@ -428,6 +447,8 @@ def _claim_v2(uid: str, value: Any, markers: set[str]) -> PreparedClaim:
             f"DRA checkpoint: {what} is {state} with keys the driver never writes on one:"
             f" {list(raw)}"
         )
+    if state == STARTED and not named:
+        markers.add("PrepareStarted without name")
     if named:
         markers.add("claim name/namespace")
         _object(
@@ -498,7 +519,8 @@ def parse_checkpoint(text: str) -> DriverCheckpoint:
     from_v1 = [_claim_v1(uid, claim, markers) for uid, claim in v1.items()]
     if raw_v2 is None:
         markers.add("v1 without v2")
-        return DriverCheckpoint(_release(markers), "", tuple(from_v1))
+        oldest, newest = _releases(markers)
+        return DriverCheckpoint(oldest, "", tuple(from_v1), newest)
     _verify_v2(raw_v2)
     v2 = _object(doc["v2"], "v2", "checksum preparedClaims? nodeBootID?")
     claims = [_claim_v2(uid, claim, markers) for uid, claim in _claims(v2, "v2").items()]
@@ -509,7 +531,8 @@ def parse_checkpoint(text: str) -> DriverCheckpoint:
         markers.add("nodeBootID")
         if not boot_id:
             raise ParseError("DRA checkpoint: v2.nodeBootID is empty, which Go omits")
-    return DriverCheckpoint(_release(markers), boot_id, tuple(claims))
+    oldest, newest = _releases(markers)
+    return DriverCheckpoint(oldest, boot_id, tuple(claims), newest)
 
 
 # --- device names (§2.1) and CDI ids (§3) ------------------------------------------------------

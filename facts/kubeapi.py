@@ -5,6 +5,7 @@ node with the official `kubernetes` client, shared by every host of the inventor
     list_pods(kubeconfig) -> PodList            # one LIST (all pages), or ok=False and why
     for_node(pod_list, "node3") -> (pods, records, health)
     claims_on(pod_list, "node3") -> {claim uid}  # the ResourceClaims allocated to the node
+    pod_list.slices                              # every ResourceSlice (None: not listed whole)
     node_registered(kubeconfig, "node3") -> (True | False | None, why)   # one GET of the Node
     agreement(health, pod_list, "node3", registered, sandboxes) -> health  # stale: disagrees
 
@@ -90,6 +91,33 @@ class ApiClaim:
 
 
 @dataclass(frozen=True)
+class SliceDevice:
+    """One device of a ResourceSlice (resource.k8s.io/v1 types.go Device; v1beta1 under
+    `basic`): its name, its `uuid` attribute when it has one (NVIDIA's static MIG devices,
+    deviceinfo.go:209-231 at v0.4.1), whether it consumes counters (a partitionable device,
+    KEP 4815: NVIDIA's DynamicMIG, partitions.go:102-126)."""
+
+    name: str
+    uuid: str
+    consumes_counters: bool
+
+
+@dataclass(frozen=True)
+class ApiSlice:
+    """One ResourceSlice (resource.k8s.io/v1 types.go ResourceSliceSpec, ResourcePool): what a
+    DRA driver advertises, in pools whose slices of one generation make the whole pool."""
+
+    name: str
+    driver: str
+    node: str  # spec.nodeName; "" for a slice of no single node
+    pool: str
+    generation: int
+    slice_count: int  # spec.pool.resourceSliceCount
+    devices: tuple[SliceDevice, ...]
+    shared_counters: bool  # spec.sharedCounters is not empty (KEP 4815)
+
+
+@dataclass(frozen=True)
 class PodList:
     """The whole list, or `ok=False` with the reason it could not be read whole."""
 
@@ -98,6 +126,10 @@ class PodList:
     pods: tuple[ApiPod, ...]
     listed_at: float  # control node clock, when the LIST started
     claims: tuple[ApiClaim, ...] = ()  # every ResourceClaim (DRA), listed with the pods
+    # Every ResourceSlice, listed after them; None when they could not be listed whole
+    # (`slices_reason` says why): only rule 4's evidence, so the pods' list stays whole.
+    slices: tuple[ApiSlice, ...] | None = ()
+    slices_reason: str = ""
 
 
 class _Failure(Exception):
@@ -115,15 +147,20 @@ def list_pods(kubeconfig: str | None, timeout: float = 10) -> PodList:
     KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG or ~/.kube/config (as kubectl does).
     """
     listed_at = time.time()
-    deadline = time.monotonic() + timeout
     try:
         cfg = _configuration(kubeconfig)
+        # The budget is the API's: importing the client, once per process, is not spent of it.
+        deadline = time.monotonic() + timeout
         pods = _list_all(cfg, deadline)
         claims = _list_claims(cfg, deadline)
     except _Failure as failure:
         return PodList(False, str(failure), (), listed_at)
     said = f"{len(pods)} pods listed" + (f", {len(claims)} ResourceClaims" if claims else "")
-    return PodList(True, said, pods, listed_at, claims)
+    try:
+        slices, why = _list_dra(cfg, deadline, "resourceslices", _parse_slice), ""
+    except _Failure as failure:
+        slices, why = None, str(failure)
+    return PodList(True, said, pods, listed_at, claims, slices, why)
 
 
 _RUN_LISTS: dict[str | None, PodList] = {}
@@ -374,34 +411,87 @@ def _list_claims(cfg: client.Configuration, deadline: float) -> tuple[ApiClaim, 
     Every ResourceClaim, of the newest resource.k8s.io version the server serves; none when it
     serves none (a cluster without DRA has no claims). Any other failure: the list is not whole.
     """
+    return _list_dra(cfg, deadline, "resourceclaims", _parse_claim)
+
+
+# What each resource.k8s.io list is called by the client, and its kind.
+_DRA_LISTS = {
+    "resourceclaims": ("list_resource_claim_for_all_namespaces", "ResourceClaim"),
+    "resourceslices": ("list_resource_slice", "ResourceSlice"),  # cluster-scoped
+}
+
+
+def _list_dra(
+    cfg: client.Configuration, deadline: float, plural: str, parse: Callable
+) -> tuple[Any, ...]:
+    """Every object of a resource.k8s.io list, of the newest version the server serves (none:
+    no DRA); any other failure: a _Failure."""
     for version in CLAIM_VERSIONS:
         try:
-            return _claim_pages(cfg, version, deadline)
+            return _dra_pages(cfg, version, deadline, plural, parse)
         except _NotFound:
             continue
     return ()
 
 
-def _claim_pages(cfg: client.Configuration, version: str, deadline: float) -> tuple[ApiClaim, ...]:
-    claims: list[ApiClaim] = []
+def _dra_pages(
+    cfg: client.Configuration, version: str, deadline: float, plural: str, parse: Callable
+) -> tuple[Any, ...]:
+    found: list[Any] = []
     token: str | None = None
     page = 0
+    method, kind = _DRA_LISTS[plural]
     k8s = _k8s()
     with k8s.client.ApiClient(cfg) as api:
         resource = getattr(k8s.client, f"Resource{version.capitalize()}Api")(api)
         while True:
             page += 1
-            url = f"GET {cfg.host}/apis/resource.k8s.io/{version}/resourceclaims (page {page})"
-            call = resource.list_resource_claim_for_all_namespaces
+            url = f"GET {cfg.host}/apis/resource.k8s.io/{version}/{plural} (page {page})"
+            call = getattr(resource, method)
             data = _request(url, deadline, call, limit=PAGE_SIZE, _continue=token)
-            body = _decode(data, url, "ResourceClaimList")
-            claims += _parse_items(body, page, _parse_claim, "ResourceClaim")
+            body = _decode(data, url, f"{kind}List")
+            found += _parse_items(body, page, lambda item: parse(item, version), kind)
             token = body["metadata"].get("continue") or None
             if token is None:
-                return tuple(claims)
+                return tuple(found)
 
 
-def _parse_claim(item: dict[str, Any]) -> ApiClaim:
+def _parse_slice(item: dict[str, Any], version: str) -> ApiSlice:
+    """A ResourceSlice, strictly in what is read (resource.k8s.io v1/v1beta2 types.go
+    ResourceSliceSpec; v1beta1 keeps a device's attributes under `basic`)."""
+    spec = item["spec"]
+    pool = spec["pool"]
+    counts = (pool["generation"], pool["resourceSliceCount"])
+    if not all(type(n) is int and n >= 0 for n in counts) or counts[1] < 1:
+        raise ValueError(f"spec.pool generation/resourceSliceCount are {counts!r}")
+    shared = spec.get("sharedCounters") or []
+    if not isinstance(shared, list):
+        raise ValueError("spec.sharedCounters is not a list")
+    return ApiSlice(
+        name=_text(item["metadata"]["name"], "metadata.name"),
+        driver=_text(spec["driver"], "spec.driver"),
+        node=_text(spec.get("nodeName") or "", "spec.nodeName", empty=True),
+        pool=_text(pool["name"], "spec.pool.name"),
+        generation=counts[0],
+        slice_count=counts[1],
+        devices=tuple(_slice_device(d, version) for d in spec.get("devices") or ()),
+        shared_counters=bool(shared),
+    )
+
+
+def _slice_device(item: dict[str, Any], version: str) -> SliceDevice:
+    body = item.get("basic") or {} if version == "v1beta1" else item
+    attributes = body.get("attributes") or {}
+    consumes = body.get("consumesCounters") or []
+    if not isinstance(attributes, dict) or not isinstance(consumes, list):
+        raise ValueError("a device's attributes or consumesCounters are malformed")
+    uuid = (attributes.get("uuid") or {}).get("string", "")
+    return SliceDevice(
+        _text(item["name"], "device name"), _text(uuid, "uuid", empty=True), bool(consumes)
+    )
+
+
+def _parse_claim(item: dict[str, Any], version: str = "v1") -> ApiClaim:
     meta, status = item["metadata"], item.get("status") or {}
     allocation = status.get("allocation") or {}
     results = (allocation.get("devices") or {}).get("results") or []
@@ -572,9 +662,9 @@ def set_unschedulable(
     """
     if not is_node_name(node_name):
         raise CordonError(f"not a node name (DNS-1123 subdomain): {node_name!r}")
-    deadline = time.monotonic() + timeout
     try:
         cfg = _configuration(kubeconfig)
+        deadline = time.monotonic() + timeout  # the API's budget, not the client's import
         url = f"{cfg.host}/api/v1/nodes/{node_name}"
         k8s = _k8s()
         with k8s.client.ApiClient(cfg) as api:

@@ -122,6 +122,7 @@ def observe_mig(r: Reader, wanted: bool, vendor: Vendor = NVIDIA, procfs: str = 
             r.fail(tool, "unreadable", why, gpu.accelerator)
     if vendor is NVIDIA:
         places = _nvidia_places(r, partitions) if partitions else {}
+        partitions = _with_indexes(partitions, gpus, listed[1])
         return MigRead(gpus, _with_aliases(partitions, places), table.processes, places)
     places = None
     if minors is not None:
@@ -165,6 +166,27 @@ def _nvidia_places(r: Reader, partitions: list[Partition]) -> dict | None:
     return places
 
 
+def _with_indexes(
+    partitions: list[Partition], gpus: list[Gpu], devices: list[nvidia.MigDevice]
+) -> list[Partition]:
+    """
+    Each GI with the names NVIDIA's device plugin gives it under `--device-id-strategy=index`
+    (kinds.nvidia_plugin): `<GPU index>:<MIG device index>` of each of its MIG devices, the
+    index `nvidia-smi -L` prints as `Device <n>` (NVML's, which the plugin uses:
+    NVIDIA/k8s-device-plugin@1b826acc internal/rm/nvml_devices.go:56-58), and its GPU's
+    `<GPU index>`, a whole GPU.
+    """
+    index_of = {g.accelerator: g.index for g in gpus}
+    device_of = {d.uuid: f"{d.gpu}:{d.device}" for d in devices}
+    found = []
+    for p in partitions:
+        uuids = dict(p.identity_fields)["mig_uuids"].split(",")
+        own = [device_of[u] for u in uuids if u in device_of]
+        own.append(str(index_of[p.accelerator]))
+        found.append(replace(p, aliases=tuple(sorted({*p.aliases, *own}))))
+    return found
+
+
 def _with_aliases(partitions: list[Partition], places: dict | None) -> list[Partition]:
     """
     Each GI with the names GKE's plugin gives it (its GI name, its GI's and CIs' caps) and those
@@ -187,7 +209,7 @@ def _with_aliases(partitions: list[Partition], places: dict | None) -> list[Part
             start, size = (int(x) for x in fields["placement"].split(":"))
             m, profile_id = minor[p.accelerator], int(fields["profile_id"])
             own += [f"gpu-{m}", *dra.mig_names(m, p.profile, profile_id, start, size)]
-        found.append(replace(p, aliases=tuple(sorted(own))))
+        found.append(replace(p, aliases=tuple(sorted({*p.aliases, *own}))))
     return found
 
 

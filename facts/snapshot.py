@@ -21,6 +21,7 @@ from enforcer.model import (
     DRA,
     DRA_SOURCE,
     DRAIN_MARKER,
+    MIG,
     NODE,
     PREFIXES,
     VGPU_KINDS,
@@ -36,7 +37,7 @@ from enforcer.model import (
 )
 from enforcer.policy import NodePaths
 from enforcer.shell import render
-from facts import cgroups, checkpoint, cri, dra_node, markers, podresources, procfs, vms
+from facts import cgroups, checkpoint, cri, dra_node, hami, markers, podresources, procfs, vms
 from facts.errors import ParseError
 from facts.sections import Reader, Sections
 from facts.sections import parse_sections as parse_framing
@@ -130,6 +131,7 @@ SHARED = {
     "drain": "cat drain.json",
     "dra-drivers": "ls /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins",
     "dra-checkpoint": "cat plugins/gpu.nvidia.com/checkpoint.json",
+    "dra-cd-checkpoint": "cat plugins/compute-domain.nvidia.com/checkpoint.json",
     "dra-cdi": "cat k8s.gpu.nvidia.com-claim_*.yaml",
     "claim-digest": "sha256sum kubelet_internal_checkpoint",
     "last-read": "write last-read",
@@ -237,10 +239,15 @@ def observe(
         holders += held
     pods, records = _pods_and_records(entries, sandboxes, containers)
     more_pods, more_records = _pod_resources(answered, sandboxes)
-    dra_pods, dra_records = dra_node.observe_dra(r, paths, boot_id, {p.kind for p in partitions})
-    pods, records = pods + more_pods + dra_pods, records + more_records + marked + dra_records
+    dra = dra_node.observe_dra(r, paths, boot_id, {p.kind for p in partitions})
+    pods, records = pods + more_pods + dra.pods, records + more_records + marked + dra.records
     keep = {*claim_sources, DRA_SOURCE}  # the DRA driver's claims: read where it is
     _tools_missing(r, paths)
+    cache = _hami_cache(r, gpus, partitions)
+    registered = [
+        Advertised("kubelet-checkpoint", res, device)
+        for res, device in (kubelet.registered if kubelet else ())
+    ]
     return Observation(
         node=node,
         boot_id=boot_id,
@@ -261,12 +268,29 @@ def observe(
         instances=tuple(instances),
         processes=hypervisors,
         listening=listening,
-        advertised=tuple(
-            Advertised("kubelet-checkpoint", res, device) for res, device in kubelet.registered
-        )
-        if kubelet
-        else (),
+        advertised=(*registered, *cache),
+        dra_modes=dra.modes,
     )
+
+
+def _hami_cache(r: Reader, gpus: Sequence[Gpu], partitions: Sequence[Partition]) -> list:
+    """
+    The GIs HAMi's MIG template keeps for reuse (facts.hami), as what its device plugin
+    advertises. No file: no such cache. One that cannot be read, or a template GI with no name
+    to pin it by, keeps the GPUs' partitions inconclusive (source hami-mig-config).
+    """
+    if not any(p.kind == MIG for p in partitions):
+        return []  # no GI to keep
+    templates = r.read(
+        "hami-mig-config", hami.HAMI_CACHE, lambda s: hami.parse_mig_config(s.stdout), MIG, ()
+    )
+    if not templates:
+        return []
+    found, unnamed = hami.cached(templates, gpus, partitions)
+    for p in unnamed:
+        why = f"GI {p.id} of HAMi's MIG template ({hami.PATH}) has no MIG device to name it by"
+        r.fail(hami.HAMI_CACHE, "unreadable", why, p.accelerator)
+    return found
 
 
 def _tools_missing(r: Reader, paths: NodePaths) -> None:
@@ -536,6 +560,8 @@ def _pods_and_records(entries, sandboxes, containers) -> tuple[list[Pod], list[O
             e.envs,
             e.annotations,
             e.devices,
+            e.mounts,
+            e.cdi_devices,
         )
         for e in entries or ()
     ]

@@ -6,6 +6,16 @@ hypeman (kernel/hypeman) keeps one record per VM at `<root>/guests/<id>/metadata
 names. Which keys say what is a mapping of JSON pointers (RFC 6901), `FIELDS` for the `hypeman`
 layout; a host may override some of them.
 
+Its vGPU fields, as hypeman means them (stored copies of kernel/hypeman, RECORD-FORMATS.md
+section 4): `GPUDevicePath` and the legacy `GPUMdevUUID` name the vGPU (both are read: where they
+name two, both are claimed); `GPUFramework` says which kind it is, "" (none recorded), "mdev" or
+"vendor-vfio" (lib/devices/types.go@18e047fa VGPUFramework), and must agree with the path: a
+framework that is not one of those, or that names a kind no path in the record is, is not
+understood. `GPURetainedForCleanup` marks a retention stub: a failed create whose vGPU release
+failed, kept only so that delete retries it; hypeman rejects every verb but delete on it and
+releases its assignment itself (lib/instances vgpuRetentionMetadata, errVGPURetentionStub,
+TestReconcileVGPUsReleasesRetentionStubAssignment): no VM boots from it.
+
 The node read prints, per configured root, `root <n> <rc|absent>` and then one line per record:
 `<b64 path below root> <mtime> <b64 bytes|->`, or `<b64 path> ! !` when it could not be read.
 A record that cannot be read whole raises ParseError naming its file: a VM whose record is not
@@ -36,7 +46,12 @@ FIELDS: Mapping[str, str] = MappingProxyType(
         "start_time": "/HypervisorStartTime",
         "boot_id": "/HypervisorBootID",
         "socket": "/SocketPath",
+        "framework": "/GPUFramework",
+        "retained": "/GPURetainedForCleanup",
     }
+)
+FRAMEWORKS: Mapping[str, str | None] = MappingProxyType(
+    {"": None, "mdev": MDEV, "vendor-vfio": VFIO}  # the kind each says the vGPU is
 )
 LAYOUTS: Mapping[str, Mapping[str, str]] = MappingProxyType({"hypeman": FIELDS})
 
@@ -212,6 +227,27 @@ def _optional(name: str, value: Any, pattern: re.Pattern[str], what: str) -> str
 _SOCKET = re.compile(r"/[^\x00]*", re.DOTALL)
 
 
+def _framework(value: Any, devices: tuple[tuple[str, str], ...]) -> None:
+    """GPUFramework agrees with what the record names: a kind it names no device of, or a value
+    hypeman does not write, and the record is not understood (a device of another kind beside
+    it is claimed all the same)."""
+    framework = _text("framework", value)
+    if framework not in FRAMEWORKS:
+        raise _Bad(f"framework {framework[:40]!r} is not one hypeman writes: unknown claim")
+    kind = FRAMEWORKS[framework]
+    if kind is not None and not any(k == kind for k, _ in devices):
+        raise _Bad(f"framework {framework!r} but no {kind} device named: unknown claim")
+
+
+def _flag(name: str, value: Any) -> bool:
+    """A Go bool; absent or null is false."""
+    if value is _ABSENT or value is None:
+        return False
+    if type(value) is not bool:
+        raise _Bad(f"{name} is not a boolean: {repr(value)[:40]}")
+    return value
+
+
 def _instance(doc: dict[str, Any], dir_id: str, fields: Mapping[str, str]) -> dict[str, Any]:
     """The Instance fields of one record; `where` and `written_at` are the caller's."""
     value = {name: _resolve(doc, pointer) for name, pointer in fields.items()}
@@ -223,10 +259,13 @@ def _instance(doc: dict[str, Any], dir_id: str, fields: Mapping[str, str]) -> di
     if instance_id != dir_id:
         raise _Bad(f"id {instance_id!r} is not its directory's {dir_id!r}")
     claimed = [_device(value["device_path"]), _legacy(value["legacy_uuid"])]
+    devices = tuple(dict.fromkeys(d for d in claimed if d is not None))
+    _framework(value["framework"], devices)
     return {
         "id": instance_id,
         "name": _text("name", value["name"]),
-        "devices": tuple(dict.fromkeys(d for d in claimed if d is not None)),
+        "devices": devices,
+        "retained": _flag("retained", value["retained"]),
         "pid": _number("pid", value["pid"], _PID_LIMIT),
         "start_time": _number("start_time", value["start_time"], _START_LIMIT, strings=True),
         "boot_id": _optional("boot_id", value["boot_id"], _BOOT_ID, "a boot id"),

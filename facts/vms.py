@@ -6,14 +6,25 @@ needs.
 A vGPU is claimed by a VM only through the VMM's records: every vGPU kind requires the
 `vm-metadata` source, so on a node whose records are not read (not a claim source, no root
 configured, a root absent, a record unreadable) no vGPU is destroyed, and no other kind is
-affected (health scoped to the vGPU kinds).
+affected (health scoped to the vGPU kinds). A node whose VMs are KubeVirt's (the `kubevirt`
+claim source) has the VMM's records in the kubelet's: a virt-launcher pod's device-plugin
+records claim its vGPUs (kinds.vgpu), so it needs no VMM files unless `vm-metadata` is named too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from enforcer.model import MDEV, VFIO, VGPU_KINDS, VM_METADATA, Instance, Process
+from enforcer.model import (
+    KUBEVIRT,
+    MDEV,
+    PLUGIN_SOURCES,
+    VFIO,
+    VGPU_KINDS,
+    VM_METADATA,
+    Instance,
+    Process,
+)
 from enforcer.policy import NodePaths
 from facts import vgpu, vmmeta
 from facts.errors import ParseError
@@ -29,8 +40,13 @@ def observe_vms(
     """
     if not wanted:
         return [], {}, {}
+    if VM_METADATA not in claim_sources and KUBEVIRT in claim_sources:
+        if not set(claim_sources) & set(PLUGIN_SOURCES):
+            why = "kubevirt: its VMs' records are the kubelet's, and no kubelet source is read"
+            _fail_kinds(r, VM_METADATA, "unavailable", why)
+        return [], {}, {}
     if VM_METADATA not in claim_sources:
-        why = "vGPUs are claimed by VMs: enforcer_claim_sources does not name vm-metadata"
+        why = "vGPUs are claimed by VMs: enforcer_claim_sources names no vm-metadata or kubevirt"
         _fail_kinds(r, VM_METADATA, "unavailable", why)
         return [], {}, {}
     if not paths.vm_metadata_roots:

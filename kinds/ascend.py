@@ -365,7 +365,8 @@ class _Read:
             self.whole = self.understood = True  # the plugin's physical ids, no vNPU
 
     def _devices(self) -> None:
-        for d in self.record.devices:
+        """Device specs, and device nodes bind-mounted (OwnerRecord.device_nodes)."""
+        for d in self.record.device_nodes:
             if m := VNPU_NODE.match(d):
                 self._name(m[1], f"device {d}")
             elif CHIP_NODE.match(d):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from enforcer.model import (
+    CDI,
     Chip,
     Claim,
     Gpu,
@@ -127,6 +128,9 @@ class Kind:
     # and the destroy of all of one accelerator's (operations.enforce groups them).
     whole_device: tuple[str, str] | None = None
     destroy_whole: Callable[[Sequence[Partition], Observation, NodePaths], str] | None = None
+    # The CDI device names (`vendor/class=name`, of its vendors) its claim adapter reads: one of
+    # its vendors' that no kind reads is a record not understood (enforcer.claims).
+    reads_cdi: Callable[[str], bool] | None = None
 
     @property
     def read(self) -> str:
@@ -153,3 +157,37 @@ def on_gpu(
         profile=profile,
         count=count,
     )
+
+
+# A CDI device name (tags.cncf.io/container-device-interface pkg/parser/parser.go:24-170):
+# `vendor/class=name`, as the container runtime reads it from a CDI device or annotation.
+_VENDOR_OR_CLASS = r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?"
+_DEVICE = r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?"
+CDI_NAME = re.compile(rf"({_VENDOR_OR_CLASS})/({_VENDOR_OR_CLASS})=({_DEVICE})", re.ASCII)
+CDI_ANNOTATION = "cdi.k8s.io/"  # pkg/cdi/annotations.go:29: a CDI injection request's prefix
+# NVIDIA's device plugin names its request `<prefix>nvidia-device-plugin_<response uuid>`, its
+# prefix being --cdi-annotation-prefix (NVIDIA/k8s-device-plugin@1b826acc
+# internal/plugin/server.go:411-429).
+NVIDIA_CDI_ANNOTATION = re.compile(r"nvidia-device-plugin_[0-9a-f-]{36}$", re.ASCII)
+
+
+def cdi_name(name: str) -> tuple[str, str, str] | None:
+    """A qualified CDI device name's vendor, class and device; None: not one."""
+    found = CDI_NAME.fullmatch(name)
+    return (found[1], found[2], found[3]) if found else None
+
+
+def cdi_names(record: OwnerRecord) -> list[str]:
+    """
+    The CDI device names a record carries: an allocate response's CDIDevices (the `cdi-cri`
+    strategy) and the comma-joined values of CDI annotations (`cdi-annotations`:
+    `cdi.k8s.io/<plugin>_<id>`, or NVIDIA's under another prefix). A DRA record's own CDI
+    annotation (model.CDI) is its driver's, read by its own rule.
+    """
+    names = list(record.cdi_devices)
+    for key, value in record.annotations:
+        if key == CDI:
+            continue
+        if key.startswith(CDI_ANNOTATION) or NVIDIA_CDI_ANNOTATION.search(key):
+            names += value.split(",")
+    return names

@@ -163,7 +163,7 @@ def _marker_claims(record: OwnerRecord) -> list[Claim]:
 
 def _dcu_claims(record: OwnerRecord) -> list[Claim]:
     """The DCUs a record's container was given, by their DRM nodes; or a Hygon resource's."""
-    nodes = {m[1] for d in record.devices if (m := DRM_DEVICE.match(d))}
+    nodes = {m[1] for d in record.device_nodes if (m := DRM_DEVICE.match(d))}
     # A container that computes is given a DCU's render node; its card node, when given too,
     # names the same DCU: one claim for it, by the render node.
     named = sorted(n for n in nodes if n.startswith("renderD")) or sorted(nodes)

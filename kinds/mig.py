@@ -9,14 +9,27 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 
-from enforcer.model import CDI, DRA, MIG, PPU, Claim, Holder, Observation, OwnerRecord, Partition
+from enforcer.model import (
+    CDI,
+    DRA,
+    MIG,
+    PPU,
+    VGPU_KINDS,
+    Claim,
+    Holder,
+    Observation,
+    OwnerRecord,
+    Partition,
+)
 from enforcer.policy import NodePaths
 from enforcer.shell import b64, decimal, render
-from facts import dra
+from facts import dra, dra_cd, hami
 from facts.errors import ParseError
 from facts.mig import NOTHING, mig_holders, observe_mig
 from facts.sections import Reader
+from kinds import nvidia_plugin
 from kinds.base import Claims, Context, Found, Kind, Markers, Witness, on_gpu
 
 TOOL = "nvidia-smi"
@@ -26,15 +39,24 @@ MIG_UUID = re.compile(rf"MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/[0-9]+/[0-9]+", re.
 GPU_UUID = re.compile(rf"GPU-{_HEX_UUID}", re.ASCII)
 # NVIDIA's plugin names a profile's resource with '.' for '+' (`1g.10gb+me`: `mig-1g.10gb.me`).
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-([0-9]+g\.[0-9]+gb(?:\.[a-z]+)*)$", re.ASCII)
-# GKE's device plugin (container-engine-accelerators pkg/gpu/nvidia/mig/mig.go) names a GPU
-# instance `nvidia<GPU minor>/gi<GI id>` and gives its container /dev/nvidia<minor> and the
-# capability devices of the GI and its CI 0: no UUID anywhere (Partition.aliases).
-GKE_GI = re.compile(r"^nvidia[0-9]+/gi[0-9]+$", re.ASCII)
+# GKE's device plugin (GoogleCloudPlatform/container-engine-accelerators@992db812
+# pkg/gpu/nvidia/mig/mig.go:171-263) names a GPU instance `nvidia<GPU minor>/gi<GI id>` and gives
+# its container /dev/nvidia<minor> and the capability devices of the GI and its CI 0: no UUID
+# anywhere (Partition.aliases). With time-sharing or MPS each GI is advertised as
+# `nvidia<minor>/gi<id>/vgpu<n>`, n < maxSharedClientsPerGPU (manager.go:187-204;
+# gpusharing/gpusharing.go:53-76): every one of them names that GI.
+GKE_GI = re.compile(r"^(nvidia[0-9]+/gi[0-9]+)(?:/vgpu[0-9]+)?$", re.ASCII)
+# GKE's whole GPUs (no partition size: manager.go:174-180, 187-204): `nvidia<minor>`, shared
+# `nvidia<minor>/vgpu<n>`. Advertised, they name no partition: slots.
+GKE_GPU = re.compile(r"^nvidia[0-9]+(?:/vgpu[0-9]+)?$", re.ASCII)
 NVIDIA_CAP = re.compile(r"^/dev/nvidia-caps/(nvidia-cap[0-9]+)$", re.ASCII)
 # NVIDIA's DRA driver (gpu.nvidia.com, facts.dra): its records name devices `<driver>/<pool>/<name>`
 # by canonical name: a MIG device (a GI alias, facts.mig), a whole GPU `gpu-<minor>` (an alias of
 # every GI on it), a GPU passed through to a VM `gpu-vfio-<n>` (no partition).
 DRA_DRIVER = "gpu.nvidia.com"
+# The chart's ComputeDomain plugin (facts.dra_cd): IMEX channels and daemons, no partition.
+DRA_CD_DRIVER = dra_cd.DRIVER
+NVIDIA_DRA = (DRA_DRIVER, DRA_CD_DRIVER)
 DRA_GPU = re.compile(r"^gpu-[0-9]+$", re.ASCII)
 DRA_VFIO = re.compile(r"^gpu-vfio-[0-9]+$", re.ASCII)
 
@@ -54,25 +76,43 @@ def holders(r: Reader, found: Found, w: Witness) -> tuple[list[Partition], list[
 
 def advertises(device_id: str) -> list[tuple[str, str]] | None:
     """NVIDIA's plugin advertises each MIG device by its UUID, GKE's each GI by its name; an id
-    holding a GPU's UUID and no MIG device's is a slot (Kind.slots)."""
+    holding a GPU's UUID and no MIG device's is a slot (Kind.slots). NVIDIA's DRA driver
+    advertises in its ResourceSlices (facts.kubeapi) `gpu.nvidia.com/<pool>/<device>`: a static
+    MIG device by its canonical name (a GI's alias), a whole GPU or a VFIO GPU (no partition)."""
+    if device_id.startswith(f"{DRA_DRIVER}/"):
+        return _dra_advertised(device_id.split("/", 2)[-1])
     if migs := MIG_UUID.findall(device_id):
         return [(MIG, u) for u in migs]
-    if GKE_GI.match(device_id):
-        return [(MIG, device_id)]
+    if m := GKE_GI.match(device_id):
+        return [(MIG, m[1])]
     return None
 
 
+def _dra_advertised(name: str) -> list[tuple[str, str]] | None:
+    if dra.MIG_NAME.fullmatch(name):
+        return [(MIG, name)]
+    return [] if DRA_GPU.match(name) or DRA_VFIO.match(name) else None
+
+
 def claims(record: OwnerRecord) -> Claims:
-    if record.resource == f"{DRA}{DRA_DRIVER}" or _nvidia_cdi(record):
+    if _nvidia_dra(record):
         return dra_claims(record)
     return _mig_claims(record), False
 
 
-def _nvidia_cdi(record: OwnerRecord) -> bool:
-    """A DRA claim whose driver kubelet did not name (before 1.31), all of whose CDI ids are
-    NVIDIA's driver's (its CDI vendor, cdi.go:45)."""
+def _nvidia_dra(record: OwnerRecord) -> bool:
+    """
+    A DRA claim of NVIDIA's drivers only (`dra:<driver>[,<driver>]`, the GPU plugin and the
+    ComputeDomain plugin), or one whose driver kubelet did not name (before 1.31), all of whose
+    CDI ids are theirs (their CDI vendors, cdi.go:45 and compute-domain cdi.go:37).
+    """
+    if not record.resource.startswith(DRA):
+        return False
+    drivers = record.resource.removeprefix(DRA)
+    if drivers:
+        return set(drivers.split(",")) <= set(NVIDIA_DRA)
     ids = _cdi_devices(dict(record.annotations).get(CDI, ""))
-    return record.resource == DRA and bool(ids) and None not in ids
+    return bool(ids) and None not in ids
 
 
 def dra_claims(record: OwnerRecord) -> Claims:
@@ -84,12 +124,17 @@ def dra_claims(record: OwnerRecord) -> Claims:
     """
     names = [d.split("/", 2)[2] for d in record.device_ids if d.startswith(f"{DRA_DRIVER}/")]
     names += [n for _, v in record.annotations if _ == CDI for n in _cdi_devices(v)]
-    texts = [d for d in record.device_ids if not d.startswith(f"{DRA_DRIVER}/")]
-    if any(n is None for n in names) or not all(_dra_known(n) for n in names):
+    channels = [d for d in record.device_ids if d.startswith(f"{DRA_CD_DRIVER}/")]
+    drivers = tuple(f"{d}/" for d in NVIDIA_DRA)
+    texts = [d for d in record.device_ids if not d.startswith(drivers)]
+    if any(n is None for n in names) or not all(_dra_known(n) for n in names if n):
         return [], False
+    if not all(dra_cd.DEVICE.fullmatch(d.split("/", 2)[-1]) for d in channels):
+        return [], False  # a device of the ComputeDomain plugin's that it does not make
+    names = [n for n in names if n]  # its channels and daemons claim nothing: no partition
     exact = sorted({n for n in names if not DRA_VFIO.match(n)})  # type: ignore[arg-type]
     exact += sorted({u for t in texts for u in MIG_UUID.findall(t)})
-    exact += sorted({t for t in texts if GKE_GI.match(t)})
+    exact += sorted({m[1] for t in texts if (m := GKE_GI.match(t))})
     exact += [m[1] for d in record.devices if (m := NVIDIA_CAP.match(d))]
     # One line of evidence for all the names of what it claims (contract.not_claimed: once).
     shown = f"{record.where}: {', '.join(dict.fromkeys(n for n in names if n) or texts)}"
@@ -108,35 +153,69 @@ def _dra_known(name: str) -> bool:
 
 
 def _cdi_devices(value: str) -> list[str | None]:
-    """The device names of a record's CDI ids (None: one of another vendor or class, or not
-    understood)."""
+    """The device names of a record's CDI ids ("": the ComputeDomain plugin's, no partition;
+    None: one of another vendor or class, or not understood)."""
     return [_cdi_device(i) for i in value.split(",") if i]
 
 
 def _cdi_device(cdi_id: str) -> str | None:
     try:
+        if cdi_id.startswith(f"k8s.{DRA_CD_DRIVER}/"):
+            dra_cd.check_cdi(cdi_id)
+            return ""
         return dra.device_of_cdi(cdi_id)
     except ParseError:
         return None
 
 
 def _mig_claims(record: OwnerRecord) -> list[Claim]:
+    """
+    Every field of the record (kinds.nvidia_plugin): a MIG device UUID anywhere claims its GI
+    exactly, a device NVIDIA's plugin names by index the GI (or GPU) of that index, a HAMi
+    reservation its GI; a GPU UUID the rest claims partitions on that GPU, count-aware. What
+    NVIDIA's fields carry that is not understood claims every partition of the vendor.
+    """
     if record.source == "markers":
         return marker_claims(record)
-    texts = [*record.device_ids, *(v for _, v in record.envs), *(v for _, v in record.annotations)]
-    named = sorted({u for t in texts for u in MIG_UUID.findall(t)})
+    texts = list(record.texts)
+    given = texts if record.resource else list(replace(record, annotations=()).texts)
+    named = sorted({u for t in given for u in MIG_UUID.findall(t)})
     named += _gke_names(record)
     found = [
         Claim(
             record.owner_uid,
             record.source,
             "exact",
-            f"{record.where}: {u}",
+            f"{record.where}: {u}{_only_in(record, u)}",
             kind=MIG,
             uuid=u,
         )
         for u in named
     ]
+    # A pod's annotation (no resource: the API's, the CRI's) does not say whose MIG UUID it
+    # holds: T-Head's GPU instances have the same form (gpustack's
+    # `device.gpustack.ai/accelerator.allocated` names either by its `allocatedPhysicalID`): it
+    # claims the one of that UUID of either kind, and neither claim dangles.
+    notes = () if record.resource else (v for _, v in record.annotations)
+    noted = sorted({u for t in notes for u in MIG_UUID.findall(t)} - set(named))
+    found += [
+        Claim(
+            record.owner_uid,
+            record.source,
+            "exact",
+            f"{record.where}: {u}",
+            kind=kind,
+            uuid=u,
+            judged=False,
+        )
+        for u in noted
+        for kind in (MIG, PPU)
+    ]
+    named += noted
+    listed, odd = nvidia_plugin.named(record)
+    found += nvidia_plugin.index_claims(record, listed)
+    reserved, bad = nvidia_plugin.hami_claims(record)
+    found += reserved
     rest = [MIG_UUID.sub("", t) for t in texts] if named else texts
     gpus = sorted({g for t in rest for g in GPU_UUID.findall(t)})
     ids = rest[: len(record.device_ids)]
@@ -150,22 +229,53 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
         profile = resource[1]
         count = len(record.device_ids) or None
         found.append(on_gpu(record, "device-wide", None, profile, count, record.resource, MIG))
-    return found
+    return found + _not_understood(record, [*odd, *bad])
+
+
+def _only_in(record: OwnerRecord, name: str) -> str:
+    """Where a name is, when only the allocate response's CDI names or mounts carry it."""
+    if any(
+        name in t
+        for t in (*record.device_ids, *(v for _, v in (*record.envs, *record.annotations)))
+    ):
+        return ""
+    if any(name in n for n in record.cdi_devices):
+        return " (its CDI device)"
+    return " (its mount)" if any(name in p for m in record.mounts for p in m) else ""
+
+
+def _not_understood(record: OwnerRecord, odd: list[str]) -> list[Claim]:
+    """What NVIDIA's fields carry that no rule reads keeps every partition of the vendor, whatever
+    else the record names, and asks a person (enforcer.claims, unrecognised)."""
+    if not odd:
+        return []
+    what = f"unrecognised record: {record.resource or 'annotations'}, {'; '.join(odd)[:160]}"
+    return [
+        replace(on_gpu(record, "device-wide", None, None, None, what, kind), unrecognised=True)
+        for kind in (MIG, *VGPU_KINDS)
+    ]
 
 
 def _gke_names(record: OwnerRecord) -> list[str]:
-    """GKE's GPU instance ids; else the capability devices its container was given."""
-    if ids := sorted({d for d in record.device_ids if GKE_GI.match(d)}):
-        return ids
-    return sorted({m[1] for d in record.devices if (m := NVIDIA_CAP.match(d))})
+    """GKE's GPU instance ids (kubelet's pick) and the capability devices its container was
+    given (the plugin's answer for them, device specs or mounts): both are read, whatever each
+    names."""
+    ids = {m[1] for d in record.device_ids if (m := GKE_GI.match(d))}
+    return sorted(ids | {m[1] for d in record.device_nodes if (m := NVIDIA_CAP.match(d))})
 
 
 def marker_claims(record: OwnerRecord, kind: str = MIG, prefix: str = "gpu") -> list[Claim]:
-    """A device plugin's ownership record names its partition: MIG UUID, and GI on its card."""
+    """
+    A device plugin's ownership record names its partition: GI on its card, and MIG UUID on any
+    card (gpustack writes both of one GI, allocator/nvidia/mig.go reserveMigInstance; a record
+    whose UUID is of another card's GI names that one too: both are claimed). Its profile,
+    computeSlices, start and length are the same GI's geometry, read and checked by
+    facts.markers; a successor at the GI's id has its name-based UUID, so they name no other.
+    """
     notes = dict(record.annotations)
     if notes.get("vendor") != {MIG: "nvidia", PPU: "thead"}[kind]:
         return []
-    return [
+    on_card = [
         Claim(
             record.owner_uid,
             record.source,
@@ -178,6 +288,8 @@ def marker_claims(record: OwnerRecord, kind: str = MIG, prefix: str = "gpu") -> 
         )
         for uuid in record.device_ids
     ]
+    anywhere = [replace(c, accelerator=None, partition_id=None) for c in on_card]
+    return on_card + anywhere
 
 
 def destroy(p: Partition, obs: Observation, paths: NodePaths) -> str:
@@ -210,10 +322,11 @@ KIND = Kind(
         "nvidia-caps": "cat /proc/driver/nvidia-caps/mig-minors",
         "nvidia-gpus": "grep '' /proc/driver/nvidia/gpus/*/information",
         "nvidia-driver": "ls /proc/driver/nvidia/capabilities/gpu*/mig/gi* " + GPU_OPERATOR_SMI,
+        "hami-mig-config": f"cat {hami.PATH}",  # HAMi's MIG template cache (facts.hami)
     },
     devnodes=("nvidia-caps/nvidia-cap*",),
     witnesses="nvidia-smi process table and fd scan of the capability devices",
-    sources=("nvidia-smi",),
+    sources=("nvidia-smi", hami.HAMI_CACHE),
     observe=observe,
     holders=holders,
     claims=claims,
@@ -224,6 +337,7 @@ KIND = Kind(
     driver=("nvidia-smi-list", ("nvidia-driver",)),
     elsewhere=(GPU_OPERATOR_SMI, "the GPU Operator's driver root"),
     advertises=advertises,
-    slots=(GPU_UUID,),
+    slots=(GPU_UUID, GKE_GPU),
     markers=Markers("nvidia", always=True, by_card=True),
+    reads_cdi=nvidia_plugin.reads_cdi,
 )

@@ -49,7 +49,7 @@ def _ppu_claims(record: OwnerRecord) -> list[Claim]:
     or else a partition on each PPU its device ids name."""
     if record.source == "markers":
         return marker_claims(record, PPU, "ppu")
-    caps = sorted({m[1] for d in record.devices if (m := ALIXPU_DEVICE.match(d))})
+    caps = sorted({m[1] for d in record.device_nodes if (m := ALIXPU_DEVICE.match(d))})
     if caps:
         return [
             Claim(

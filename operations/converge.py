@@ -71,7 +71,19 @@ def read_node(
         claims = kubeapi.claims_on(listed, node.name) if health.status == "ok" else None
         records = tuple(dra_node.agreement(obs.records + records, claims))
         obs = replace(obs, pods=obs.pods + pods, records=records, health=(*obs.health, health))
+        obs = with_slices(obs, listed, node.name, health)
     return obs
+
+
+def with_slices(
+    obs: Observation, listed: kubeapi.PodList, node_name: str, health: SourceHealth
+) -> Observation:
+    """NVIDIA's DRA driver's ResourceSlices for the node, rule 4's best evidence: what they
+    advertise (desired) and whether it runs DynamicMIG; only while the API agrees with the node
+    (another node's slices would say nothing of this one's)."""
+    unread = "" if health.status == "ok" else f"the kubernetes-api source is {health.status}"
+    advertised, modes = dra_node.slices_evidence(listed, node_name, unread)
+    return replace(obs, advertised=obs.advertised + advertised, dra_modes=obs.dra_modes + modes)
 
 
 def node_name(host, sections: Sections | None) -> nodename.NodeName:

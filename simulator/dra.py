@@ -45,7 +45,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from simulator import mig
+from simulator import dra_slices, mig
 from simulator.mig import MigError
 from simulator.state import State, go_json
 
@@ -532,6 +532,20 @@ class DraModel:
                 deleted.append(name)
         return deleted
 
+    def uninstall(self) -> None:
+        """
+        `helm uninstall`: the kubelet plugin stops cleanly, closing (and so removing) its sockets,
+        the registration one and dra.sock (vendor/k8s.io/dynamic-resource-allocation/
+        kubeletplugin/endpoint.go:64-80 at v0.4.1); its folder on the host, a hostPath, stays with
+        the checkpoint and whatever claims it still holds.
+        """
+        with self.node._mutate() as state:
+            if "dra" not in state:
+                raise DraError(f"the DRA driver {DRIVER} is not installed")
+            state["dra"]["running"] = False
+        self.registration.unlink(missing_ok=True)
+        (self.plugin_dir / "dra.sock").unlink(missing_ok=True)
+
     def reboot(self, state: State) -> None:
         """
         SimNode.reboot's part, inside its `_mutate`: the plugin is down until `restart()`, its
@@ -591,6 +605,15 @@ class DraModel:
         """The claim is deallocated (or deleted) in the API; the node's checkpoint is untouched."""
         with self._change(running=False) as state:
             state["dra"]["api"].pop(claim_uid, None)
+
+    def resource_slices(self) -> list[dict[str, Any]]:
+        """The driver's ResourceSlices of this node's pool as the API server lists them
+        (simulator/dra_slices.py): its GPU instances made beforehand, or under DynamicMIG its
+        partitionable devices."""
+        state = self.node.state()
+        release = self.dra_state()["release"]
+        name = lambda minor, gp, start: mig_name(release, minor, gp, start)  # noqa: E731
+        return dra_slices.gpu_slices(state, state["dra"]["pool"], name, name)
 
     def resource_claims(self) -> list[dict[str, Any]]:
         """Every allocated claim as the API server lists it: resource.k8s.io/v1 ResourceClaim."""

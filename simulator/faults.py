@@ -6,10 +6,11 @@ and the destroys that fail or lie; and `answer`, how every tool prints its answe
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
+from simulator.barrier import wait_at
 from simulator.hygon import HY_SMI_DESTROY_FAIL
 from simulator.mig_model import MIG_FAIL_KEYS
 from simulator.state import Store, no_faults
@@ -35,7 +36,7 @@ FAULT_POINTS = {
     "ppu-smi": ("list", "table", "lgip", "lgipp", "lgi", "lci", "lcip", "cgi", "cci", "dci", "dgi"),
     "hy-smi": ("device-info", "vdevice-info", "create", "destroy"),
 }
-_OVERRIDE_KEYS = {"exit": int, "stdout": str, "stderr": str, "hang_seconds": (int, float)}
+_OVERRIDE_KEYS = {"exit": int, "stdout": str, "stderr": str, "barrier": str}
 
 
 class FaultModel(Store):
@@ -44,7 +45,9 @@ class FaultModel(Store):
     def set_fault(self, tool: str, subcommand: str, **spec: Any) -> None:
         """
         Make `tool subcommand` answer wrongly. Keys: exit, stdout, stderr (replace the answer
-        when any is given), hang_seconds (sleep first). For npu-smi destroy-vnpu also
+        when any is given), barrier (the directory of a simulator.barrier.Barrier: the tool
+        says it reached it and blocks until the test releases it, or hangs until it is killed
+        when the test never does). For npu-smi destroy-vnpu also
         fail_ids=[ids] (refused as in use though free) and lie_ids=[ids] (success printed,
         vNPU kept). For nvidia-smi dgi / dci also fail_gis=[(gpu, gi)]: destroying that GPU
         instance (dgi) or its compute instances (dci) is refused "In use by another client";
@@ -99,10 +102,10 @@ Answer = tuple[str, str, int]  # stdout, stderr, exit code
 
 
 def answer(node: FaultModel, tool: str, subcommand: str, produce: Callable[[], Answer]) -> int:
-    """Print a tool's answer, or the injected fault's (after its hang); returns the exit code."""
+    """Print a tool's answer, or the injected fault's (past its barrier); returns the exit code."""
     fault = node.tool_fault(tool, subcommand) if subcommand else None
-    if fault and fault.get("hang_seconds"):
-        time.sleep(float(fault["hang_seconds"]))
+    if fault and fault.get("barrier"):
+        wait_at(Path(fault["barrier"]), f"{tool} {subcommand}")
     if fault and fault.keys() & {"exit", "stdout", "stderr"}:
         out, err, code = fault.get("stdout", ""), fault.get("stderr", ""), fault.get("exit", 0)
     else:

@@ -37,7 +37,7 @@ UNVERIFIED (no public output exists; made up here, facts/hygon.py does not read 
   that vDCUs are lost on reboot (SimNode.reboot).
 
 Faults (SimNode.set_fault("hy-smi", point, ...)): points `device-info`, `vdevice-info`,
-`create`, `destroy` take exit/stdout/stderr/hang_seconds; `destroy` also fail_devices=[D].
+`create`, `destroy` take exit/stdout/stderr/barrier; `destroy` also fail_devices=[D].
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from typing import Any
 from simulator import mig, procs, show, vgpu
 from simulator.ascend import AscendModel, chip_state
 from simulator.dra import DraModel
+from simulator.dra_cd import ComputeDomainModel
 from simulator.faults import FaultModel
 from simulator.hygon import HygonModel, dcu_state
 from simulator.mig_model import NVIDIA, PPU_SMI, THEAD, MigModel
@@ -57,6 +58,7 @@ class SimNode(AscendModel, HygonModel, VgpuModel, PodModel, FaultModel):
         self.nvidia = MigModel(self, NVIDIA)
         self.thead = MigModel(self, THEAD)
         self.dra = DraModel(self)
+        self.dra_cd = ComputeDomainModel(self)
 
     @classmethod
     def create(

@@ -151,8 +151,15 @@ class PodModel(Store):
         *,
         devices: Sequence[str] = (),
         annotations: Mapping[str, str] | None = None,
+        permissions: str = "rw",
+        alloc_resp: str | None = None,
     ) -> None:
-        """A checkpoint entry, as kubelet records an Allocate(); replaces the same key's entry."""
+        """
+        A checkpoint entry, as kubelet records an Allocate(); replaces the same key's entry.
+        `permissions`: its DeviceSpecs' (KubeVirt's and GKE's plugins write "mrw").
+        `alloc_resp`: the response as the plugin encoded it (simulator.device_plugins), which
+        the checkpoint then holds instead of one made from `envs`, `devices`, `annotations`.
+        """
         entry = {
             "pod_uid": pod_uid,
             "container": container,
@@ -161,7 +168,10 @@ class PodModel(Store):
             "envs": dict(envs),
             "devices": list(devices),
             "annotations": dict(annotations or {}),
+            "permissions": permissions,
         }
+        if alloc_resp is not None:
+            entry["alloc_resp"] = alloc_resp
         key = (pod_uid, container, resource)
         with self._mutate() as state:
             state["checkpoint"] = [e for e in state["checkpoint"] if _entry_key(e) != key]
@@ -178,7 +188,8 @@ class PodModel(Store):
             state["registered"][resource] = list(device_ids)
 
     def unregister(self, resource: str) -> None:
-        """Kubelet drops a resource whose plugin went away (its endpoint stop grace over)."""
+        """kubelet forgets a resource whose plugin has been gone past its grace (5 minutes:
+        devicemanager's endpointStopGracePeriod); its entries stay."""
         with self._mutate() as state:
             state["registered"].pop(resource, None)
 

@@ -160,7 +160,16 @@ def checkpoint_text(state: State) -> str:
         )
         for e in state["checkpoint"]
     ]
-    return render_checkpoint(entries, state["registered"], boot_id=state["boot_id"])
+    permissions = [e.get("permissions", "rw") for e in state["checkpoint"]]
+    # An entry a device plugin's simulation answered keeps its response as the plugin encoded it.
+    responses = [e.get("alloc_resp") for e in state["checkpoint"]]
+    return render_checkpoint(
+        entries,
+        state["registered"],
+        boot_id=state["boot_id"],
+        permissions=permissions,
+        alloc_resps=responses,
+    )
 
 
 # --- files ---------------------------------------------------------------------------------------

@@ -302,6 +302,16 @@ class VgpuModel(Store):
         hypeman.write_atomic_bytes(path, text.encode())
         return path
 
+    def write_retention_stub(self, instance_id: str, device: str, name: str) -> Path:
+        """
+        hypeman's retention stub of a failed create whose vGPU release failed too
+        (lib/instances vgpuRetentionMetadata: identity, hypervisor type, paths and the vGPU
+        fields copied, GPURetainedForCleanup true, no HypervisorPID): kept so that delete
+        retries the release, refused by every other verb.
+        """
+        fields = {"Name": name, **self.gpu_fields(device), "GPUAssignedAt": hypeman.go_now()}
+        return self.write_vm_metadata(instance_id, GPURetainedForCleanup=True, **fields)
+
     def write_vm_metadata_raw(
         self, instance_id: str, data: bytes | str, *, root: str = HYPEMAN
     ) -> Path:

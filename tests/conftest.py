@@ -6,8 +6,14 @@ import os
 import subprocess
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from simulator.namespace import unshare_argv
+
+# No property test's outcome depends on how fast the machine is: Hypothesis' per-example
+# deadline (200 ms) and its too-slow health check fail on a loaded CI machine, not on a bug.
+settings.register_profile("any-speed", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("any-speed")
 
 # The testinfra verification users run against their nodes (`pytest tests/verify --hosts=...`),
 # not a test of this project: tests/e2e/test_verify.py runs it against a simulated node.

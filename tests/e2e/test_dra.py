@@ -92,8 +92,9 @@ def build(tmp_path, namespaces) -> Iterator[Callable[..., DraNode]]:
 
 @pytest.fixture
 def api(tmp_path) -> Iterator[dict]:
-    """A loopback API server listing `pods` and `claims` (resource.k8s.io/v1), knowing the node."""
-    served: dict = {"pods": [], "claims": []}
+    """A loopback API server listing `pods`, `claims` and `slices` (resource.k8s.io/v1), knowing
+    the node."""
+    served: dict = {"pods": [], "claims": [], "slices": []}
 
     def answer(path: str) -> tuple[int, dict]:
         path = path.split("?", 1)[0]
@@ -101,6 +102,8 @@ def api(tmp_path) -> Iterator[dict]:
             return 200, {"kind": "PodList", "metadata": {}, "items": served["pods"]}
         if path == "/apis/resource.k8s.io/v1/resourceclaims":
             return 200, {"kind": "ResourceClaimList", "metadata": {}, "items": served["claims"]}
+        if path == "/apis/resource.k8s.io/v1/resourceslices":
+            return 200, {"kind": "ResourceSliceList", "metadata": {}, "items": served["slices"]}
         if path == f"/api/v1/nodes/{NODE_NAME}":
             return 200, {"kind": "Node", "apiVersion": "v1", "metadata": {"name": NODE_NAME}}
         return 404, {"kind": "Status", "code": 404, "reason": "NotFound", "message": path}
@@ -277,11 +280,13 @@ def test_static_and_dynamic_mig_beside_a_device_plugin_on_one_node(build):
     assert node.instances(1) == {g["a"]}
 
 
-def test_static_mig_through_the_driver_is_its_capacity_unless_host_data_says_dynamic(build):
+def test_static_mig_through_the_driver_is_its_capacity_even_if_host_data_says_dynamic(build):
     """
     v25.8.1 knows only static MIG: the operator made two GIs, the driver advertises both (in
     ResourceSlices, not read here) and prepared one for llm-a. The other, idle, is capacity:
-    pinned, never a candidate. Host data saying the driver runs DynamicMIG makes it a leak.
+    pinned, never a candidate. Host data saying the driver runs DynamicMIG does not change that:
+    the checkpoint's shape (a MIG device recorded by `info`) proves a release without it; the
+    report says the contradiction (issue 30: evidence over host data).
     """
 
     def lay_out(node: DraNode) -> None:
@@ -303,8 +308,11 @@ def test_static_mig_through_the_driver_is_its_capacity_unless_host_data_says_dyn
         enforcer_claim_sources=["kubelet-checkpoint", "cri"],
         enforcer_dra_dynamic_mig=True,
     )
-    assert [r.verdict(idle) for r in node.converge(3)] == ["pending", "pending", "orphan"]
-    assert node.instances() == {mine}
+    runs = node.converge(3)
+    assert [r.verdict(idle) for r in runs] == ["pinned"] * 3
+    assert "has a shape only v25.8.x write" in runs[-1].reason(idle)
+    assert any(s["source"] == "host-data" for s in runs[-1].report["sources"])
+    assert node.instances() == {mine, idle}
 
 
 def test_drain_with_dra_claims_is_blocked_until_they_are_unprepared(build):

@@ -157,8 +157,14 @@ def test_a_gke_record_claims_its_gpu_instance_and_a_leak_is_reclaimed(build):
         made["leak"] = sim.create_gi(0, "1g.10gb")  # leaked: no record anywhere
         sim.add_pod(A, "train-a", phase="ContainerCreating")
         caps = [f"/dev/nvidia-caps/nvidia-cap{3 + mine * 9 + n}" for n in (0, 1)]
-        sim.allocate(
-            A, "main", "nvidia.com/gpu", [f"nvidia0/gi{mine}"], {}, devices=["/dev/nvidia0", *caps]
+        sim.allocate(  # GKE's DeviceSpecs are "mrw" (mig.go:240-256)
+            A,
+            "main",
+            "nvidia.com/gpu",
+            [f"nvidia0/gi{mine}"],
+            {},
+            devices=["/dev/nvidia0", *caps],
+            permissions="mrw",
         )
         return sim
 

@@ -40,11 +40,12 @@ def test_a_run_that_changes_nothing_only_touches_the_textfile(vgpu_node):
     vgpu_node.converge(5)  # everything destroyed and confirmed: nothing changes any more
     prom = vgpu_node.state_dir / FILE
     before = prom.read_bytes()
-    os.utime(prom, (time.time() - 3600, time.time() - 3600))
+    an_hour_ago = time.time() - 3600
+    os.utime(prom, (an_hour_ago, an_hour_ago))
     run = vgpu_node.enforce()
     assert run.rc == 0 and "No changes" in run.output, run.output
     assert prom.read_bytes() == before
-    assert time.time() - prom.stat().st_mtime < 60  # the read's heartbeat touched it
+    assert prom.stat().st_mtime > an_hour_ago + 1800  # the read's heartbeat touched it
 
 
 def test_the_destroy_counters_keep_their_totals_after_the_partitions_are_forgotten(vgpu_node):

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+from simulator.barrier import Barrier
 from simulator.demo import infer_b_starts
 
 LIVE = 100  # infer-a's vNPU, held by a process
 ZOMBIES = (101, 102)
-FAULT_TIMEOUT = 2  # enforcer_command_timeout_seconds while a tool hangs
+# enforcer_command_timeout_seconds while a tool hangs. The hung tool waits at a barrier nobody
+# releases, so it outlasts any timeout; the others must answer within it on a loaded machine.
+FAULT_TIMEOUT = 5
 
 
 def ledger(node) -> dict:
@@ -94,3 +98,15 @@ def fake_date(bindir, clock_file) -> None:
         f'#!/bin/sh\nif [ "$1" = +%s ]; then cat {clock_file}; else exec /bin/date "$@"; fi\n'
     )
     script.chmod(0o755)
+
+
+OPEN: list[Barrier] = []  # closed (released) after each test: tests/faults/conftest.py
+
+
+def barrier_at(node, tmp_path: Path, tool: str, subcommand: str) -> Barrier:
+    """A barrier at `tool subcommand` of the node (simulator.barrier); the test releases it, or
+    never does (the tool hangs until its timeout kills it)."""
+    barrier = Barrier(tmp_path / f"barrier-{tool}-{subcommand}")
+    OPEN.append(barrier)
+    node.sim.set_fault(tool, subcommand, barrier=str(barrier))
+    return barrier

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from faults.kit import FAULT_TIMEOUT, armed, nothing_lost, recovers
+from faults.kit import FAULT_TIMEOUT, armed, barrier_at, nothing_lost, recovers
 
 
 def checkpoint(node):
@@ -81,15 +81,18 @@ def test_crictl_is_missing(seed_node):
     "fault",
     [
         {"exit": 1, "stderr": "connect: connect endpoint 'unix:///run/containerd.sock': refused\n"},
-        {"hang_seconds": 30},
+        "hangs",  # at a barrier nobody releases: past any timeout
         {"stdout": '{"items": [{"id": '},
     ],
     ids=["fails", "hangs", "half-json"],
 )
-def test_crictl_that_fails(seed_node, sub, fault):
+def test_crictl_that_fails(seed_node, sub, fault, tmp_path):
     infer_b = armed(seed_node)
     seed_node.configure(enforcer_command_timeout_seconds=FAULT_TIMEOUT)
-    seed_node.sim.set_fault("crictl", sub, **fault)
+    if fault == "hangs":
+        barrier_at(seed_node, tmp_path, "crictl", sub)
+    else:
+        seed_node.sim.set_fault("crictl", sub, **fault)
     for _ in range(2):
         run = seed_node.enforce()
         assert run.rc == 0, run.output

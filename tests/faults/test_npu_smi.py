@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from faults.kit import FAULT_TIMEOUT, armed, nothing_lost, recovers
+from faults.kit import FAULT_TIMEOUT, armed, barrier_at, nothing_lost, recovers
 
 
 def real(node, *args: str) -> str:
@@ -50,10 +50,10 @@ def test_npu_smi_exits_non_zero(seed_node, sub):
 
 
 @pytest.mark.parametrize("sub", sorted(LISTING))
-def test_npu_smi_hangs_past_its_timeout(seed_node, sub):
+def test_npu_smi_hangs_past_its_timeout(seed_node, sub, tmp_path):
     infer_b = armed(seed_node)
     seed_node.configure(enforcer_command_timeout_seconds=FAULT_TIMEOUT)
-    seed_node.sim.set_fault("npu-smi", sub, hang_seconds=30)
+    barrier_at(seed_node, tmp_path, "npu-smi", sub)  # never released: past any timeout
     for run in faulted_runs(seed_node, infer_b):
         assert "exited 124" in run.output  # killed by timeout, reported
     recovers(seed_node, infer_b)

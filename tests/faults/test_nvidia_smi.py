@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from faults.kit import FAULT_TIMEOUT
+from faults.kit import FAULT_TIMEOUT, barrier_at
 
 from simulator import mig_story
 
@@ -69,13 +69,13 @@ def test_nvidia_smi_prints_garbage(mig_node, sub):
     recovers(mig_node)
 
 
-def test_nvidia_smi_hangs_past_its_timeout(mig_node):
+def test_nvidia_smi_hangs_past_its_timeout(mig_node, tmp_path):
     mig_node.configure(
         enforcer_tools=mig_story.tools(mig_node.path),
         enforcer_command_timeout_seconds=FAULT_TIMEOUT,
         **mig_story.HOST_DATA,
     )
-    mig_node.sim.set_fault("nvidia-smi", "lgi", hang_seconds=30)
+    barrier_at(mig_node, tmp_path, "nvidia-smi", "lgi")  # never released: past any timeout
     for run in kept(mig_node, runs=2):
         assert "exited 124" in run.output
     recovers(mig_node)

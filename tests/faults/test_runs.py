@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 
-from e2e.conftest import PYINFRA, REPO
+from background import arrivals, drop, ended, start
+from e2e.conftest import REPO
 from faults.kit import (
     LIVE,
     armed,
+    barrier_at,
     enforce_with_path,
     entry,
     fake_date,
@@ -23,16 +24,10 @@ from faults.kit import (
     sh,
 )
 
+from simulator.barrier import Barrier
 from simulator.demo import infer_b_starts
 
 DESTROYED_101 = "partition-enforcer: vNPU 101 on NPU 0 chip 0 destroyed"
-
-
-def until(check, timeout: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 # --- two runs at once ------------------------------------------------------------------------
@@ -40,16 +35,17 @@ def until(check, timeout: float = 60.0, what: str = "") -> None:
 
 def test_two_runs_at_once_destroy_once_and_the_loser_only_keeps(seed_node, tmp_path):
     infer_b = armed(seed_node)  # 101 is proven orphaned: both runs will decide to destroy it
-    seed_node.sim.set_fault("crictl", "ps", hang_seconds=2)  # both reads overlap
-    seed_node.sim.set_fault("npu-smi", "destroy-vnpu", hang_seconds=3)  # the winner holds the lock
+    reads = barrier_at(seed_node, tmp_path, "crictl", "ps")
+    destroys = barrier_at(seed_node, tmp_path, "npu-smi", "destroy-vnpu")
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
-    run = f"{PYINFRA} -y -vvv {seed_node.inventory} deploy.py"
-    script = f"cd {REPO}; {run} > {logs[0]} 2>&1 & {run} > {logs[1]} 2>&1 & " + (
-        "wait %1; a=$?; wait %2; echo $a $?"
-    )
-    rcs = sh(seed_node, script).split()
+    runs = [start(seed_node, log, "-vvv") for log in logs]
+    reads.wait(2)  # both runs have read the node (crictl ps is its last tool): both decided
+    reads.release()
+    destroys.wait(1)  # one holds the node lock in its destroy; the other can only wait for it
+    destroys.release()
+    rcs = [ended(seed_node, pid) for pid in runs]
     out = [p.read_text() for p in logs]
-    assert rcs == ["0", "0"], out
+    assert rcs == [0, 0], out
     assert sum(o.count(DESTROYED_101) for o in out) == 1, out
     loser = next(o for o in out if DESTROYED_101 not in o)
     assert "kept, not destroyed: it is no longer the vNPU the run decided on" in loser
@@ -63,35 +59,19 @@ def test_two_runs_at_once_destroy_once_and_the_loser_only_keeps(seed_node, tmp_p
 
 # --- the connection dropped mid-run ----------------------------------------------------------
 # Emulated with @local: the pyinfra process group is killed (SIGKILL, as a dropped SSH session's
-# processes die) at a point a hung simulated tool holds it at.
+# processes die) while a simulated tool waits at a barrier; the tool, which `timeout` keeps in a
+# group of its own, is killed after it (background.drop).
 
 
-def start(node, log) -> int:
-    """A converge run in the background, in its own process group; returns its pid."""
-    argv = f"{PYINFRA} -y {node.inventory} deploy.py"
-    return int(sh(node, f"cd {REPO}; setsid {argv} > {log} 2>&1 < /dev/null & echo $!"))
-
-
-def ended(pid: int) -> str:
-    """Shell: wait until pid is gone or a zombie (the namespace's init reaps no orphans)."""
-    return (
-        f"while [ -e /proc/{pid} ] && ! grep -q '^State:.Z' /proc/{pid}/status; do sleep 0.1; done"
-    )
-
-
-def drop(node, pid: int) -> None:
-    """SIGKILL the run's whole process group, as a dropped SSH session's processes die."""
-    kill = f"import os, signal; os.killpg({pid}, signal.SIGKILL)"
-    sh(node, f"{sys.executable} -c '{kill}' && {ended(pid)}")
+def dropped(node, run: int, barrier: Barrier) -> None:
+    drop(node, run, *arrivals(barrier.wait(1)))
 
 
 def test_dropped_during_the_node_read_changes_nothing(seed_node, tmp_path):
     infer_b = armed(seed_node)
     before = (seed_node.state_dir / "ledger.json").read_bytes()
-    seed_node.sim.set_fault("npu-smi", "info", hang_seconds=60)
-    pid = start(seed_node, tmp_path / "run.log")
-    time.sleep(3)
-    drop(seed_node, pid)
+    reading = barrier_at(seed_node, tmp_path, "npu-smi", "info")
+    dropped(seed_node, start(seed_node, tmp_path / "run.log"), reading)
     assert (seed_node.state_dir / "ledger.json").read_bytes() == before
     nothing_lost(seed_node, infer_b)
     recovers(seed_node, infer_b)
@@ -100,11 +80,10 @@ def test_dropped_during_the_node_read_changes_nothing(seed_node, tmp_path):
 def test_dropped_after_the_ledger_write_before_the_destroy(seed_node, tmp_path):
     """The ledger counts the attempt that never ran; the next run retries it, nothing else."""
     infer_b = armed(seed_node)
-    seed_node.sim.set_fault("npu-smi", "destroy-vnpu", hang_seconds=60)
-    pid = start(seed_node, tmp_path / "run.log")
-    until(lambda: entry(seed_node, 101)["destroy_attempts"] == 2, what="the ledger write")
-    time.sleep(1)  # the destroy command is running, its npu-smi hangs before destroying
-    drop(seed_node, pid)
+    destroying = barrier_at(seed_node, tmp_path, "npu-smi", "destroy-vnpu")
+    run = start(seed_node, tmp_path / "run.log")
+    dropped(seed_node, run, destroying)  # its npu-smi reached the destroy, destroyed nothing
+    assert entry(seed_node, 101)["destroy_attempts"] == 2  # written before the destroy ran
     seed_node.sim.clear_faults()
     assert 101 in seed_node.vnpus()
     retry = seed_node.enforce()
@@ -120,21 +99,23 @@ def test_dropped_after_the_destroy_before_it_was_verified(seed_node, tmp_path):
     """The destroy happened, its verification never returned: the next run confirms it."""
     infer_b = armed(seed_node)
     real, marker = seed_node.path / "bin/npu-smi", tmp_path / "destroyed"
+    verifying = Barrier(tmp_path / "barrier-verify")
     wrapper = tmp_path / "npu-smi"
-    wrapper.write_text(  # after a destroy, the listing hangs: the run is cut right there
+    wrapper.write_text(  # after a destroy, the listing waits at the barrier: the run is cut there
         "#!/bin/sh\n"
         f'if [ "$3" = destroy-vnpu ]; then {real} "$@"; rc=$?; touch {marker}; exit $rc; fi\n'
-        f'if [ "$3" = info-vnpu ] && [ -e {marker} ]; then sleep 60; fi\n'
+        f'if [ "$3" = info-vnpu ] && [ -e {marker} ]; then\n'
+        f"  {sys.executable} {REPO}/simulator/barrier.py {verifying} 'npu-smi info-vnpu'\n"
+        "fi\n"
         f'exec {real} "$@"\n'
     )
     wrapper.chmod(0o755)
     seed_node.configure(
         enforcer_tools={"npu-smi": str(wrapper), "crictl": str(seed_node.path / "bin/crictl")}
     )
-    pid = start(seed_node, tmp_path / "run.log")
-    until(marker.exists, what="the destroy")
-    drop(seed_node, pid)
-    assert 101 not in seed_node.vnpus()
+    run = start(seed_node, tmp_path / "run.log")
+    drop(seed_node, run, *arrivals(verifying.wait(1)))
+    assert marker.exists() and 101 not in seed_node.vnpus()
     seed_node.configure()
     confirm = seed_node.enforce()
     assert confirm.rc == 0, confirm.output
@@ -202,18 +183,20 @@ def test_boot_id_change_restarts_every_streak_and_destroys_nothing_in_the_first_
 
 def test_boot_id_change_between_the_read_and_the_destroy_keeps_the_vnpu(seed_node, tmp_path):
     infer_b = armed(seed_node)
-    seed_node.sim.set_fault("crictl", "ps", hang_seconds=3)  # the read's last tool: boot id read
+    reading = barrier_at(seed_node, tmp_path, "crictl", "ps")  # the read's last tool
     fake = tmp_path / "boot_id"
     fake.write_text("0b0e1d2c-3a4b-4c5d-8e6f-7a8b9c0d1e2f\n")
-    pid = start(seed_node, tmp_path / "run.log")
-    # Once the read hangs in `crictl ps` (it read the boot id long before), not on a timer: a
-    # loaded machine may not have started the read yet.
-    listing = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done"
-    sh(seed_node, f"until {listing} | grep -q 'crictl p[s]'; do sleep 0.05; done")  # not itself
+    run = start(seed_node, tmp_path / "run.log", "-vvv")
+    reading.wait(1)  # the read has the boot id already
     sh(seed_node, f"mount --bind {fake} /proc/sys/kernel/random/boot_id")
-    sh(seed_node, ended(pid))
+    reading.release()
+    assert ended(seed_node, run) == 0, (tmp_path / "run.log").read_text()
     assert 101 in seed_node.vnpus()
     assert entry(seed_node, 101)["destroy_attempts"] == 2  # counted; the guard kept it
+    assert (
+        "kept, not destroyed: the node rebooted since the run read it"
+        in (tmp_path / "run.log").read_text()
+    )
     assert {LIVE, infer_b} <= seed_node.vnpus()
 
 

@@ -343,8 +343,11 @@ def _check(done: subprocess.CompletedProcess[str]) -> None:
         )
 
 
-def _wait_listening(address: str, log: Path, timeout: float = 15.0) -> None:
-    """sshd is up when its address accepts a connection; its log says why when it never does."""
+def _wait_listening(address: str, log: Path, timeout: float = 120.0) -> None:
+    """
+    sshd is up when its address accepts a connection; its log says why when it never does (the
+    timeout bounds a broken start on a loaded machine, it orders nothing).
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if _listening(address):

@@ -17,7 +17,8 @@ from hostile.test_fuzz_parsers import FUZZ, either, mutated, mutated_json, parse
 from hypothesis import given
 from hypothesis import strategies as st
 
-from facts import hygon, markers, nvidia, ppu, vgpu, vmmeta
+from facts import hami, hygon, markers, nvidia, ppu, vgpu, vmmeta
+from kinds import nvidia_plugin
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 H200 = "H200-MIG-2x1g.18gb-proc-GI11_prickle-exporter.txt"
@@ -225,3 +226,40 @@ def test_vm_record_is_an_instance_or_raises_parse_error(case):
     if found is not None:
         (instance,) = found
         assert instance.id == instance_id and len(instance.devices) <= 2
+
+
+# HAMi's MIG template cache (facts.hami) and its reservations (kinds.nvidia_plugin).
+MIG_CONFIGS = seeds([], ["kubelet/migconfig_hami-v2.9-template.yaml"])
+RESERVATIONS = [
+    json.dumps(
+        [
+            {
+                "containerIndex": 0,
+                "deviceIndex": 0,
+                "gpuUUID": "GPU-0d0831da-0c98-2717-6446-8acd91d39b65",
+                "profile": "1g.10gb",
+                "placement": {"start": 6, "size": 1},
+                "migUUID": "MIG-ee6996fb-86fb-5405-83f0-b20887da1bb3",
+                "gpuInstanceID": 13,
+                "computeInstanceID": 0,
+            }
+        ],
+        separators=(",", ":"),
+    )
+]
+
+
+@FUZZ
+@given(either(MIG_CONFIGS))
+def test_hami_mig_config_parses_every_gpu_or_raises_parse_error(text):
+    found = parse_or_error(hami.parse_mig_config, text)
+    if found is not None:
+        assert len(found) == text.count("devices:") - text.count("mig-devices:")
+
+
+@FUZZ
+@given(st.one_of(mutated_json(RESERVATIONS), either(RESERVATIONS)))
+def test_hami_reservations_keep_every_item_or_raise_parse_error(text):
+    found = parse_or_error(nvidia_plugin.parse_mig_allocations, text)
+    if found is not None:
+        assert len(found) == len(json.loads(text))

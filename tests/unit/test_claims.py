@@ -204,6 +204,13 @@ def test_dynamic_vnpu_without_ascend_docker_is_claimed_by_its_device_node():
     ]
 
 
+def test_a_vnpu_node_mounted_instead_of_given_as_a_device_claims_it_the_same():
+    mounts = (("/dev/davinci101", "/dev/vdavinci101"), ("/usr/local/Ascend/driver", "/x"))
+    assert read(resource="huawei.com/npu-core", device_ids=PICK, mounts=mounts) == [
+        ("exact", "101", None, 1, False)
+    ]
+
+
 def test_kubelets_ai_core_pick_alone_keeps_one_vnpu_and_is_understood():
     # pod-resources gives the device ids alone: one vNPU was made for them (or whole chips).
     assert read(

@@ -393,6 +393,10 @@ def test_any_file_the_writer_writes_parses_back_to_its_claims(case):
     # the oldest shape that explains the file: never newer than its writer
     assert RELEASES.index(cp.release) <= RELEASES.index(release)
     assert cp.release == release or release == "v25.12"
+    # and the newest that could have written it: never older than its writer, so that a shape
+    # proves a release before DynamicMIG only when its writer was one
+    assert RELEASES.index(cp.newest) >= RELEASES.index(release)
+    assert cp.before_dynamic_mig <= (release in ("v25.3", "v25.8"))
 
 
 _VALID = [

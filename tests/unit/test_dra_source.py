@@ -89,9 +89,65 @@ def test_a_static_mig_claim_of_v25_3_keeps_its_gi_by_its_older_name_and_uuid():
     dev = build.device(name, [f"k8s.gpu.nvidia.com/device={name}"], ["mig"])
     stat = build.status([build.result("mig", name)], [("static-0", UID)])
     claim = build.claim_v1(stat, [build.group([build.mig_info(GI13_MIG, dev)])])
-    said = verdicts(node(build.write_v1({UID: claim})))
+    said = verdicts(node(build.write_v1({UID: claim})), dynamic=False)
     assert said["13"][0] == "claimed"
-    assert said["11"][0] == "orphan"
+    assert said["11"][0] == "pinned"  # v25.3: static MIG, its GIs are capacity (rule 4)
+
+
+def decision(obs: Observation, dynamic: bool):
+    data = {"enforcer_grace_runs": 1, "enforcer_grace_seconds": 0}
+    policy = policy_from_host_data("h100", {**data, "enforcer_dra_dynamic_mig": dynamic})
+    return decide(obs, Ledger(), policy, obs.now)
+
+
+def test_not_pinned_dra_capacity_evidence_over_host_data_a_v25_3_checkpoint_is_static_mig():
+    """
+    Host data says DynamicMIG, the checkpoint's shape (v1 only: every release since v25.8.0 writes
+    a v2) proves a release that has none: its GPU instances stay capacity, and the contradiction
+    is in the report's sources (host-data stale, which needs a person).
+    """
+    obs = node(build.write_v1({}))
+    said = decision(obs, dynamic=True)
+    (v11,) = [v for v in said.verdicts if v.partition.id == "11"]
+    assert v11.status == "pinned"
+    assert "has a shape only v25.3.x write: a release without DynamicMIG" in v11.reason
+    (contradiction,) = said.host_data
+    assert (contradiction.source, contradiction.status, contradiction.scope) == (
+        "host-data",
+        "stale",
+        MIG,
+    )
+    assert contradiction.reason.startswith("host data says enforcer_dra_dynamic_mig, but ")
+    assert "set enforcer_dra_dynamic_mig false for this host" in contradiction.reason
+    assert decision(obs, dynamic=False).host_data == ()
+
+
+@pytest.mark.parametrize(
+    "fixture, release, proves",
+    [
+        ("checkpoint-v25.3.2-gpu.json", "v25.3.x", True),  # no v2
+        ("checkpoint-v25.3.2-static-mig.json", "v25.3.x", True),
+        ("checkpoint-v25.8.1-started.json", "v25.8.x", True),  # PrepareStarted without a name
+        ("checkpoint-v25.12.0-dynmig.json", "v25.12.0 to v0.4.x", False),
+        ("checkpoint-v0.4.1-dynmig.json", "v0.4.x", False),
+    ],
+)
+def test_which_checkpoint_shapes_prove_a_release_before_dynamic_mig(fixture, release, proves):
+    text = (build.HERE / fixture).read_bytes().decode()
+    boot = build.BOOT_ID if "v0.4.1" in fixture else BOOT
+    obs = node(text.encode(), **{"boot-id": ("0", f"{boot}\n", "")})
+    (mode,) = obs.dra_modes
+    assert mode.dynamic is (False if proves else None)
+    assert release in mode.why
+
+
+def test_a_v25_8_file_without_a_started_claim_proves_nothing_of_dynamic_mig():
+    """A completed GPU claim: v25.12.0 and v0.4.x write that shape too (a v0.4 file has its boot
+    id only once the driver started; v25.12.0 never)."""
+    claim = {"checkpointState": build.COMPLETED, **build.gpu_claim_v1()}
+    (mode,) = node(build.write_v2({build.C_GPU: claim})).dra_modes
+    assert mode.dynamic is None
+    assert "v25.8.x to v0.4.x" in mode.why
 
 
 def test_an_unprepare_that_failed_half_way_keeps_what_is_left_and_nothing_else():
@@ -208,28 +264,60 @@ def test_a_pod_resources_dra_claim_names_its_gi_exactly_and_one_not_understood_k
     assert MIG in {c.kind for c in kept}
 
 
-def test_a_claim_the_driver_holds_is_never_a_stuck_owner():
-    """No sandbox runs a claim: its pods' own records say whether they run (a pod of a stale
-    checkpoint entry, waiting as long, is one)."""
+def test_a_claim_the_driver_holds_whose_pods_do_not_run_is_a_stuck_owner_and_stays_kept():
+    """
+    The driver holds llm-0's claim (PrepareCompleted), and no pod it was prepared for has a
+    ready sandbox: a claim kubelet never unprepared, or a checkpoint its driver left. Its GI is
+    still claimed (rule 3); past enforcer_stuck_owner_seconds it is reported as a stuck owner.
+    """
     claim = completed(concrete(13, 0, GI13_MIG, "gpu-0-mig-1g10gb-19-6"))
     obs = node(build.write_v2({UID: claim}, boot_id=BOOT))
     data = {"enforcer_grace_runs": 1, "enforcer_grace_seconds": 0}
     policy = policy_from_host_data("h100", {**data, "enforcer_stuck_owner_seconds": 0})
     decision = decide(obs, Ledger(), policy, obs.now)
-    assert decision.stuck_owners == {}
-    assert {c.owner_uid for c in decision.claims if c.source == "dra"} == {f"resourceclaim:{UID}"}
+    owner = f"resourceclaim:{UID}"
+    assert list(decision.stuck_owners) == [owner]
+    why, _ = decision.stuck_owners[owner]
+    assert why.startswith("prepared for pod(s) llm-0, none of which runs")
+    (v13,) = [v for v in decision.verdicts if v.partition.id == "13"]
+    assert v13.status == "claimed"
+    assert "stuck owner: prepared for pod(s)" in v13.reason
+
+
+def test_a_claim_is_not_judged_stuck_without_the_cri_as_a_claim_source():
+    """Its pods' sandboxes are then not among what the sources say: a running pod would not show."""
+    claim = completed(concrete(13, 0, GI13_MIG, "gpu-0-mig-1g10gb-19-6"))
+    obs = node(build.write_v2({UID: claim}, boot_id=BOOT))
+    data = {"enforcer_stuck_owner_seconds": 0, "enforcer_claim_sources": ["kubelet-checkpoint"]}
+    assert decide(obs, Ledger(), policy_from_host_data("h100", data), obs.now).stuck_owners == {}
+
+
+def test_a_claim_whose_pod_runs_is_no_stuck_owner():
+    """The same claim prepared for infer-310p-0, whose sandbox is ready (the node's CRI)."""
+    from unit.test_snapshot import READY_UID
+
+    names = ["gpu-0-mig-1g10gb-19-6"]
+    stat = build.status([build.result("mig", n) for n in names], [("infer-310p-0", READY_UID)])
+    dev = concrete(13, 0, GI13_MIG, names[0])
+    claim = build.claim_v2(build.COMPLETED, stat, [build.group([dev])])
+    obs = node(build.write_v2({UID: claim}, boot_id=BOOT))
+    data = {"enforcer_grace_runs": 1, "enforcer_grace_seconds": 0}
+    policy = policy_from_host_data("h100", {**data, "enforcer_stuck_owner_seconds": 0})
+    assert decide(obs, Ledger(), policy, obs.now).stuck_owners == {}
 
 
 def test_not_pinned_dra_capacity_static_mig_through_the_driver_unless_host_data_says_dynamic():
     """Static MIG through the driver: it advertises GIs made beforehand in ResourceSlices, which
-    are not read. Unless host data says it runs DynamicMIG, they are pinned (rule 4), after rule
-    3: a claimed one still says whose it is. Without the driver, nothing changes."""
+    are not read here (no kubernetes-api source). Unless host data says it runs DynamicMIG (and
+    the checkpoint's shape does not prove a release without it), they are pinned (rule 4), after
+    rule 3: a claimed one still says whose it is. Without the driver, nothing changes."""
     claim = completed(concrete(13, 0, GI13_MIG, "gpu-0-mig-1g10gb-19-6"))
     said = verdicts(node(build.write_v2({UID: claim}, boot_id=BOOT)), dynamic=False)
     assert said["13"][0] == "claimed"
     assert said["11"] == (
         "pinned",
-        "NVIDIA's DRA driver is on the node and may advertise it as capacity (static MIG; its "
-        "ResourceSlices are not read): set enforcer_dra_dynamic_mig if it runs DynamicMIG",
+        "NVIDIA's DRA driver is on the node and may advertise it as capacity (static MIG: its "
+        "ResourceSlices are not read (the kubernetes-api source is off): set "
+        "enforcer_dra_dynamic_mig if it runs DynamicMIG)",
     )
     assert verdicts(node(None, driver=""), dynamic=False)["11"][0] == "orphan"

@@ -164,7 +164,12 @@ def test_not_claimed_huaweis_template_names_claim_their_vnpu_exactly():
 def test_not_claimed_a_gke_record_claims_its_gpu_instance_by_its_names():
     caps = ("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap30", "/dev/nvidia-caps/nvidia-cap31")
     gke = nvidia_entry(A, "nvidia.com/gpu", ["nvidia0/gi3"], devices=caps)
-    assert kinds_and_scopes(gke) == [(MIG, "exact", "nvidia0/gi3", False)]
+    # Every name is read (issue 30): the id, kubelet's pick, and the caps the plugin gave.
+    assert kinds_and_scopes(gke) == [
+        (MIG, "exact", "nvidia-cap30", False),
+        (MIG, "exact", "nvidia-cap31", False),
+        (MIG, "exact", "nvidia0/gi3", False),
+    ]
     # A pod-resources record has no device nodes; a checkpoint entry without the id its caps.
     assert kinds_and_scopes(replace(gke, device_ids=())) == [
         (MIG, "exact", "nvidia-cap30", False),

@@ -123,7 +123,42 @@ def test_record_naming_two_devices_claims_both():
 
 @pytest.mark.parametrize("value", [..., None, ""])
 def test_record_without_a_vgpu_claims_nothing(value):
-    assert one(edited(NEW, GPUDevicePath=value, GPUMdevUUID=value), NEW_ID).devices == ()
+    cleared = edited(NEW, GPUDevicePath=value, GPUMdevUUID=value, GPUFramework=value)
+    assert one(cleared, NEW_ID).devices == ()  # clearStoredVGPUDevice clears all three
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"GPUFramework": "amd-vfio"}, "not one hypeman writes"),
+        ({"GPUFramework": "Mdev"}, "not one hypeman writes"),
+        ({"GPUFramework": 1}, "framework is not a string"),
+        ({"GPUFramework": "mdev"}, "no mdev device named"),
+        ({"GPUDevicePath": ""}, "no nvidia-vfio device named"),
+        ({"GPURetainedForCleanup": "true"}, "retained is not a boolean"),
+        ({"GPURetainedForCleanup": 1}, "retained is not a boolean"),
+    ],
+)
+def test_a_framework_or_retention_flag_not_as_hypeman_writes_it_fails_closed(changes, reason):
+    """GPUFramework says the vGPU's kind (lib/devices/types.go VGPUFramework): it must name a
+    kind the record names a device of."""
+    assert reason in refused(edited(NEW, **changes), NEW_ID)
+
+
+def test_an_mdev_framework_record_claims_its_mdev_and_a_legacy_only_one_reads_as_before():
+    mdev = edited(NEW, GPUFramework="mdev", GPUDevicePath=f"/sys/bus/mdev/devices/{MDEV_UUID}")
+    assert one(mdev, NEW_ID).devices == ((MDEV, MDEV_UUID),)
+    legacy = edited(NEW, GPUFramework="mdev", GPUDevicePath="", GPUMdevUUID=MDEV_UUID)
+    assert one(legacy, NEW_ID).devices == ((MDEV, MDEV_UUID),)
+
+
+def test_a_retention_stub_is_read_as_one():
+    """vgpuRetentionMetadata: the failed create's assignment, no PID, GPURetainedForCleanup."""
+    stub = edited(NEW, GPURetainedForCleanup=True, HypervisorPID=None)
+    instance = one(stub, NEW_ID)
+    assert instance.retained and instance.pid is None
+    assert instance.devices == ((VFIO, "0000:41:00.4"),)
+    assert not one(NEW, NEW_ID).retained
 
 
 @pytest.mark.parametrize("pid", [..., None, 0])
@@ -144,7 +179,7 @@ def test_absent_boot_id_socket_and_name_are_unrecorded(value):
 
 
 def test_keys_hypeman_does_not_know_are_ignored():
-    instance = one(edited(OLD, GPURetainedForCleanup=True, phases={"running": 12}))
+    instance = one(edited(OLD, phases={"running": 12}, VsockCID=3))
     assert instance.devices == ((MDEV, MDEV_UUID),)
 
 

@@ -102,8 +102,9 @@ def test_not_claimed_a_checkpoint_entry_claims_the_instance_whose_capability_dev
 
 
 def test_not_claimed_a_thead_record_claims_its_gi_on_its_ppu_and_nothing_of_nvidias():
-    (claim,) = claims_from_records([marker(POD_A, 0)])
-    assert (claim.kind, claim.accelerator, claim.partition_id) == (PPU, ACC, "0")
+    on_ppu, by_uuid = claims_from_records([marker(POD_A, 0)])  # its GI, and its MIG UUID
+    assert (on_ppu.kind, on_ppu.accelerator, on_ppu.partition_id) == (PPU, ACC, "0")
+    assert (by_uuid.kind, by_uuid.accelerator, by_uuid.uuid) == (PPU, None, on_ppu.uuid)
     no_caps = claims_from_records([checkpoint(POD_A)])  # device ids only: a partition on it
     assert [(c.kind, c.scope, c.accelerator, c.count) for c in no_caps] == [
         (PPU, "device-wide", ACC, 1)

@@ -268,6 +268,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "nvidia-caps",
         "nvidia-gpus",
         "nvidia-driver",
+        "hami-mig-config",
         "ppu-smi-list",
         "ppu-smi-lgi",
         "ppu-smi-lci",
@@ -283,6 +284,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "holder-cgroups",
         "dra-drivers",
         "dra-checkpoint",
+        "dra-cd-checkpoint",
         "dra-cdi",
         "checkpoint",
         "crictl-pods",
@@ -353,3 +355,11 @@ def test_the_node_read_takes_the_dra_checkpoint_and_cdi_specs_byte_exact_and_dig
     assert read()["claim-digest"].stdout != f"absent+{dra}\n"
     checkpoint.unlink()
     assert (read()["dra-checkpoint"].rc, read()["claim-digest"].stdout) == ("absent", "absent\n")
+    # The ComputeDomain plugin's checkpoint, byte exact, and in the digest after the GPU's.
+    cd = Path(paths.dra_cd_checkpoint)
+    cd.parent.mkdir(parents=True)
+    cd.write_bytes(b'{"checksum":3,"v1":{}}')
+    sections = read()
+    assert sections["dra-cd-checkpoint"].stdout == '{"checksum":3,"v1":{}}'
+    digest = hashlib.sha256(cd.read_bytes()).hexdigest()
+    assert sections["claim-digest"].stdout == f"absent+cd:{digest}\n"

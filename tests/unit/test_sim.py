@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from facts.checkpoint import parse_checkpoint
 from facts.cri import parse_containers, parse_pods
 from simulator import scenario
 from simulator.ascend import P310P3
+from simulator.barrier import Barrier
 from simulator.node import SimNode
 from simulator.procs import fd_targets, pids_holding
 from simulator.state import ToolError
@@ -391,12 +391,30 @@ def test_fault_overrides_the_answer_and_clears(p310: SimNode) -> None:
     assert npu(p310, "info", "-t", "info-vnpu", "-i", "0", "-c", "0").returncode == 0
 
 
-def test_fault_hang_delays_the_real_answer(p310: SimNode) -> None:
-    p310.set_fault("crictl", "pods", hang_seconds=0.5)
-    start = time.monotonic()
-    out = run(p310, "crictl", "pods", "-o", "json")
-    assert time.monotonic() - start >= 0.5
-    assert out.returncode == 0 and json.loads(out.stdout) == {"items": []}
+def test_fault_barrier_holds_the_real_answer_until_released(p310: SimNode, tmp_path) -> None:
+    with Barrier(tmp_path / "barrier") as barrier:
+        p310.set_fault("crictl", "pods", barrier=str(barrier))
+        argv = [str(p310.tool("crictl")), "pods", "-o", "json"]
+        tools = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        arrived = barrier.wait(2)
+        assert sorted(line.split()[:2] for line in arrived) == [["crictl", "pods"]] * 2
+        assert [t.poll() for t in tools] == [None, None]  # held at the point, not answered
+        barrier.release()
+        for tool in tools:
+            out, _ = tool.communicate(timeout=TIMEOUT)
+            assert tool.returncode == 0 and json.loads(out) == {"items": []}
+        passed = run(p310, "crictl", "pods", "-o", "json")  # after the release: straight through
+        assert passed.returncode == 0 and json.loads(passed.stdout) == {"items": []}
+
+
+def test_fault_barrier_never_released_hangs_until_killed(p310: SimNode, tmp_path) -> None:
+    with Barrier(tmp_path / "barrier") as barrier:
+        p310.set_fault("npu-smi", "info", barrier=str(barrier))
+        tool = subprocess.Popen([str(p310.tool("npu-smi")), "info"], stdout=subprocess.PIPE)
+        barrier.wait(1)
+        tool.terminate()  # as `timeout` ends it
+        out, _ = tool.communicate(timeout=TIMEOUT)
+        assert tool.returncode == -15 and out == b""
 
 
 def test_destroy_fail_and_destroy_lies(p310: SimNode) -> None:

@@ -457,3 +457,39 @@ def test_every_release_the_simulator_writes_is_read_by_the_products_parser(
     specs = sorted((node.path / "rootfs/var/run/cdi").glob("*.yaml")) if dynamic else []
     listing = "".join(f"spec {s} {base64.b64encode(s.read_bytes()).decode()}\n" for s in specs)
     assert [s.claim_uid for s in dra.parse_cdi_listing(listing)] == ([DONE] if dynamic else [])
+
+
+# --- the chart's ComputeDomain plugin beside it (simulator/dra_cd.py, issue 30) -----------------
+
+
+@pytest.mark.parametrize(
+    "release, parsed", [("v25.3.2", "v25.3"), ("v25.8.1", "v25.8"), ("v0.4.1", "v0.4.1")]
+)
+def test_the_compute_domain_plugins_checkpoint_is_one_its_release_writes(
+    tmp_path: Path, release: str, parsed: str
+):
+    from facts.dra_cd import parse_cd_checkpoint
+
+    sim = SimNode.create(tmp_path / "n", [], gpus=[H100])
+    sim.dra_cd.install(release)
+    assert sim.dra_cd.registration.exists()
+    sim.dra_cd.prepare(DONE, "w-0-channel", "ai", ("w-0", POD_UID), "channel")
+    sim.dra_cd.prepare(STARTED, "cd-daemon", "ai", ("cd-daemon-0", POD_UID), "daemon")
+    cp = parse_cd_checkpoint(sim.dra_cd.checkpoint_path.read_text())
+    assert cp.release == parsed
+    assert [(c.uid, c.state, [d.name for d in c.devices]) for c in cp.claims] == [
+        (STARTED, "PrepareCompleted", ["daemon-0"]),
+        (DONE, "PrepareCompleted", ["channel-0"]),
+    ]
+    sim.dra_cd.unprepare(DONE)
+    assert [c.uid for c in parse_cd_checkpoint(sim.dra_cd.checkpoint_path.read_text()).claims] == [
+        STARTED
+    ]
+
+
+def test_the_drivers_uninstall_leaves_its_checkpoint_and_folder(node: SimNode):
+    node.dra.install("v0.4.1")
+    node.dra.uninstall()
+    assert not node.dra.registration.exists()
+    assert not (node.dra.plugin_dir / "dra.sock").exists()
+    assert node.dra.checkpoint_path.exists()

@@ -68,6 +68,7 @@ def mig_sections(**changes) -> dict:
             "",
         ),
         "nvidia-gpus": ("0", INFORMATION, ""),
+        "hami-mig-config": ("absent", "", ""),
         "devnodes": ("0", CAPS, ""),
         "fd-scan": ("0", "", ""),
         "markers": ("0", "root 0 0\n", ""),
@@ -114,9 +115,12 @@ def test_a_mig_node_gives_each_gpu_instance_with_its_compute_instances_and_uuids
     # Its MIG device UUID, then the names GKE's plugin gives it: its GI's and CI 0's capability
     # devices (mig-minors: 3 + 1 * 9 = 12, then 13) and `nvidia<GPU minor>/gi<id>`; and those
     # NVIDIA's DRA driver gives it: its GPU's, its own up to v25.8.1 (GI profile 9, placement
-    # 0:4) and from v25.12.0 (profile without '.', GI profile, start).
+    # 0:4) and from v25.12.0 (profile without '.', GI profile, start); and those NVIDIA's device
+    # plugin gives it by index: its GPU's, and its MIG device's (`-L`: Device 0).
     assert obs.partitions[1].uuids == (
         "MIG-5ff0d535-9a82-5af6-80df-768b9d3ac092",
+        "0",
+        "0:0",
         "gpu-0",
         "gpu-0-mig-3g40gb-9-0",
         "gpu-0-mig-9-0-4",
@@ -131,7 +135,8 @@ def test_a_gpu_without_its_device_minor_fails_closed_for_the_gke_names():
     failed = [(h.source, h.scope) for h in obs.health if h.status != "ok"]
     assert failed == [("proc-fd", MIG)]
     assert "no device minor" in obs.health[-1].reason
-    assert all(not p.aliases for p in obs.partitions)
+    # No GKE or DRA names; the indexes nvidia-smi -L gives stand.
+    assert [p.aliases for p in obs.partitions] == [("0", "0:2"), ("0", "0:0"), ("0", "0:1")]
 
 
 def test_processes_nvidia_smi_lists_hold_their_gpu_instance():

@@ -11,6 +11,7 @@ from unit.test_contract import BOOT, T0, policy, vnpu
 
 from enforcer.contract import decide
 from enforcer.ledger import Ledger, dump, load
+from enforcer.liveness import vm_liveness
 from enforcer.model import (
     MDEV,
     VFIO,
@@ -295,3 +296,21 @@ def test_a_vgpu_not_listed_while_the_listing_failed_is_not_confirmed_gone():
     found, ledger = runs(node([], health=failed), 1, ledger=ledger)
     assert mdev().key not in found
     assert any(e.key == mdev().key for e in ledger.entries.values())
+
+
+def test_not_claimed_a_retention_stub_of_a_failed_create_keeps_nothing_and_is_reclaimed():
+    """hypeman's GPURetainedForCleanup record (vgpuRetentionMetadata): no PID, and no VM will
+    boot from it (every verb but delete refused): its vGPU is a leak, reclaimed after grace."""
+    stub = replace(vm("a", device=(VFIO, VF), pid=None, written_at=T0 - 7200), retained=True)
+    found, _ = runs(node([vf_vgpu()], [stub]), 3)
+    v = verdict(found, vf_vgpu())
+    assert v.status == "orphan" and "stuck" not in v.reason
+    said = vm_liveness(stub, node([vf_vgpu()], [stub]))
+    assert said.state == "ended" and "retention record of a failed create" in said.detail
+
+
+def test_not_claimed_a_retention_stub_beside_a_live_vms_record_keeps_the_live_claim():
+    stub = replace(vm("a", device=(VFIO, VF), pid=None), retained=True)
+    procs, sockets = hypervisor("b")
+    found, _ = runs(node([vf_vgpu()], [stub, vm("b", device=(VFIO, VF))], procs, sockets), 3)
+    assert verdict(found, vf_vgpu()).status == "claimed"

@@ -1,0 +1,132 @@
+"""
+decide() on GKE's and gpustack's records (issue 30), every field read as its plugin means it:
+GKE's time-shared GPU instances and whole GPUs (GoogleCloudPlatform/container-engine-accelerators
+@992db812 pkg/gpu/nvidia: manager.go:187-204, mig/mig.go:171-263, gpusharing/gpusharing.go:53-76)
+and gpustack's ownership markers (gpustack/gpustack-operator pkg/devicemanager/allocator/nvidia/
+mig.go: migMarker, reserveMigInstance). Rules 3 and 4, named after them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from unit.test_contract import T0, policy
+from unit.test_fail_closed_contract import CHECKPOINT, all_1g, decided, mig_node, nvidia_entry
+from unit.test_mig_contract import GPU, OTHER_GPU, alive, gi, marker, mig_uuid, runs, status
+
+from enforcer.claims import claims_from_records
+from enforcer.cli import needs_a_person
+from enforcer.contract import decide
+from enforcer.ledger import Ledger
+from enforcer.model import Advertised, OwnerRecord, Pod, SourceHealth
+from enforcer.report import build
+
+A = "7d3c2b1a-0f9e-4d8c-b7a6-958473625140"
+CAPS = ("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap30", "/dev/nvidia-caps/nvidia-cap31")
+
+
+def gke_gis(n: int = 3):
+    """GIs 7.. of GPU minor 0 as the node read names them for GKE (`nvidia0/gi<id>`)."""
+    return [replace(g, aliases=(f"nvidia0/gi{g.id}",)) for g in all_1g(n)]
+
+
+# --- GKE ------------------------------------------------------------------------------------------
+
+
+def test_not_desired_gke_time_sharing_advertises_each_gi_once_per_client():
+    """maxSharedClientsPerGPU 3: `nvidia0/gi7/vgpu0..2` are GI 7, shared; the others too."""
+    gis = gke_gis()
+    advertised = [
+        Advertised(CHECKPOINT, "nvidia.com/gpu", f"nvidia0/gi{g}/vgpu{n}")
+        for g in (7, 8)
+        for n in range(3)
+    ]
+    verdicts, obs, decision = decided(mig_node(*gis, advertised=advertised), 3)
+    assert (verdicts["7"].status, verdicts["8"].status, verdicts["9"].status) == (
+        "pinned",
+        "pinned",
+        "orphan",
+    )
+    assert decision.desired.unrecognised == ()
+
+
+def test_not_desired_gkes_whole_gpus_name_no_partition_and_ask_nobody():
+    """Without a partition size GKE advertises GPUs, `nvidia<minor>` (shared: `/vgpu<n>`)."""
+    advertised = [Advertised(CHECKPOINT, "nvidia.com/gpu", d) for d in ("nvidia0", "nvidia1/vgpu0")]
+    verdicts, obs, decision = decided(mig_node(*gke_gis(1), advertised=advertised), 3)
+    assert verdicts["7"].status == "orphan"
+    report = build("gke-1", obs, decision, "converge", "", policy=policy())
+    assert report["unrecognised"] == [] and needs_a_person(report) == []
+
+
+def test_not_claimed_a_time_shared_gke_record_claims_its_gi():
+    gke = nvidia_entry(A, "nvidia.com/gpu", ["nvidia0/gi8/vgpu2"], devices=CAPS[:1])
+    verdicts, _ = runs(lambda i: mig_node(*gke_gis(), records=[gke], pods=[alive(A, "a")]), 3)
+    assert (status(verdicts, 7), status(verdicts, 8)) == ("orphan", "claimed")
+
+
+def test_not_claimed_a_gke_records_id_and_caps_naming_two_gis_claim_both():
+    """kubelet's pick says GI 9, the plugin's answer holds GI 7's caps: both are kept."""
+    gis = [replace(g, aliases=(*g.aliases, f"nvidia-cap{30 + i}")) for i, g in enumerate(gke_gis())]
+    gke = nvidia_entry(A, "nvidia.com/gpu", ["nvidia0/gi9"], devices=CAPS[:2])
+    verdicts, _ = runs(lambda i: mig_node(*gis, records=[gke], pods=[alive(A, "a")]), 3)
+    assert [status(verdicts, n) for n in (7, 8, 9)] == ["claimed", "orphan", "claimed"]
+
+
+# --- gpustack -------------------------------------------------------------------------------------
+
+
+def test_not_claimed_a_gpustack_marker_whose_uuid_is_another_cards_gi_claims_both():
+    """A record of GI 7 on GPU whose migUUID is OTHER_GPU's GI 7: neither is destroyed."""
+    mine, other = gi(7), gi(7, gpu=OTHER_GPU)
+    record = replace(marker(A, 7), device_ids=(mig_uuid(OTHER_GPU, 7),))
+    pods = [alive(A, "a")]
+    verdicts, _ = runs(lambda i: mig_node(mine, other, records=[record], pods=pods), 3)
+    assert status(verdicts, 7) == status(verdicts, 7, OTHER_GPU) == "claimed"
+
+
+def test_not_claimed_a_gpustack_marker_is_said_once():
+    (claimed,) = [c for c in claims_from_records([marker(A, 7)]) if c.accelerator == f"gpu:{GPU}"]
+    verdicts, _ = runs(lambda i: mig_node(gi(7), records=[marker(A, 7)], pods=[alive(A, "a")]), 3)
+    v = verdicts[f"nvidia-mig/gpu:{GPU}/7"]
+    assert v.status == "claimed" and v.reason.count(claimed.record) == 1
+
+
+def test_not_claimed_gpustacks_allocation_annotation_claims_a_thead_gi_by_its_physical_id():
+    """With the API source, `device.gpustack.ai/accelerator.allocated` names a T-Head GI by its
+    `allocatedPhysicalID` (a MIG UUID of T-Head's form, which is NVIDIA's): the GI of that UUID is
+    claimed, of either kind, and no claim dangles (a page that nobody could act on)."""
+    from unit.test_ppu_contract import PPU_OK, ppu_node
+    from unit.test_ppu_contract import UUID as PPU_UUID
+    from unit.test_ppu_contract import gi as ppu_gi
+
+    mine, leak = ppu_gi(1, 3), ppu_gi(2, 12)
+    physical = f"MIG-00000000-0000-0000-0000-00000000000{mine.id}"
+    allocated = {
+        "main": {
+            "devices": {
+                "groups": [
+                    {
+                        "id": "g0",
+                        "manufacturer": "thead",
+                        "accelerators": [
+                            {"id": PPU_UUID, "index": 0, "mode": 4, "allocatedPhysicalID": physical}
+                        ],
+                    }
+                ]
+            }
+        }
+    }
+    note = ("device.gpustack.ai/accelerator.allocated", json.dumps(allocated))
+    api = OwnerRecord(A, "kubernetes-api", "pod default/llm-t", annotations=(note,))
+    pods = [Pod(A, "kubernetes-api", "alive", "llm-t", "default", "phase Running")]
+    health = (*PPU_OK, SourceHealth("kubernetes-api", "ok"))
+    obs = ppu_node(mine, leak, records=[api], pods=pods, health=health)
+    pol = policy(claim_sources=["kubelet-checkpoint", "cri", "kubernetes-api"])
+    verdicts, _ = runs(lambda i: obs, 3, pol=pol)
+    assert verdicts[mine.key].status == "claimed"
+    assert verdicts[leak.key].status == "orphan"
+    decision = decide(replace(obs, now=T0 + 900), Ledger(), pol, T0 + 900)
+    report = build("t-1", obs, decision, "converge", "", policy=pol)
+    assert report["dangling_claims"] == [] and needs_a_person(report) == []
