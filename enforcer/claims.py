@@ -4,9 +4,11 @@ enforcer.liveness).
 
 Ascend device plugins record ownership in different conventions (tests/samples/RECORD-FORMATS.md):
 
-- Huawei's plugin names the real vNPU: `huawei.com/AscendReal: Ascend310P-2c-100-0_1`, static
-  device ids `Ascend310P-2c-<vnpu>-<phy>`, or an allocate response with
-  `ASCEND_RUNTIME_OPTIONS=VIRTUAL` and `ASCEND_VISIBLE_DEVICES=<vnpu>`: an exact claim.
+- Huawei's plugin and Volcano: every field of a record is read and every vNPU any field names
+  is claimed exactly (kinds/ascend.py `_Read`): static device ids `Ascend310P-2c-<vnpu>-<phy>`,
+  an allocate response with `ASCEND_RUNTIME_OPTIONS=VIRTUAL` and `ASCEND_VISIBLE_DEVICES=<vnpu>`
+  or `/dev/vdavinci<vnpu>`, `huawei.com/AscendReal: Ascend310P-2c-100-0_1` and `huawei.com/kltDev`.
+  Kubelet's AI-core pick (`npu-core-<n>`) names no vNPU; whole-chip records claim none.
 - HAMi's vNPU is created later by ascend-docker-runtime: the record only says "a vNPU of template
   T on physical chip P" (`ASCEND_VISIBLE_DEVICES` + `ASCEND_VNPU_SPECS`, or the
   `huawei.com/<type>` annotation). npu-smi's chip map gives logic ids, not physical ids, so P is

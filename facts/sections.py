@@ -90,6 +90,10 @@ class Reader:
     def fail(self, source: str, status: str, reason: str, scope: str = NODE) -> None:
         self.health.append(SourceHealth(source, status, scope, reason))  # type: ignore[arg-type]
 
+    def note(self, source: str, reason: str, scope: str = NODE) -> None:
+        """What a source read whole says besides its data (`ok`, with a reason for people)."""
+        self.health.append(SourceHealth(source, "ok", scope, reason))
+
     def fail_kinds(self, source: str, status: str, reason: str, kinds: Sequence[str]) -> None:
         for kind in kinds:
             self.fail(source, status, reason, kind)

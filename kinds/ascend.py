@@ -33,13 +33,25 @@ TABLE = "npu-smi-vnpu"  # one section per chip: npu-smi-vnpu:<card>:<chip>
 # Huawei's template resources and vNPU names carry the template's specs after the cores:
 # `huawei.com/Ascend310P-2c.1cpu`, `Ascend310P-4c.3cpu.ndvpp-100-1_1` (mind-cluster
 # ascend-device-plugin pkg/common/constants.go, ascend-for-volcano vnpu: "<type>-<n>c[.<spec>]*
-# -<vnpu>-<phy>[_<vgroup>]").
+# -<vnpu>-<phy>[_<vgroup>]"). Ascend 950's whole NPUs are `huawei.com/npu` (customname
+# public_name_config.go: api.HuaweiNPU, names `npu-<id>`).
 _SPECS = r"(?:\.[0-9a-z]+)*"
-ASCEND_RESOURCE = re.compile(rf"^huawei\.com/(Ascend\w*|npu-core)(-\d+c{_SPECS})?$", re.ASCII)
+ASCEND_RESOURCE = re.compile(rf"^huawei\.com/(Ascend\w*|npu|npu-core)(-\d+c{_SPECS})?$", re.ASCII)
 ASCEND_NOTES = ("huawei.com/", "hami.io/Ascend")  # annotation keys Ascend records use
 REAL_VNPU = re.compile(rf"^Ascend\w+-\d+c{_SPECS}-(\d+)-(\d+)(?:_\d+)?$", re.ASCII)
 VOLCANO_VNPU = re.compile(r"^(\d+)-(vir\w+)$")  # <phy>-<template>
 TEMPLATE = re.compile(r"^vir\w+$")
+# Kubelet's picks of Huawei's dynamic mode: AI-core tokens (pkg/common/device.go FakeAiCoreDevice);
+# whole chips `Ascend310P-<phy>` (`-<phy>-<idx>` shared, GetDeviceID), 950's `npu-<id>`.
+AI_CORE = re.compile(r"^npu-core-[0-9]+$", re.ASCII)
+WHOLE_CHIP = re.compile(r"^(?:Ascend\w+|npu)-[0-9]+(?:-[0-9]+)?$", re.ASCII)
+HAMI_SLOT = re.compile(r"^[0-9A-F]{8}(?:-[0-9A-F]{8}){4}-[0-9]+$", re.ASCII)
+# A container given a vNPU without ascend-docker-runtime gets its node (plugin.go getDevPath).
+VNPU_NODE = re.compile(r"^/dev/vdavinci([0-9]+)$", re.ASCII)
+CHIP_NODE = re.compile(r"^/dev/davinci[0-9]+$", re.ASCII)
+REAL, PICK = "huawei.com/AscendReal", "huawei.com/kltDev"  # the plugin's (ascendcommon.go:1002)
+NPU_CORE = "huawei.com/npu-core"  # Volcano's (vdynamic.go:307-316)
+TYPE_NOTE = re.compile(r"^huawei\.com/(?:Ascend\w+|npu)$", re.ASCII)  # Volcano's, HAMi's
 
 
 def observe(r: Reader, ctx: Context) -> Found:
@@ -48,7 +60,11 @@ def observe(r: Reader, ctx: Context) -> Found:
     wanted = ctx.wanted(VNPU, TOOL)
     if not ctx.manages(VNPU) or (chip_map and chip_map.rc == "missing" and not wanted):
         return Found([], state=[])
-    chips = r.read("npu-smi-m", TOOL, lambda s: ascend.parse_chip_map(s.stdout), VNPU) or []
+    chip_map = r.read("npu-smi-m", TOOL, lambda s: ascend.read_chip_map(s.stdout), VNPU)
+    chips = list(chip_map.chips) if chip_map else []
+    if chip_map and chip_map.without_vnpus:
+        what = ", ".join(chip_map.without_vnpus)
+        r.note(TOOL, f"{what}: Ascend 950, which makes no vNPUs (npu-smi has no info-vnpu)", VNPU)
     processes = r.read("npu-smi-info", TOOL, lambda s: ascend.parse_process_table(s.stdout), VNPU)
     return Found(_vnpus(r, chips), chips=chips, state=processes or [])
 
@@ -168,12 +184,8 @@ def advertises(device_id: str) -> list[tuple[str, str]] | None:
 
 # What plugins that make a vNPU per allocation advertise: HAMi's `<VDie id>-<n>` (its
 # ascend-device-plugin internal/server/server.go), Huawei's dynamic `npu-core-<n>` and whole
-# chips `Ascend310P-<phy>` (`-<phy>-<idx>` shared).
-SLOTS = (
-    re.compile(r"^[0-9A-F]{8}(?:-[0-9A-F]{8}){4}-[0-9]+$", re.ASCII),  # HAMi's Ascend
-    re.compile(r"^npu-core-[0-9]+$", re.ASCII),  # Huawei's dynamic vNPUs
-    re.compile(r"^Ascend\w+-[0-9]+(?:-[0-9]+)?$", re.ASCII),  # Huawei's whole (shared) chips
-)
+# chips `Ascend310P-<phy>` (`-<phy>-<idx>` shared), 950's `npu-<id>`.
+SLOTS = (HAMI_SLOT, AI_CORE, WHOLE_CHIP)
 
 
 def destroyed(words: list[str]) -> str | None:
@@ -201,51 +213,164 @@ def destroyed(words: list[str]) -> str | None:
 
 
 def claims(record: OwnerRecord) -> Claims:
-    return _ascend_claims(record), False
+    """An Ascend record's claims; one that names whole chips only claims no vNPU, alone."""
+    if not ASCEND_RESOURCE.match(record.resource) and not any(
+        k.startswith(ASCEND_NOTES) for k, _ in record.annotations
+    ):
+        return [], False
+    read = _Read(record)
+    read.all_fields()
+    found = read.claims()
+    return found, not found and read.understood
 
 
-def _ascend_claims(record: OwnerRecord) -> list[Claim]:
-    ascend_notes = any(k.startswith(ASCEND_NOTES) for k, _ in record.annotations)
-    if not ASCEND_RESOURCE.match(record.resource) and not ascend_notes:
-        return []
-    envs, notes = dict(record.envs), dict(record.annotations)
-    if "huawei.com/AscendReal" in notes:
-        return _real_devices(record, notes["huawei.com/AscendReal"])
-    real = [d for d in record.device_ids if REAL_VNPU.match(d)]
-    if real:
-        return _real_devices(record, ",".join(real))
-    if "VIRTUAL" in envs.get("ASCEND_RUNTIME_OPTIONS", "").split(","):
-        ids = envs.get("ASCEND_VISIBLE_DEVICES", "").split(",")
-        if all(i.isdigit() for i in ids):
-            return [_exact(record, i, f"ASCEND_VISIBLE_DEVICES={i} (VIRTUAL)") for i in ids]
-    if "ASCEND_VNPU_SPECS" in envs:
-        template = envs["ASCEND_VNPU_SPECS"]
-        phys = envs.get("ASCEND_VISIBLE_DEVICES", "")
-        if TEMPLATE.match(template) and phys.isdigit():  # template mode: one device per container
-            what = f"ASCEND_VNPU_SPECS={template} phy {phys}"
-            return [_device_wide(record, template, 1, what, made=True)]
-    if "huawei.com/npu-core" in notes:
-        found = [VOLCANO_VNPU.match(item) for item in notes["huawei.com/npu-core"].split(",")]
-        if found and all(found):
-            return [_device_wide(record, m[2], 1, f"npu-core {m[0]}") for m in found if m]
-    for key, value in notes.items():
-        if re.match(r"^huawei\.com/Ascend\w+$", key) and key != "huawei.com/AscendReal":
-            return _runtime_info(record, key, value)
-    for key, value in notes.items():
-        if re.match(r"^hami\.io/Ascend\w*-devices-allocated$", key):
-            return [_device_wide(record, None, _hami_devices(value), f"{key} {value[:60]!r}")]
-    count = len(record.device_ids) or None
-    ids = ", ".join(record.device_ids[:4]) or "no device ids"
-    what = f"unrecognised record: {record.resource or 'Ascend annotations'}, {ids}"
-    return [_device_wide(record, None, count, what, unrecognised=True)]
+class _Read:
+    """
+    Every field of one Ascend record, read as the plugin or scheduler that wrote it means it
+    (Ascend/mind-cluster@22bb3d98 component/ascend-device-plugin, ascend-for-volcano; HAMi):
 
+    - kubelet's device ids: in Huawei's static mode the vNPU kubelet picked is the one mounted
+      (plugin.go:1085-1091 useVolcano: "if virtual device, allocate by k8s"); in dynamic mode
+      they are AI-core tokens (`npu-core-<n>`), kubelet's pick, naming no vNPU, and the plugin
+      makes one vNPU for them at Allocate (plugin.go:822-857) or gives whole chips;
+    - the allocate response: `ASCEND_RUNTIME_OPTIONS=VIRTUAL` + `ASCEND_VISIBLE_DEVICES=<vnpu>`
+      (common.go:95-121), `/dev/vdavinci<vnpu>` without ascend-docker (plugin.go:1093-1116), or
+      physical ids with an empty option (whole chips); HAMi's `ASCEND_VNPU_SPECS`;
+    - pod annotations: the plugin's `huawei.com/AscendReal` (the real devices, its fallback after
+      a restart, plugin.go:704-717) and `huawei.com/kltDev` (kubelet's pick,
+      ascendcommon.go:988-1004), Volcano's `huawei.com/npu-core` (`<phy>-<template>` or whole
+      `<phy>,...`) and `huawei.com/<type>` (whole chips, base/task.go:60-80; HAMi's JSON).
 
-def _real_devices(record: OwnerRecord, value: str) -> list[Claim]:
-    found = [REAL_VNPU.match(item) for item in value.split(",")]
-    if not all(found):
-        what = f"unrecognised record: AscendReal {value!r}"
-        return [_device_wide(record, None, None, what, unrecognised=True)]
-    return [_exact(record, m[1], f"real device {m[0]}") for m in found if m]
+    Every vNPU any field names is claimed: the pick and the real one, never only the pick.
+    """
+
+    def __init__(self, record: OwnerRecord):
+        self.record = record
+        self.envs = dict(record.envs)
+        self.exact: dict[str, list[str]] = {}  # vNPU id -> what named it
+        self.counted: list[Claim] = []
+        self.hami: list[Claim] = []  # HAMi's devices-allocated: its memory, not its template
+        self.runtime_info = False  # HAMi's `huawei.com/<type>` JSON was read
+        self.picks: list[str] = []  # AI-core tokens: one vNPU made for them, or whole chips
+        self.whole = False  # a field says the owner was given whole chips
+        self.understood = False  # some field names what it gives
+        self.garbled: list[str] = []  # device-naming fields that could not be read
+
+    def all_fields(self) -> None:
+        for key, value in self.record.annotations:
+            self._note(key, value)
+        self._device_ids()
+        self._envs()
+        self._devices()
+
+    def claims(self) -> list[Claim]:
+        found = [_exact(self.record, vnpu, ", ".join(what)) for vnpu, what in self.exact.items()]
+        found += self.counted
+        # HAMi's devices-allocated names the devices its `huawei.com/<type>` names (with their
+        # template), so it counts only where that one is absent.
+        found += [] if self.runtime_info else self.hami
+        if self.picks and not self.exact and not self.whole and not self.counted:
+            picked = ", ".join(self.picks[:4])
+            what = f"kubelet's pick {picked}: the plugin made one vNPU for it, which one unsaid"
+            found.append(_device_wide(self.record, None, 1, what))
+        if self.garbled:
+            what = f"unrecognised record: {'; '.join(self.garbled)}"
+            found.append(_device_wide(self.record, None, None, what, unrecognised=True))
+        if not self.understood and not found:
+            count = len(self.record.device_ids) or None
+            ids = ", ".join(self.record.device_ids[:4]) or "no device ids"
+            what = f"unrecognised record: {self.record.resource or 'Ascend annotations'}, {ids}"
+            found.append(_device_wide(self.record, None, count, what, unrecognised=True))
+        return found
+
+    def _name(self, vnpu: str, what: str) -> None:
+        self.exact.setdefault(vnpu, []).append(what)
+        self.understood = True
+
+    def _device_names(self, value: str, what: str) -> bool:
+        """Names of the plugin's devices (AscendReal, kltDev, `huawei.com/<type>`): vNPUs,
+        whole chips, AI-core tokens; False when one is none of those."""
+        names = value.split(",")
+        if not all(REAL_VNPU.match(n) or WHOLE_CHIP.match(n) or AI_CORE.match(n) for n in names):
+            return False
+        for n in names:
+            if m := REAL_VNPU.match(n):
+                self._name(m[1], f"{what} {n}")
+            elif AI_CORE.match(n):
+                self.picks.append(n)
+            else:
+                self.whole = True
+        self.understood = True
+        return True
+
+    def _note(self, key: str, value: str) -> None:
+        if key in (REAL, PICK):
+            if not self._device_names(value, "real device" if key == REAL else "kubelet's pick"):
+                self.garbled.append(f"{key} {value[:60]!r}")
+        elif key == NPU_CORE:
+            self._volcano(value)
+        elif TYPE_NOTE.match(key):
+            if value.startswith("["):
+                self.counted += _runtime_info(self.record, key, value)
+                self.understood = self.runtime_info = True
+            elif not self._device_names(value, key):
+                self.garbled.append(f"{key} {value[:60]!r}")
+        elif re.match(r"^hami\.io/Ascend\w*-devices-allocated$", key):
+            what = f"{key} {value[:60]!r}"
+            self.hami.append(_device_wide(self.record, None, _hami_devices(value), what))
+            self.understood = True
+
+    def _volcano(self, value: str) -> None:
+        """`<phy>-<template>` (one vNPU the plugin makes at Allocate), or whole `<phy>,...`."""
+        items = value.split(",")
+        vnpus = [m for i in items if (m := VOLCANO_VNPU.match(i))]
+        if len(vnpus) == len(items):
+            for m in vnpus:
+                self.counted.append(_device_wide(self.record, m[2], 1, f"npu-core {m[0]}"))
+        elif all(i.isascii() and i.isdigit() for i in items):
+            self.whole = True
+        else:
+            self.garbled.append(f"{NPU_CORE} {value[:60]!r}")
+            return
+        self.understood = True
+
+    def _device_ids(self) -> None:
+        for d in self.record.device_ids:
+            if m := REAL_VNPU.match(d):
+                self._name(m[1], f"real device {d}")  # kubelet's pick is the one mounted
+            elif AI_CORE.match(d):
+                self.picks.append(d)
+            elif WHOLE_CHIP.match(d):
+                self.whole = self.understood = True
+            elif not HAMI_SLOT.match(d):  # HAMi's placeholders are read through its records
+                self.garbled.append(f"device id {d[:60]!r}")
+
+    def _envs(self) -> None:
+        options = self.envs.get("ASCEND_RUNTIME_OPTIONS")
+        visible = self.envs.get("ASCEND_VISIBLE_DEVICES")
+        ids = (visible or "").split(",")
+        numbers = visible is not None and all(i.isascii() and i.isdigit() for i in ids)
+        if options is not None and "VIRTUAL" in options.split(","):
+            if not numbers:
+                self.garbled.append(f"ASCEND_VISIBLE_DEVICES={visible!r} (VIRTUAL)")
+            for i in ids if numbers else ():
+                self._name(i, f"ASCEND_VISIBLE_DEVICES={i} (VIRTUAL)")
+        elif "ASCEND_VNPU_SPECS" in self.envs:
+            template = self.envs["ASCEND_VNPU_SPECS"]
+            if TEMPLATE.match(template) and visible is not None and visible.isdigit():
+                what = f"ASCEND_VNPU_SPECS={template} phy {visible}"  # one device per container
+                self.counted.append(_device_wide(self.record, template, 1, what, made=True))
+                self.understood = True
+        elif options is not None and numbers:
+            self.whole = self.understood = True  # the plugin's physical ids, no vNPU
+
+    def _devices(self) -> None:
+        """Device specs, and device nodes bind-mounted (OwnerRecord.device_nodes)."""
+        for d in self.record.device_nodes:
+            if m := VNPU_NODE.match(d):
+                self._name(m[1], f"device {d}")
+            elif CHIP_NODE.match(d):
+                self.whole = self.understood = True
 
 
 def _runtime_info(record: OwnerRecord, key: str, value: str) -> list[Claim]:

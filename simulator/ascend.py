@@ -38,6 +38,15 @@ def is_310p(chip: Mapping[str, Any]) -> bool:
     return str(chip["name"]).startswith("310P")
 
 
+def is_950(chip: Mapping[str, Any]) -> bool:
+    """
+    Ascend 950 (`Ascend950PR`, `Ascend950DT`): npu-smi's 950 layouts, one chip per NPU ID, and no
+    vNPUs (npu-smi has no info-vnpu or create-vnpu there, verylucky01/driver@e29d066f
+    src/custom/dev_prod/user/npucli/src/npu_cmd_parse.c:113-115, 263-268).
+    """
+    return str(chip["name"]).startswith("Ascend950")
+
+
 def chip_state(spec: Mapping[str, Any], index: int) -> State:
     """A chip as stored, from a scenario or `create()` spec: defaults for what was not given."""
     plain = is_310p(spec)
@@ -59,6 +68,7 @@ def chip_state(spec: Mapping[str, Any], index: int) -> State:
         "aicore_usage": int(spec.get("aicore_usage", 0)),
         "memory_mb": list(spec.get("memory_mb", [1904, 21527] if plain else [0, 0])),
         "hbm_mb": list(spec.get("hbm_mb", [0, 0] if plain else [3445, 65536])),
+        "slot_id": int(spec.get("slot_id", spec["card"])),  # npu-smi info -m's Slot ID (950)
     }
 
 
@@ -124,6 +134,10 @@ class AscendModel(Store):
         """Create a vNPU as the driver does (lowest free id), or raise npu-smi's refusal."""
         with self._mutate() as state:
             spec = _chip(state, card, chip)
+            if is_950(spec):
+                raise ToolError(
+                    "This device does not support setting create-vnpu.", EXIT_NOT_SUPPORT
+                )
             others = [v for v in state["vnpus"] if (v["card"], v["chip"]) == (card, chip)]
             _check_template(spec, template)
             _check_cores(spec, others, template)

@@ -19,7 +19,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from simulator.ascend import EXIT_INNER_ERR, EXIT_INVALID_PARAMETER, EXIT_NOT_SUPPORT, is_310p
+from simulator.ascend import (
+    EXIT_INNER_ERR,
+    EXIT_INVALID_PARAMETER,
+    EXIT_NOT_SUPPORT,
+    is_310p,
+    is_950,
+)
 from simulator.faults import Answer, answer
 from simulator.node import SimNode
 from simulator.state import State, ToolError
@@ -42,6 +48,8 @@ def render_chip_map(state: State) -> str:
     """Chip rows `%-30d %-30d %-30d %s %s`; the Mcu row pads its name, so it ends in spaces."""
     if not state["chips"]:
         return NO_CARD
+    if is_950(state["chips"][0]):
+        return _chip_map_950(state)
     lines = ["\t%-30s %-30s %-30s %-30s" % ("NPU ID", "Chip ID", "Chip Logic ID", "Chip Name")]
     for card, chips in _by_card(state):
         for c in chips:
@@ -50,6 +58,18 @@ def render_chip_map(state: State) -> str:
             )
         if state["mcu"]:
             lines.append("\t%-30d %-30d %-30s %-30s" % (card, len(chips), "-", "Mcu"))
+    return "\n".join(lines) + "\n"
+
+
+def _chip_map_950(state: State) -> str:
+    """print_mapping_info_950: NPU ID, Slot ID, the chip index (0), Chip Phy-ID, name; no Mcu."""
+    head = ("NPU ID", "Slot ID", "Chip ID", "Chip Phy-ID", "Chip Name")
+    lines = ["\t%-30s %-30s %-30s %-30s %-30s" % head]
+    for card, chips in _by_card(state):
+        c = chips[0]
+        lines.append(
+            "\t%-30d %-30d %-30d %-30d %s" % (card, c["slot_id"], 0, c["phy_id"], c["name"])
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -207,10 +227,71 @@ class _Hbm:
         )
 
 
+class _V2:
+    """Ascend 950: print_total_info_header_950 and the NPU_SMI_V2 rows (99 columns)."""
+
+    rule = "+" + "-" * 97 + "+"
+    joints = "+--------+------------------+---------------+" + "-" * 53 + "+"
+    head = (
+        "| NPU ID | Name             | Health        | Power(W)    Temp(C)           "
+        "Hugepages-Usage(page) |",
+        "|        |                  | Bus-Id        | NPU Util(%) Memory-Usage(MB)  "
+        "HBM-Usage(MB)         |",
+    )
+    equals = "+========+==================+===============+" + "=" * 53 + "+"
+    process_joints = "+---------------------------+---------------+" + "-" * 53 + "+"
+    process_head = (
+        "| NPU ID                    | Process id    | Process name             "
+        "| Process memory(MB)       |"
+    )
+    process_equals = "+===========================+===============+" + "=" * 53 + "+"
+
+    @staticmethod
+    def banner(version: str) -> str:
+        return "| npu-smi %-40s Version: %-37s |" % (version, version)
+
+    @staticmethod
+    def chip_rows(card: int, c: State) -> list[str]:
+        # print_card_total_info_with_HBM_second: a 950's Memory-Usage is printed 0 / 0.
+        return [
+            "| %-7d| %-17s| %-13s | %-11.1f %-17d %-6d/ %-13d |"
+            % (card, c["name"], c["health"], c["power"], c["temp"], *c["hugepages"]),
+            "|%-8s|%-18s| %s | %-11u %-5d/ %-10d %-6d/ %-13d |"
+            % ("", "", _bus(c["bus_id"], 2), c["aicore_usage"], 0, 0, *c["hbm_mb"]),
+        ]
+
+    @staticmethod
+    def process_row(p: State) -> str:
+        # `%-25d` as npu-smi 25.7.rc1 prints it (the 950 samples); the source has `%-26d`.
+        return "| %-25d | %-13d | %-24s | %-23d |" % (
+            p["card"],
+            p["pid"],
+            p["name"],
+            p["memory_mb"],
+        )
+
+
+def _host_table_950(state: State, processes: Sequence[State]) -> str:
+    """print_total_info_with_HBM on a 950: one chip per NPU ID, its processes by NPU ID."""
+    v2 = _V2
+    lines = [v2.rule, v2.banner(state["npu_smi_version"]), v2.joints, *v2.head, v2.equals]
+    for card, chips in _by_card(state):
+        lines += v2.chip_rows(card, chips[0])
+        lines.append(v2.equals)
+    lines += [v2.process_joints, v2.process_head, v2.process_equals]
+    for card, _ in _by_card(state):
+        rows = sorted((p for p in processes if p["card"] == card), key=lambda p: p["pid"])
+        lines += [v2.process_row(p) for p in rows] or [_no_process(99, card)]
+        lines.append(v2.process_equals)
+    return "\n".join(lines) + "\n"
+
+
 def render_host_table(state: State, processes: Sequence[State]) -> str:
     """`npu-smi info`: banner, one block per card, then the process table per card."""
     if not state["chips"]:
         return NO_CARD
+    if is_950(state["chips"][0]):
+        return _host_table_950(state, processes)
     layout = _Plain if is_310p(state["chips"][0]) else _Hbm
     version = state["npu_smi_version"]
     lines = [layout.rule, layout.banner(version), layout.joints, *layout.head, layout.equals]
@@ -291,6 +372,9 @@ def _info(node: SimNode, args: Sequence[str]) -> tuple[str, Answer]:
         state = node.state()
         return "info", (render_host_table(state, node.listed_processes(state)), "", 0)
     opts = _options(args, _INFO_FLAGS)
+    if opts.get("-t") == "info-vnpu" and any(is_950(c) for c in node.state()["chips"]):
+        # npu_cmd_parse.c:113-115: info-vnpu is not a 950 command (printed at :554).
+        raise ToolError("This device does not support querying info-vnpu.", EXIT_NOT_SUPPORT)
     if opts.get("-t") != "info-vnpu":
         raise ToolError(
             f"This device does not support querying {opts.get('-t', '')}.", EXIT_NOT_SUPPORT

@@ -239,6 +239,14 @@ class PodModel(Store):
         with self._mutate() as state:
             state["registered"].pop(resource, None)
 
+    def annotate_in_api(self, uid: str, annotations: Mapping[str, str]) -> None:
+        """
+        Annotations written to the pod in the API server after its sandbox was made (a device
+        plugin's): the API shows them, the CRI sandbox keeps what kubelet gave it.
+        """
+        with self._mutate() as state:
+            _pod(state, uid).setdefault("api_annotations", {}).update(annotations)
+
     # --- gpustack's pod work trees ----------------------------------------------------------------
 
     def marker_dir(self, pod_uid: str, root: str = GPUSTACK_PODS) -> Path:

@@ -615,6 +615,8 @@ def test_a_built_process_table_returns_every_process_row(rows, pad):
     sp = " " * pad
     for pid, name, memory in rows:
         body.append(f"|{sp}0{sp}0{sp}|{sp}{pid}{sp}|{sp}{name}{sp}|{sp}{memory}{sp}|")
+    if not rows:  # npu-smi's line for an NPU without processes: every NPU has its block
+        body.append(f"|{sp}No running processes found in NPU 0{sp}|")
     processes = ascend.parse_process_table("\n".join(body + [closing]) + "\n")
     assert [(p.card, p.chip, p.pid, p.name, p.memory_mb) for p in processes] == [
         (0, 0, pid, name.strip(), memory) for pid, name, memory in rows

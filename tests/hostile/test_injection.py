@@ -52,9 +52,11 @@ CHIP_MAP = (
     "0                              0                              0"
     "                              Ascend 310P3\n"
 )
-# The 310P host table without its (optional) process table: no process on the chip.
+# The 310P host table with no process on the chip: its process row becomes npu-smi's line for
+# an NPU without processes (print_proc_total_info).
+_TABLE = (FIXTURES / "npu-smi" / "info_310P3-host-1-proc.txt").read_text().splitlines()
 HOST_TABLE = "\n".join(
-    (FIXTURES / "npu-smi" / "info_310P3-host-1-proc.txt").read_text().splitlines()[:9]
+    [*_TABLE[:12], "| No running processes found in NPU 0".ljust(105) + "|", _TABLE[13]]
 )
 DEVNODES = "".join(
     f"/srv/n1/dev/vdavinci{i}|65024:{i}:0:0|regular empty file\n" for i in (100, 101, 102)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from enforcer.claims import claims_from_records, exact_claims
 from enforcer.model import MIG, VNPU, Claim, OwnerRecord, Partition
 
@@ -62,6 +64,15 @@ def test_hami_devices_allocated_alone_claims_as_many_as_it_names_of_any_template
     ]
     garbled = (("hami.io/Ascend310P-devices-allocated", "???"),)
     assert claims(annotations=garbled) == [("device-wide", None, None, None)]
+
+
+def test_hami_devices_allocated_beside_its_runtime_info_is_the_same_device_counted_once():
+    value = f'[{{"UUID":"{UUID}","temp":"vir02","memory":6144}}]'
+    notes = (
+        ("hami.io/Ascend310P-devices-allocated", f"{UUID},Ascend310P,6144,0:;"),
+        ("huawei.com/Ascend310P", value),
+    )
+    assert claims(annotations=notes) == [("device-wide", None, "vir02", 1)]
 
 
 def test_unreadable_annotation_claims_every_vnpu():
@@ -141,3 +152,181 @@ def test_exact_claims_keep_the_claims_order_when_a_partition_is_listed_twice():
     second = Claim("pod-2", "cri", "exact", "second", partition_id="100")
     named, _ = exact_claims([listed_vnpu("100"), listed_vnpu("100")], [first, second])
     assert named == {"ascend-vnpu/npu:0:0/100": [first, first, second, second]}
+
+
+# --- Huawei's device plugin and Volcano (Ascend/mind-cluster@22bb3d98), every field read -------
+
+PLUGIN = "component/ascend-device-plugin/pkg"
+# common.go:95-121 SetAscendRuntimeEnv: without presetVirtualDevice (dynamic mode) the plugin
+# adds the job-size envs of api/consts.go:11-25 (one device per container here).
+DYNAMIC_ENVS = (
+    ("MS_LOCAL_WORKER", "1"),
+    ("MS_WORKER_NUM", "1"),
+    ("WORLD_SIZE", "1"),
+    ("LOCAL_WORLD_SIZE", "1"),
+    ("LOCAL_RANK", "0"),
+    ("CM_WORKER_SIZE", "1"),
+    ("CM_LOCAL_WORKER", "1"),
+)
+PICK = ("npu-core-3", "npu-core-7")  # kubelet's pick of AI-core tokens (device.go:397-414)
+
+
+def read(**record) -> list[tuple]:
+    base = {"owner_uid": "pod-1", "source": "kubelet-checkpoint", "where": "checkpoint pod-1"}
+    return [
+        (c.scope, c.partition_id, c.profile, c.count, c.unrecognised)
+        for c in claims_from_records([OwnerRecord(**(base | record))])
+    ]
+
+
+def test_static_vnpu_record_names_kubelets_pick_which_is_the_vnpu_mounted():
+    # plugin.go:1085-1091 (useVolcano: a virtual device is allocated by kubelet), common.go:95-121
+    envs = (("ASCEND_VISIBLE_DEVICES", "100"), ("ASCEND_RUNTIME_OPTIONS", "VIRTUAL"))
+    ids = ("Ascend310P-2c-100-0",)
+    assert read(resource="huawei.com/Ascend310P-2c", device_ids=ids, envs=envs) == [
+        ("exact", "100", None, 1, False)
+    ]
+
+
+def test_dynamic_vnpu_record_claims_the_real_vnpu_not_kubelets_ai_core_pick():
+    # plugin.go:822-857 makes the vNPU for Volcano's `0-vir02`; the response names it.
+    envs = (("ASCEND_VISIBLE_DEVICES", "101"), ("ASCEND_RUNTIME_OPTIONS", "VIRTUAL"), *DYNAMIC_ENVS)
+    assert read(resource="huawei.com/npu-core", device_ids=PICK, envs=envs) == [
+        ("exact", "101", None, 1, False)
+    ]
+
+
+def test_dynamic_vnpu_without_ascend_docker_is_claimed_by_its_device_node():
+    # plugin.go:1093-1116 mountDefaultDevice + mountDevice: host /dev/vdavinci<id>, no env.
+    nodes = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc", "/dev/vdavinci101")
+    assert read(resource="huawei.com/npu-core", device_ids=PICK, devices=nodes) == [
+        ("exact", "101", None, 1, False)
+    ]
+
+
+def test_a_vnpu_node_mounted_instead_of_given_as_a_device_claims_it_the_same():
+    mounts = (("/dev/davinci101", "/dev/vdavinci101"), ("/usr/local/Ascend/driver", "/x"))
+    assert read(resource="huawei.com/npu-core", device_ids=PICK, mounts=mounts) == [
+        ("exact", "101", None, 1, False)
+    ]
+
+
+def test_kubelets_ai_core_pick_alone_keeps_one_vnpu_and_is_understood():
+    # pod-resources gives the device ids alone: one vNPU was made for them (or whole chips).
+    assert read(
+        source="kubelet-pod-resources", resource="huawei.com/npu-core", device_ids=PICK
+    ) == [("device-wide", None, None, 1, False)]
+
+
+def test_volcano_pod_annotated_by_the_plugin_claims_the_real_vnpu_and_the_template():
+    notes = (
+        ("huawei.com/npu-core", "0-vir02"),  # ascend-for-volcano vnpu/vdynamic.go:316
+        ("predicate-time", "18446744073709551615"),  # plugin.go:458 marks it allocated
+        ("huawei.com/kltDev", "npu-core-3,npu-core-7"),  # ascendcommon.go:1002
+        ("huawei.com/AscendReal", "Ascend310P-2c-101-0_1"),  # ascendcommon.go:1003, 1198-1210
+    )
+    assert read(source="kubernetes-api", annotations=notes) == [
+        ("exact", "101", None, 1, False),
+        ("device-wide", None, "vir02", 1, False),
+    ]
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        # Volcano gave whole chip 0 under dynamic mode: AI-core picks, physical ids, no option.
+        {
+            "resource": "huawei.com/npu-core",
+            "device_ids": tuple(f"npu-core-{i}" for i in range(8)),
+            "envs": (
+                ("ASCEND_VISIBLE_DEVICES", "0"),
+                ("ASCEND_RUNTIME_OPTIONS", ""),
+                *DYNAMIC_ENVS,
+            ),
+        },
+        # ...and its pod's annotations (vdynamic.go:305-309, ascendcommon.go:1002-1003).
+        {
+            "source": "kubernetes-api",
+            "annotations": (
+                ("huawei.com/npu-core", "0"),
+                ("huawei.com/AscendReal", "Ascend310P-0"),
+                ("huawei.com/kltDev", ",".join(f"npu-core-{i}" for i in range(8))),
+            ),
+        },
+        # Preset whole chips: kubelet picked chip 3, Volcano chip 0 (base/task.go:60-80).
+        {
+            "source": "cri",
+            "annotations": (
+                ("huawei.com/Ascend310P", "Ascend310P-0"),
+                ("huawei.com/AscendReal", "Ascend310P-0"),
+                ("huawei.com/kltDev", "Ascend310P-3"),
+            ),
+        },
+        # Ascend 950's whole NPU (customname public_name_config.go: huawei.com/npu, `npu-<id>`).
+        {
+            "resource": "huawei.com/npu",
+            "device_ids": ("npu-0",),
+            "envs": (("ASCEND_VISIBLE_DEVICES", "0"), ("ASCEND_RUNTIME_OPTIONS", "")),
+        },
+        # Without ascend-docker: /dev/davinci<phy> (plugin.go:1093-1116).
+        {
+            "resource": "huawei.com/Ascend310P",
+            "device_ids": ("Ascend310P-0",),
+            "devices": ("/dev/davinci0",),
+        },
+    ],
+    ids=["dynamic-checkpoint", "dynamic-annotations", "preset-volcano", "950", "no-ascend-docker"],
+)
+def test_whole_chip_records_claim_no_vnpu_and_ask_nobody(record):
+    assert read(**record) == []
+
+
+def test_rule_3_a_record_whose_fields_name_different_vnpus_claims_every_one():
+    # MindCluster's static mode makes kubelet's pick the mounted vNPU (plugin.go:1085-1091), but
+    # a record is read whole: a pick beside another real device keeps both.
+    envs = (("ASCEND_VISIBLE_DEVICES", "101"), ("ASCEND_RUNTIME_OPTIONS", "VIRTUAL"))
+    ids = ("Ascend310P-2c-100-0",)
+    assert read(resource="huawei.com/Ascend310P-2c", device_ids=ids, envs=envs) == [
+        ("exact", "100", None, 1, False),
+        ("exact", "101", None, 1, False),
+    ]
+    notes = (
+        ("huawei.com/kltDev", "Ascend310P-2c-100-0"),
+        ("huawei.com/AscendReal", "Ascend310P-2c-101-0_1"),
+    )
+    assert read(source="kubernetes-api", annotations=notes) == [
+        ("exact", "100", None, 1, False),
+        ("exact", "101", None, 1, False),
+    ]
+
+
+def test_a_field_that_cannot_be_read_keeps_everything_beside_what_the_others_name():
+    notes = (("huawei.com/AscendReal", "Ascend310P-2c-101-0_1,???"),)
+    envs = (("ASCEND_VISIBLE_DEVICES", "101"), ("ASCEND_RUNTIME_OPTIONS", "VIRTUAL"))
+    assert read(annotations=notes, envs=envs, resource="huawei.com/npu-core", device_ids=PICK) == [
+        ("exact", "101", None, 1, False),
+        ("device-wide", None, None, None, True),
+    ]
+    custom = ("MyNPU-2c-100-0",)  # a customname prefix no adapter knows
+    assert read(resource="huawei.com/Ascend310P-2c", device_ids=custom) == [
+        ("device-wide", None, None, None, True)
+    ]
+
+
+def test_one_vnpu_named_by_several_fields_is_one_claim_with_all_the_evidence():
+    envs = (("ASCEND_VISIBLE_DEVICES", "100"), ("ASCEND_RUNTIME_OPTIONS", "VIRTUAL"))
+    (claim,) = claims_from_records(
+        [
+            OwnerRecord(
+                "pod-1",
+                "kubelet-checkpoint",
+                "checkpoint pod-1",
+                "huawei.com/Ascend310P-2c",
+                ("Ascend310P-2c-100-0",),
+                envs,
+            )
+        ]
+    )
+    assert claim.record == (
+        "checkpoint pod-1: real device Ascend310P-2c-100-0, ASCEND_VISIBLE_DEVICES=100 (VIRTUAL)"
+    )

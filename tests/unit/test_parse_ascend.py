@@ -8,7 +8,14 @@ import pytest
 from samples import sample
 
 from enforcer.model import VNPU, Chip
-from facts.ascend import NpuProcess, parse_chip_map, parse_process_table, parse_vnpu_table
+from facts.ascend import (
+    ChipMap,
+    NpuProcess,
+    parse_chip_map,
+    parse_process_table,
+    parse_vnpu_table,
+    read_chip_map,
+)
 from facts.errors import ParseError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "npu-smi"
@@ -91,12 +98,51 @@ def test_map_without_header_or_rows_is_rejected(text):
         parse_chip_map(text)
 
 
-def test_map_of_950_without_logic_id_column_is_rejected():
-    text = (
-        "\tNPU ID      Slot ID      Chip ID      Chip Phy-ID      Chip Name\n\t0   1   0   0   X\n"
+def test_950_map_lists_npus_that_carry_no_vnpus():
+    chip_map = read_chip_map(
+        sample("npu-smi_info-m_950-doc-example-1-npu-redacted_cann-driver-docs.txt")
     )
-    with pytest.raises(ParseError, match="header"):
-        parse_chip_map(text)
+    assert chip_map == ChipMap((), ("NPU 0 (xxx)",))
+
+
+# print_mapping_info_950 (npu_info_print.c): `\t%-30s ...` header, `\t%-30d %-30d %-30d %-30d %s`.
+MAP_950 = (
+    "\t"
+    + " ".join(f"{c:<30}" for c in ("NPU ID", "Slot ID", "Chip ID", "Chip Phy-ID"))
+    + (f" {'Chip Name':<30}\n")
+)
+
+
+def row_950(npu: str, slot: str = "1", chip: str = "0", phy: str = "0") -> str:
+    return f"\t{npu:<30} {slot:<30} {chip:<30} {phy:<30} Ascend950PR\n"
+
+
+def test_950_map_in_npu_smis_printf_form_parses_the_same():
+    text = MAP_950 + row_950("0", phy="0") + row_950("1", slot="2", phy="1")
+    assert read_chip_map(text) == ChipMap((), ("NPU 0 (Ascend950PR)", "NPU 1 (Ascend950PR)"))
+    assert parse_chip_map(text) == ()
+
+
+@pytest.mark.parametrize(
+    ("row", "why"),
+    [
+        (row_950("-1"), "NPU ID -1"),
+        (row_950("0", chip="1"), "Chip ID is 0"),
+        (row_950("0", slot="x"), "Slot ID"),
+        (row_950("0", phy="-"), "Phy-ID"),
+        ("\t0                              1                              0\n", "column count"),
+        (row_950("0") + row_950("0", phy="1"), "NPU listed twice"),
+    ],
+    ids=["invalid-npu", "chip-1", "slot", "phy", "columns", "twice"],
+)
+def test_950_map_row_npu_smi_does_not_print_is_rejected(row, why):
+    with pytest.raises(ParseError, match=why):
+        read_chip_map(MAP_950 + row)
+
+
+def test_950_map_header_without_rows_is_rejected():
+    with pytest.raises(ParseError, match="header without rows"):
+        read_chip_map(MAP_950)
 
 
 @pytest.mark.parametrize(
@@ -292,9 +338,14 @@ def test_rows_padded_differently_still_parse():
 # --- npu-smi info ------------------------------------------------------------------------------
 
 
-def test_910b3_host_finds_vllm_engine_core_on_npu5():
+def test_910b3_host_excerpt_without_npu0s_block_is_rejected_as_cut():
+    # The sample's author removed NPU 0's "No running processes" line: npu-smi prints a block per
+    # card (print_proc_total_info_with_HBM), so a table without one was cut short.
     text = sample("npu-smi_info_910B3-2-of-8-cards-with-process_sciencediscovery-test.txt")
-    assert parse_process_table(text) == (NpuProcess(5, 0, 2290156, "VLLMEngineCore", 56630),)
+    with pytest.raises(ParseError, match="ends before NPU 0's rows"):
+        parse_process_table(text)
+    restored = text + "| No running processes found in NPU 0" + " " * 60 + "|\n"
+    assert parse_process_table(restored) == (NpuProcess(5, 0, 2290156, "VLLMEngineCore", 56630),)
 
 
 def test_8x910_host_lists_one_python_process_per_card():
@@ -328,11 +379,14 @@ def test_in_container_view_with_extra_pid_column_is_rejected_knowingly():
         parse_process_table(text)
 
 
-def test_in_pod_310p_vnpu_table_without_process_section_has_no_processes():
+def test_in_pod_310p_vnpu_view_without_process_table_is_rejected():
+    # Inside a container given a vNPU npu-smi prints no process table; the host view of a 310P
+    # board always does, so this is not the host view.
     text = sample("npu-smi_info_in-pod-vNPU-310Pvir01_hami-310p-tutorial.txt")
     env, table = text.splitlines(keepends=True)[:2], text.splitlines(keepends=True)[2:]
     assert env == ["ASCEND_VISIBLE_DEVICES=0\n", "ASCEND_VNPU_SPECS=vir01\n"]
-    assert parse_process_table("".join(table)) == ()
+    with pytest.raises(ParseError, match="ends after the device table"):
+        parse_process_table("".join(table))
     with pytest.raises(ParseError, match="line 1"):
         parse_process_table(text)
 
@@ -397,3 +451,127 @@ def test_text_after_the_driver_warning_is_rejected():
     text = fixture("info_A3-host-phy-id-2-procs-warning.txt") + "| 0       0   | 1 | x | 2 |\n"
     with pytest.raises(ParseError, match="reading warning"):
         parse_process_table(text)
+
+
+# --- 310/310P boards print their process table (npu_info_print.c print_total_info) -------------
+
+DUO = "npu-smi_info_300I-Duo-310P3-2-chips-1-proc_vllm-ascend-issue-1993.txt"
+CARD = "npu-smi_info_310P3-2-chips-no-processes_ascend-matvec-benchmark.txt"
+
+
+def test_300i_duo_host_reads_the_process_on_its_second_chip():
+    assert parse_process_table(sample(DUO)) == (NpuProcess(6, 1, 293029, "python3.11", 6612),)
+
+
+def test_310p_card_host_without_processes_reads_none():
+    assert parse_process_table(sample(CARD)) == ()
+
+
+@pytest.mark.parametrize("name", [DUO, CARD])
+def test_rule_1_a_310p_host_table_cut_after_its_device_table_is_refused(name):
+    lines = sample(name).splitlines(keepends=True)
+    cut = "".join(lines[: lines.index(next(line for line in lines if "Process id" in line)) - 1])
+    assert cut.endswith("+===============================+=================+" + "=" * 54 + "+\n")
+    with pytest.raises(ParseError, match="ends after the device table.*310P3.*process table"):
+        parse_process_table(cut)
+
+
+def test_a_310b_board_prints_no_process_table_and_is_read_without_one():
+    # print_total_info prints it for 310 and 310P chips only (hiascend's Atlas 200I A2 npu-smi
+    # reference shows the 310B table ending after its devices).
+    lines = sample(CARD).splitlines(keepends=True)[:12]
+    assert parse_process_table("".join(lines).replace("310P3", "310B4")) == ()
+
+
+def test_rule_1_a_process_table_cut_between_card_blocks_is_refused():
+    table_950 = sample(
+        "npu-smi_info_950PR-7-npus-2-procs-CUT-after-npu2_cann-orchestrator-test.txt"
+    )
+    with pytest.raises(ParseError, match="ends before NPU 3's rows"):
+        parse_process_table(table_950)
+
+
+# --- Ascend 950 (npu_info_print.c print_total_info_header_950, NPU_SMI_V2) --------------------
+
+
+def test_950_host_without_processes_reads_none():
+    assert (
+        parse_process_table(
+            sample("npu-smi_info_950PR-3-npus-no-processes_cann-lane-pool-test.txt")
+        )
+        == ()
+    )
+    assert (
+        parse_process_table(
+            sample("npu-smi_info_950-doc-example-1-npu-redacted_cann-driver-docs.txt")
+        )
+        == ()
+    )
+
+
+def no_process_950(npu: int) -> str:
+    """print_proc_total_info_with_HBM's line and rule for an NPU without processes."""
+    line = f"| No running processes found in NPU {npu:<7}" + " " * 55 + "|\n"
+    return line + "+===========================+===============+" + "=" * 53 + "+\n"
+
+
+def test_950_host_reads_processes_by_npu_id_once_every_npu_has_its_block():
+    text = sample("npu-smi_info_950PR-7-npus-2-procs-CUT-after-npu2_cann-orchestrator-test.txt")
+    whole = text + "".join(no_process_950(npu) for npu in range(3, 7))
+    assert parse_process_table(whole) == (
+        NpuProcess(0, 0, 846718, "", 332),
+        NpuProcess(1, 0, 2430352, "", 544),
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        (
+            "| 0                         | 846718 ",
+            "| 0  0                      | 846718 ",
+            "process row",
+        ),
+        (
+            "| 0                         | 846718 ",
+            "| 9                         | 846718 ",
+            "chip not listed",
+        ),
+        (
+            "|        |                  | 0000:01:00.0",
+            "| 0      |                  | 0000:01:00.0",
+            "chip, bus id",
+        ),
+        (
+            "| 0      | Ascend950PR      | OK            | 187.1",
+            "| 0      | Ascend950PR      | OK            | NA   ",
+            "device row",
+        ),
+        (
+            "| NPU ID                    | Process id",
+            "| NPU     Chip              | Process id",
+            "device row",
+        ),
+    ],
+    ids=[
+        "chip-in-process-row",
+        "npu-not-listed",
+        "npu-in-second-row",
+        "power-na",
+        "910-process-head",
+    ],
+)
+def test_a_changed_field_in_the_950_host_table_is_rejected(old, new, why):
+    text = sample("npu-smi_info_950PR-7-npus-2-procs-CUT-after-npu2_cann-orchestrator-test.txt")
+    assert old in text
+    with pytest.raises(ParseError, match=why):
+        parse_process_table(text.replace(old, new, 1))
+
+
+def test_950_npu_listed_twice_is_rejected():
+    lines = sample("npu-smi_info_950PR-3-npus-no-processes_cann-lane-pool-test.txt").splitlines(
+        keepends=True
+    )
+    twice = lines[:9] + lines[6:9] + lines[9:]
+    with pytest.raises(ParseError, match="chip listed twice"):
+        parse_process_table("".join(twice))

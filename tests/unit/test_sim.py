@@ -591,3 +591,140 @@ def test_cli_moves_deletes_reboots_and_unholds(seed: SimNode) -> None:
     assert sim_cli("reboot", node).returncode == 0
     assert seed.state()["vnpus"] == []
     assert sim_cli("pod", node, UID_B, "Sleeping").returncode == 2
+
+
+# --- Ascend 950 (npu_info_print.c print_total_info_header_950, print_mapping_info_950) ---------
+
+ASCEND_950 = {
+    "chip": 0,
+    "name": "Ascend950PR",
+    "aicore_total": 32,
+    "templates": {},
+    "hugepages": [0, 0],
+    "aicore_usage": 0,
+}
+
+
+def node_950(make_node, readings) -> SimNode:  # type: ignore[no-untyped-def]
+    chips = [
+        {**ASCEND_950, "card": i, "power": power, "temp": temp, "bus_id": bus, "hbm_mb": hbm}
+        for i, (power, temp, bus, hbm) in enumerate(readings)
+    ]
+    return make_node(*chips, npu_smi_version="25.7.rc1", mcu=False)
+
+
+def test_950_host_table_is_the_cann_sample_byte_for_byte(make_node) -> None:  # type: ignore[no-untyped-def]
+    node = node_950(
+        make_node,
+        [
+            (215.0, 58, "0000:61:00.0", [5407, 131072]),
+            (208.8, 57, "0000:71:00.0", [5903, 131072]),
+            (213.3, 59, "0000:91:00.0", [4794, 114688]),
+        ],
+    )
+    out = npu(node, "info")
+    assert out.stdout.splitlines() == sample_lines(
+        "npu-smi_info_950PR-3-npus-no-processes_cann-lane-pool-test.txt"
+    )
+    assert parse_process_table(out.stdout) == ()
+
+
+def test_950_process_rows_are_the_samples_and_keyed_by_npu_id(make_node) -> None:  # type: ignore[no-untyped-def]
+    readings = [
+        (187.1, 46, "0000:01:00.0", [6620, 131072]),
+        (197.9, 48, "0000:11:00.0", [6056, 131072]),
+        (188.7, 46, "0000:61:00.0", [5413, 131072]),
+        (191.3, 43, "0000:71:00.0", [5414, 131072]),
+        (196.6, 50, "0000:81:00.0", [5415, 131072]),
+        (195.2, 44, "0000:91:00.0", [10569, 131072]),
+        (195.8, 46, "0000:F1:00.0", [5411, 131072]),
+    ]
+    node = node_950(make_node, readings)
+    node.add_process(0, 0, 846718, "", 332)  # npu-smi prints no name when it cannot read one
+    node.add_process(1, 0, 2430352, "", 544)
+    lines = npu(node, "info").stdout.splitlines()
+    cut = sample_lines(
+        "npu-smi_info_950PR-7-npus-2-procs-CUT-after-npu2_cann-orchestrator-test.txt"
+    )
+    assert lines[: len(cut)] == cut  # the sample stops after NPU 2's block; npu-smi goes on
+    assert len(lines) == len(cut) + 2 * 4
+    assert [(p.card, p.chip, p.pid) for p in parse_process_table("\n".join(lines))] == [
+        (0, 0, 846718),
+        (1, 0, 2430352),
+    ]
+
+
+def test_950_chip_map_lists_npus_without_vnpus_and_info_vnpu_is_no_950_command(make_node) -> None:  # type: ignore[no-untyped-def]
+    from facts.ascend import ChipMap, read_chip_map
+
+    node = node_950(make_node, [(215.0, 58, "0000:61:00.0", [5407, 131072])] * 2)
+    out = npu(node, "info", "-m").stdout
+    assert out.splitlines()[0].split() == "NPU ID Slot ID Chip ID Chip Phy-ID Chip Name".split()
+    assert read_chip_map(out) == ChipMap((), ("NPU 0 (Ascend950PR)", "NPU 1 (Ascend950PR)"))
+    doc = sample_lines("npu-smi_info-m_950-doc-example-1-npu-redacted_cann-driver-docs.txt")
+    assert [line.split() for line in out.splitlines()[:1]] == [doc[0].split()]
+    refused = npu(node, "info", "-t", "info-vnpu", "-i", "0", "-c", "0")
+    assert refused.stdout == "This device does not support querying info-vnpu.\n"
+    assert refused.returncode != 0
+    with pytest.raises(ToolError, match="does not support setting create-vnpu"):
+        node.create_vnpu(0, 0, "vir16")
+
+
+def test_310p_duo_host_table_is_the_vllm_ascend_sample_byte_for_byte(make_node) -> None:  # type: ignore[no-untyped-def]
+    common = {**P310P3, "card": 6, "bus_id": "0000:83:00.0", "aicore_usage": 0}
+    node = make_node(
+        {**common, "chip": 0, "logic_id": 0, "temp": 55, "memory_mb": [1175, 44280]},
+        {
+            **common,
+            "chip": 1,
+            "logic_id": 1,
+            "temp": 52,
+            "memory_mb": [8322, 43693],
+            "hugepages": [3262, 3262],
+        },
+        npu_smi_version="25.0.rc1.1",
+    )
+    node.add_process(6, 1, 293029, "python3.11", 6612)
+    out = npu(node, "info").stdout
+    assert out.splitlines() == sample_lines(
+        "npu-smi_info_300I-Duo-310P3-2-chips-1-proc_vllm-ascend-issue-1993.txt"
+    )
+
+
+# --- Huawei's device plugin and Volcano (simulator.mindcluster) --------------------------------
+
+
+def test_dynamic_vnpu_records_are_the_plugins_and_volcanos(tmp_path: Path) -> None:
+    from simulator import ascend_stacks, mindcluster
+
+    node, vnpus = ascend_stacks.dynamic(tmp_path / "n")
+    entries = {e.pod_uid: e for e in parse_checkpoint(node.checkpoint_path.read_text())}
+    b = entries[ascend_stacks.INFER_B]
+    assert (b.resource, b.device_ids) == (
+        "huawei.com/npu-core",
+        tuple(f"npu-core-{i}" for i in (4, 5, 6, 7)),
+    )
+    assert dict(b.envs) == {  # common.go:95-121 SetAscendRuntimeEnv, dynamic mode
+        "ASCEND_VISIBLE_DEVICES": str(vnpus["b"]),
+        "ASCEND_RUNTIME_OPTIONS": "VIRTUAL",
+        "MS_LOCAL_WORKER": "1",
+        "MS_WORKER_NUM": "1",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "CM_WORKER_SIZE": "1",
+        "CM_LOCAL_WORKER": "1",
+    }
+    whole = entries[ascend_stacks.TRAIN_W]
+    assert dict(whole.envs)["ASCEND_VISIBLE_DEVICES"] == "1"
+    assert dict(whole.envs)["ASCEND_RUNTIME_OPTIONS"] == ""
+    assert ascend_stacks.BATCH_X not in entries  # deleted: kubelet dropped its entry
+    assert vnpus["leak"] in {v["id"] for v in node.state()["vnpus"]}  # the plugin did not
+    pods = {p["metadata"]["uid"]: p for p in mindcluster.api_pods(node, "n1", {})}
+    notes = pods[ascend_stacks.INFER_B]["metadata"]["annotations"]
+    assert notes["huawei.com/npu-core"] == "0-vir04"
+    assert notes["predicate-time"] == "18446744073709551615"
+    assert notes["huawei.com/kltDev"] == "npu-core-4,npu-core-5,npu-core-6,npu-core-7"
+    assert notes["huawei.com/AscendReal"] == f"Ascend310P-4c-{vnpus['b']}-0_2"
+    sandbox = next(p for p in node.state()["pods"] if p["uid"] == ascend_stacks.INFER_B)
+    assert set(sandbox["annotations"]) == {"huawei.com/npu-core", "predicate-time"}
