@@ -273,6 +273,8 @@ class DraMode:
     source: str
     dynamic: bool | None
     why: str
+
+
 class Release:
     """
     A person's release of a partition kept only by rule 4's memory (`enforcer release` on the
