@@ -636,6 +636,8 @@ def _cdi_spec(path: str, uid: str, content: bytes) -> CdiSpec:
         raise ParseError(f"{what}: not UTF-8") from err
     except yaml.YAMLError as err:
         raise ParseError(f"{what}: not YAML ({err})") from err
+    except (ValueError, RecursionError) as err:  # an int past int()'s digits, deep nesting
+        raise ParseError(f"{what}: not YAML the driver writes ({type(err).__name__})") from err
     spec = _keys(spec, _SPEC_KEYS, ("cdiVersion", "kind", "devices"), what)
     if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", str(spec["cdiVersion"])):
         raise ParseError(f"{what}: cdiVersion {spec['cdiVersion']!r} is not a version")

@@ -548,7 +548,7 @@ def _request(what: str, deadline: float, call: Callable[..., Any], *args: Any, *
 def _decode(data: bytes, url: str, kind: str = "PodList") -> dict[str, Any]:
     try:
         body = json.loads(data)
-    except ValueError as error:  # also UnicodeDecodeError
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError; nesting past the limit
         raise _Failure(f"{url}: not JSON: {_oneline(error)}") from error
     if not isinstance(body, dict) or body.get("kind") != kind:
         raise _Failure(f"{url}: not a {kind}: {_oneline(repr(body))}")
@@ -712,7 +712,7 @@ def _node(data: bytes, what: str, node_name: str) -> dict[str, Any]:
     """The answer, when it is the v1 Node `node_name`."""
     try:
         body = json.loads(data)
-    except ValueError as error:  # also UnicodeDecodeError
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError; nesting past the limit
         raise _Failure(f"{what}: not JSON: {_oneline(error)}") from error
     if not isinstance(body, dict) or (body.get("kind"), body.get("apiVersion")) != ("Node", "v1"):
         raise _Failure(f"{what}: not a v1 Node: {_oneline(repr(body))}")

@@ -538,3 +538,9 @@ def test_a_mutated_cdi_spec_parses_or_raises_parse_error_only(data: st.DataObjec
         parse_cdi_listing(listing(mutated))
     except ParseError:
         pass
+
+
+def test_a_cdi_spec_with_an_integer_past_ints_digits_is_unreadable_not_a_crash():
+    text = "cdiVersion: " + "9" * 5000 + "\nkind: k8s.gpu.nvidia.com/claim\ndevices: []\n"
+    with pytest.raises(ParseError, match="not YAML the driver writes"):
+        dra._cdi_spec("/etc/cdi/x.yaml", "u", text.encode())

@@ -347,6 +347,7 @@ def test_in_cluster_config_is_used_when_the_service_host_is_set(monkeypatch: pyt
     ("body", "why"),
     [
         (b"<html>login</html>", "not JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, "not JSON"),  # nesting past the recursion limit
         (b'{"kind": "Status"}', "not a PodList"),
         (b'{"kind": "PodList", "metadata": {}}', "without metadata or items"),
         (b'{"kind": "PodList", "metadata": {}, "items": [{"metadata": {}}]}', "malformed pod"),
