@@ -1,6 +1,7 @@
 """
 The reference in docs/ stays true to the code: docs/HOST-DATA.md is the schema rendered (and the
-schema says what every key means), and every function and test docs/CONTRACT.md names exists.
+schema says what every key means), every function and test docs/CONTRACT.md names exists, and
+every test the stack matrix (docs/CLAIMS.md) names.
 Every deploy command printed for a person runs as printed.
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+
+import pytest
 
 from enforcer import docs
 from enforcer.policy import SCHEMA
@@ -82,10 +85,11 @@ def test_every_function_the_contract_page_names_exists():
     assert sorted(named - defined) == []
 
 
-def test_every_test_the_contract_page_names_exists():
+@pytest.mark.parametrize("page", ["docs/CONTRACT.md", "docs/CLAIMS.md"])
+def test_every_test_the_contract_page_and_the_stack_matrix_name_exists(page: str):
     """`tests/x.py` names a file, `tests/x.py::test_y` a test in it, `...::test_y_*` a family."""
-    named = re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+)(\*?))?`", CONTRACT.read_text())
-    assert named, "docs/CONTRACT.md names no test"
+    named = re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+)(\*?))?`", (ROOT / page).read_text())
+    assert named, f"{page} names no test"
     missing = []
     for path, name, family in named:
         file = ROOT / path
