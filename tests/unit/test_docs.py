@@ -1,7 +1,7 @@
 """
 The reference in docs/ stays true to the code: docs/HOST-DATA.md is the schema rendered (and the
 schema says what every key means), every function and test docs/CONTRACT.md names exists, and
-every test the stack matrix (docs/CLAIMS.md) names.
+every test the stack matrix (docs/CLAIMS.md) names exists.
 Every deploy command printed for a person runs as printed.
 """
 
