@@ -251,6 +251,7 @@ class MigInProcessDriver(InProcessDriver):
             lines.append(_line(name, *self._smi(state, *args)))
         lines.append(_line("nvidia-caps", "0", self.minors, ""))
         lines.append(_line("nvidia-gpus", "0", self.information, ""))
+        lines.append("PE1 hami-mig-config absent - -")  # no HAMi template cache here
         caps = self._caps()
         lines.append(_line("devnodes", "0", "".join(self._stat(c) + "\n" for c in caps), ""))
         scan = "".join(
