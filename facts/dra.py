@@ -12,9 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
-from facts import strictjson
+from facts import strictjson, strictyaml
 from facts.errors import ParseError
 
 # --- NVIDIA's DRA driver: its kubelet-plugin checkpoint (issue 21) -----------------------------
@@ -596,33 +594,15 @@ _EDITS_KEYS = ("env", "deviceNodes", "netDevices", "hooks", "mounts", "intelRdt"
 _NODE_KEYS = ("path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """safe_load that refuses a repeated mapping key (yaml.v3 never writes one; PyYAML keeps
-    the last silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        keys = [self.construct_object(k, deep=True) for k, _ in node.value]
-        if len(keys) != len(set(map(repr, keys))):
-            raise yaml.constructor.ConstructorError(None, None, "repeated key", node.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _keys(value: Any, allowed: tuple[str, ...], required: tuple[str, ...], what: str) -> dict:
-    if not isinstance(value, dict):
-        raise ParseError(f"{what} is not a mapping")
-    if unknown := [k for k in value if k not in allowed]:
-        raise ParseError(f"{what}: unknown key(s) {unknown}")
-    if missing := [k for k in required if k not in value]:
-        raise ParseError(f"{what}: lacks {missing}")
-    return value
-
-
 def _node_paths(value: Any, what: str) -> list[str]:
-    edits = _keys({} if value is None else value, _EDITS_KEYS, (), what)
+    edits = strictyaml.mapping({} if value is None else value, _EDITS_KEYS, (), what)
     nodes = edits.get("deviceNodes") or []
     if not isinstance(nodes, list):
         raise ParseError(f"{what}.deviceNodes is not a list")
-    paths = [_keys(n, _NODE_KEYS, ("path",), f"{what}.deviceNodes[]").get("path") for n in nodes]
+    paths = [
+        strictyaml.mapping(n, _NODE_KEYS, ("path",), f"{what}.deviceNodes[]").get("path")
+        for n in nodes
+    ]
     if not all(isinstance(p, str) and p.startswith("/") for p in paths):
         raise ParseError(f"{what}.deviceNodes has a path that is not absolute")
     return paths
@@ -630,15 +610,8 @@ def _node_paths(value: Any, what: str) -> list[str]:
 
 def _cdi_spec(path: str, uid: str, content: bytes) -> CdiSpec:
     what = f"DRA CDI spec {path}"
-    try:
-        spec = yaml.load(content.decode("utf-8"), Loader=_UniqueKeyLoader)  # a SafeLoader
-    except UnicodeDecodeError as err:
-        raise ParseError(f"{what}: not UTF-8") from err
-    except yaml.YAMLError as err:
-        raise ParseError(f"{what}: not YAML ({err})") from err
-    except (ValueError, RecursionError) as err:  # an int past int()'s digits, deep nesting
-        raise ParseError(f"{what}: not YAML the driver writes ({type(err).__name__})") from err
-    spec = _keys(spec, _SPEC_KEYS, ("cdiVersion", "kind", "devices"), what)
+    spec = strictyaml.load(content, what, "the driver")
+    spec = strictyaml.mapping(spec, _SPEC_KEYS, ("cdiVersion", "kind", "devices"), what)
     if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", str(spec["cdiVersion"])):
         raise ParseError(f"{what}: cdiVersion {spec['cdiVersion']!r} is not a version")
     if spec["kind"] != f"{_CDI_VENDOR}/claim":
@@ -647,7 +620,9 @@ def _cdi_spec(path: str, uid: str, content: bytes) -> CdiSpec:
         raise ParseError(f"{what}: devices is not a list")
     nodes, names = _node_paths(spec.get("containerEdits"), f"{what} containerEdits"), []
     for device in spec["devices"]:
-        device = _keys(device, _DEVICE_KEYS, ("name", "containerEdits"), f"{what} device")
+        device = strictyaml.mapping(
+            device, _DEVICE_KEYS, ("name", "containerEdits"), f"{what} device"
+        )
         name = device["name"]
         if not isinstance(name, str) or not name.startswith(f"{uid}-") or name == f"{uid}-":
             raise ParseError(f"{what}: device {name!r} is not named <claim uid {uid}>-<device>")

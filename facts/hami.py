@@ -31,9 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from enforcer.model import MIG, Advertised, Gpu, Partition
+from facts import strictyaml
 from facts.errors import ParseError
 
 HAMI_CACHE = "hami-mig-config"  # the source of its Advertised entries, and its health
@@ -43,16 +42,6 @@ _KEYS = ("version", "mig-configs")
 _ENTRY_KEYS = ("device-filter", "devices", "mig-enabled", "mig-devices")
 # mig-parted's MIG device names: a GI profile, or a CI profile inside one (`1c.3g.40gb`).
 _PROFILE = re.compile(r"(?:[0-9]+c\.)?([0-9]+g\.[0-9]+gb(?:\+[a-z]+)*)", re.ASCII)
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """safe_load that refuses a repeated mapping key (yaml.v3 never writes one)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        keys = [self.construct_object(k, deep=True) for k, _ in node.value]
-        if len(keys) != len(set(map(repr, keys))):
-            raise yaml.constructor.ConstructorError(None, None, "repeated key", node.start_mark)
-        return super().construct_mapping(node, deep=deep)
 
 
 @dataclass(frozen=True)
@@ -65,16 +54,13 @@ class Template:
 
 def parse_mig_config(text: str) -> tuple[Template, ...]:
     """The cache file, strictly: a key, a shape, a profile not known is an error."""
-    try:
-        spec = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
-    except yaml.YAMLError as err:
-        raise ParseError(f"{PATH}: not YAML ({err})") from err
-    except (ValueError, RecursionError) as err:  # an int past int()'s digits, deep nesting
-        raise ParseError(f"{PATH}: not YAML yaml.v3 writes ({type(err).__name__})") from err
-    spec = _mapping(spec, _KEYS, ("version",), PATH)
+    spec = strictyaml.load(text, PATH, "yaml.v3")
+    spec = strictyaml.mapping(spec, _KEYS, ("version",), PATH)
     if spec["version"] != "v1":
         raise ParseError(f"{PATH}: version {spec['version']!r} is not v1")
-    configs = _mapping(spec.get("mig-configs") or {}, ("current",), (), f"{PATH} mig-configs")
+    configs = strictyaml.mapping(
+        spec.get("mig-configs") or {}, ("current",), (), f"{PATH} mig-configs"
+    )
     entries = configs.get("current") or []
     if not isinstance(entries, list):
         raise ParseError(f"{PATH}: mig-configs.current is not a list")
@@ -85,22 +71,12 @@ def parse_mig_config(text: str) -> tuple[Template, ...]:
     return tuple(found)
 
 
-def _mapping(value: Any, allowed: tuple[str, ...], required: tuple[str, ...], what: str) -> dict:
-    if not isinstance(value, dict):
-        raise ParseError(f"{what} is not a mapping")
-    if unknown := [k for k in value if k not in allowed]:
-        raise ParseError(f"{what}: unknown key(s) {unknown}")
-    if missing := [k for k in required if k not in value]:
-        raise ParseError(f"{what}: lacks {missing}")
-    return value
-
-
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _entry(value: Any, what: str) -> list[Template]:
-    entry = _mapping(value, _ENTRY_KEYS, ("devices", "mig-enabled"), what)
+    entry = strictyaml.mapping(value, _ENTRY_KEYS, ("devices", "mig-enabled"), what)
     if entry.get("device-filter") is not None:
         raise ParseError(f"{what}: a device-filter (HAMi writes none)")
     if not isinstance(entry["mig-enabled"], bool):
