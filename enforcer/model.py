@@ -275,6 +275,7 @@ class DraMode:
     why: str
 
 
+@dataclass(frozen=True)
 class Release:
     """
     A person's release of a partition kept only by rule 4's memory (`enforcer release` on the

@@ -204,6 +204,7 @@ class Policy:
     required_sources: tuple[str, ...]
     node_name: str
     kubeconfig: str | None
+    api_timeout: float  # the kubernetes-api source's time budget (seconds)
     marker_roots: tuple[Any, ...]  # as given: a path or {path, layout}; not under rootfs yet
     vm_metadata_roots: tuple[Any, ...]
     vm_stuck_seconds: float
@@ -256,6 +257,7 @@ def _build(host_name: str, d: Mapping[str, Any]) -> Policy:
         required_sources=claim_sources if required is None else tuple(required),
         node_name=d.get("enforcer_node_name") or host_name,
         kubeconfig=d.get("enforcer_kubeconfig"),
+        api_timeout=float(d["enforcer_api_timeout_seconds"]),
         marker_roots=tuple(d["enforcer_marker_roots"]),
         vm_metadata_roots=tuple(d["enforcer_vm_metadata_roots"]),
         vm_stuck_seconds=float(d["enforcer_vm_stuck_seconds"]),

@@ -55,7 +55,7 @@ def read_node(
     host,
     policy: Policy,
     record: bool = False,
-    list_pods: Callable[[str | None], kubeapi.PodList] = kubeapi.list_pods_once,
+    list_pods: Callable[[str | None, float], kubeapi.PodList] = kubeapi.list_pods_once,
 ) -> Observation:
     """`record`: the read leaves its heartbeat on the node (<state_dir>/last-read).
     `list_pods`: by default one LIST per run for all hosts; a drain, which reads again while it
@@ -66,7 +66,7 @@ def read_node(
     obs = observe(sections, node.name, policy.paths, policy.claim_sources, policy.kinds)
     obs = replace(obs, health=obs.health + _said(node))
     if "kubernetes-api" in policy.claim_sources:
-        listed = list_pods(policy.kubeconfig)
+        listed = list_pods(policy.kubeconfig, policy.api_timeout)
         pods, records, health = api_source(policy, node, sections, listed)
         claims = kubeapi.claims_on(listed, node.name) if health.status == "ok" else None
         records = tuple(dra_node.agreement(obs.records + records, claims))

@@ -200,7 +200,9 @@ def _cordoned(host, policy: Policy, unschedulable: bool, dry: bool) -> bool:
         print(f"{host.name}: would {verb} node {node.name} ({node.why})", flush=True)
         return True
     try:
-        before = kubeapi.set_unschedulable(policy.kubeconfig, node.name, unschedulable)
+        before = kubeapi.set_unschedulable(
+            policy.kubeconfig, node.name, unschedulable, timeout=policy.api_timeout
+        )
     except kubeapi.CordonError as error:
         refuse(name=f"Fail: {verb} the node", message=f"{host.name}: cannot {verb}: {error}\n")
         return False

@@ -98,6 +98,8 @@ def write_inventory(path: Path, node: Path, **data: object) -> Path:
         },
         "enforcer_grace_seconds": 0,
         "enforcer_grace_runs": 3,
+        # The loopback API server's budget: a bound for a loaded machine, not a measure.
+        "enforcer_api_timeout_seconds": 120,
         **data,
     }
     path.write_text(f"hosts = [('@local', {host_data!r})]\n")

@@ -47,6 +47,16 @@ class StackNode(Node):
         assert found, f"no verdict for {name} {self.gis[name]}:\n{run.output}"
         return found[-1]["status"]
 
+    def claimed_by(self, run: Enforced, name: str) -> list[str]:
+        """The owners the report says claim the named GI: their names, else their UIDs."""
+        gpu, gi = self.gis[name]
+        return next(
+            [o["name"] or o["uid"] for o in v["claimed_by"]]
+            for v in run.report["verdicts"]
+            if v["partition"]["accelerator"] == f"gpu:{self.uuids[gpu]}"
+            and v["partition"]["id"] == str(gi)
+        )
+
     def reason(self, run: Enforced, name: str) -> str:
         gpu, gi = self.gis[name]
         return next(
@@ -111,11 +121,19 @@ def leak_reclaimed(node: StackNode, *kept: str) -> None:
 def starting_kept(
     node: StackNode, name: str = "b", why: str = "pod default/llm-b", runs: int = GRACE_RUNS + 1
 ) -> None:
-    """The starting pod's GI stands, claimed by its records (by default past the grace and one
-    run more: what would have been destroyed was)."""
+    """
+    The starting pod's GI stands, claimed by its records (by default past the grace and one run
+    more: what would have been destroyed was). One its plugin advertised while it was there is
+    pinned by the memory of that (rule 4, asked first) while the plugin is away: its records
+    still name the pod (the report's claimed_by).
+    """
     for run in node.converge(runs):
-        assert node.status(run, name) == "claimed", node.reason(run, name)
-        assert why in node.reason(run, name)
+        status, reason = node.status(run, name), node.reason(run, name)
+        if status == "pinned":
+            assert "the advertiser is gone" in reason, reason
+            assert why.removeprefix("pod ") in node.claimed_by(run, name), reason
+        else:
+            assert status == "claimed" and why in reason, reason
     assert node.listed(name)
 
 
@@ -157,8 +175,8 @@ def test_nvidia_static_mig_leak_reclaimed_starting_pod_kept_healthy_node_quiet(
 def plugin_away_then_back(node: StackNode, meanwhile: Callable[[], None]) -> None:
     """
     The plugin is gone past kubelet's grace: its resources leave RegisteredDevices, and what it
-    advertised is pinned by nothing now; the records must keep the starting pod's GI. Then it
-    registers again.
+    advertised is pinned only by the memory of that; the records must name the starting pod's GI
+    all the same. Then it registers again.
     """
     registered = node.sim.state()["registered"]
     for resource in registered:

@@ -57,6 +57,7 @@ def test_schema_is_valid_draft_2020_12_and_names_every_key_of_the_table():
         "enforcer_drain_cordon", "enforcer_drain_timeout_seconds",
         "enforcer_drain_poll_seconds",  # issue 6's pre-maintenance drain (drain.py)
         "enforcer_advertiser_gone_seconds",  # issue 30's memory of desired state
+        "enforcer_api_timeout_seconds",  # the kubernetes-api source's budget
         "enforcer_breaker_accelerator_max_fraction",
         "enforcer_breaker_accelerator_min_count",  # issue 30's breaker per accelerator
     }  # fmt: skip
@@ -148,6 +149,7 @@ BAD = [
     ("enforcer_required_sources", [], "at least 1 item"),
     ("enforcer_node_name", "Node_3", "a Kubernetes node name"),
     ("enforcer_kubeconfig", "", "a non-empty string"),
+    ("enforcer_api_timeout_seconds", 0, "a number > 0"),
     ("enforcer_marker_roots", ["relative/dir"], "an absolute path or {path, layout"),
     ("enforcer_vm_metadata_roots", [{"path": "/var/lib/hypeman", "layout": "x"}], "'hypeman'"),
     ("enforcer_pinned", [{"kind": "ascend-vnpu"}], "at least one of 'id', 'accelerator'"),
