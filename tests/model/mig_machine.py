@@ -1047,7 +1047,7 @@ class MigLifecycle(RuleBasedStateMachine):
         profile=st.sampled_from(PROFILES),
         fails=st.sampled_from([False, False, False, True]),
         window=st.booleans(),
-        strategy=st.sampled_from([*dp.STRATEGIES, "cdi-cri"]),
+        strategy=st.sampled_from(dp.STRATEGIES),
         slot=st.sampled_from([0, 1]),
     )
     def admit_dynamic(
@@ -1126,7 +1126,7 @@ class MigLifecycle(RuleBasedStateMachine):
         profile=st.sampled_from([*PROFILES, WHOLE_GPU, IMEX]),
         how=st.sampled_from(["prepared", "prepared", "crash", "allocated"]),
         busy=st.sampled_from([False, False, False, True]),
-        channel=st.booleans(),
+        channel=st.sampled_from([False, True, True]),
     )
     def admit_dra(
         self, gpu: int, profile: str, how: str, busy: bool, channel: bool = False
