@@ -16,6 +16,7 @@ kubernetes-api source agreeing or not) against the real decision code.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 from model.lifecycle_machine import Counts
@@ -285,22 +286,33 @@ def test_a_gi_made_at_allocate_at_an_ended_pods_place_is_not_destroyed_before_it
 # --- issue 30's stacks, one story per rule (each fails on the product without what it checks)
 
 
-def test_rule_3_a_hami_gi_named_only_by_its_cdi_device_name_is_kept_its_slot_on_the_other_gpu():
+@pytest.mark.parametrize(
+    ("strategy", "where"),
+    [
+        ("cdi-cri", " (its CDI device)"),
+        ("volume-mounts", " (its mount)"),
+        ("cdi-annotations", ""),
+        ("envvar", ""),
+    ],
+)
+def test_rule_3_a_hami_gi_named_only_in_the_answer_is_kept_its_slot_on_the_other_gpu(
+    strategy, where
+):
     """
-    HAMi's dynamic MIG with `--device-list-strategy=cdi-cri`: kubelet's pick is a slot of GPU 0
-    (`<GPU UUID>-<n>`), the plugin made the pod's GI on GPU 1 and names its MIG UUID only in
-    the answer's CDI device name. The starting pod's GI is kept by that name; the slot keeps
-    one GI on GPU 0 (count-aware), so the leak there is kept too until the pod holds a GI there,
-    which it never will: the leak on GPU 1 goes.
+    HAMi's dynamic MIG: kubelet's pick is a slot of GPU 0 (`<GPU UUID>-<n>`), the plugin made the
+    pod's GI on GPU 1 and names its MIG UUID only in its answer, by its device-list strategy
+    (with `cdi-cri` only in a CDI device name: the issue's destroyed starting pod). The starting
+    pod's GI is kept by that name; the slot keeps one GI on GPU 0 (count-aware); the leak beside
+    the pod's GI on GPU 1 goes.
     """
-    m = _mig(MigInProcessDriver, "MigHamiCdi")()
+    m = _mig(MigInProcessDriver, "MigHamiAnswer")()
     try:
         m.mig_node([], [(1, "2g.20gb")])  # a leak on GPU 1 (GI 1/5)
-        m.admit_dynamic("hami", 1, "1g.10gb", False, False, "cdi-cri", 0)
+        m.admit_dynamic("hami", 1, "1g.10gb", False, False, strategy, 0)
         (p,) = m.pods.values()
         m.enforcer_runs_on_schedule(4, 450)
         assert p.gi in m.gis and (1, 5) not in m.gis, m.log
-        assert "(its CDI device)" in m.verdicts[p.gi].reason, m.log
+        assert f"{p.uuid}{where}" in m.verdicts[p.gi].reason, m.log
         assert type(m).counts.violations == 0
     finally:
         m.teardown()
