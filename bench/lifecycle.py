@@ -1,12 +1,16 @@
 """
 The model-based lifecycle test at scale (issues 7 and 18): `python bench/lifecycle.py --histories
 10000` runs that many random histories of each machine with its in-process driver — the Ascend
-one (tests/model/lifecycle_machine.py: vNPUs on a 310P3) and the MIG one (tests/model/
-mig_machine.py: static and dynamic GPU instances on two H100s, advertised devices, records not
-understood, NVIDIA's DRA driver preparing and unpreparing claims) — and prints, per machine, the
-count of histories, enforcer runs, destroys and violations, what the histories went through (the
-machine's `events`: DRA claims prepared, unprepared half way, leaked, reclaimed...), and the wall
-time. `--machine ascend|mig` runs one. Exit 1 on any violation.
+one (tests/model/lifecycle_machine.py: vNPUs on a 310P3: HAMi's template mode, Huawei's static
+vNPUs and its plugin's absences, Volcano's dynamic vNPUs) and the MIG one (tests/model/
+mig_machine.py: static and dynamic GPU instances on two H100s, advertised devices and their
+plugin's absences, NVIDIA's device-list strategies, HAMi's dynamic MIG and template cache,
+records not understood, NVIDIA's DRA chart preparing and unpreparing claims, its ComputeDomain
+plugin) — and prints, per machine, the count of histories, enforcer runs, destroys and
+violations, what the histories went through (the machine's `events`: allocations by strategy,
+advertisers gone and back, GIs and vNPUs kept by rule 4's memory, DRA claims prepared,
+unprepared half way, leaked, reclaimed...), and the wall time. `--machine ascend|mig` runs one.
+Exit 1 on any violation.
 
 What differs from `make test`'s node-level run, for speed: the node read's sections are built by
 the simulator's own renderers (npu-smi chip map, vNPU table and host table, crictl pods and ps,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -85,21 +85,32 @@ class ComputeDomainModel:
             self._write(state["dra_cd"])
 
     def prepare(
-        self, claim_uid: str, name: str, namespace: str, pod: tuple[str, str], kind: str
+        self,
+        claim_uid: str,
+        name: str,
+        namespace: str,
+        pod: tuple[str, str],
+        kind: str,
+        others: Sequence[State] = (),
     ) -> None:
         """NodePrepareResources of a claim of one channel or daemon (device_state.go:188-262):
-        PrepareStarted, then PrepareCompleted with its device."""
+        PrepareStarted, then PrepareCompleted with its device. `others`: the results of the
+        claim's other requests (another driver's devices, a GPU's), after its own (as
+        tests/fixtures/dra/checkpoint-cd-v0.4.1-gpu-result.json): the plugin keeps the claim's
+        whole status (device_state.go:221-228, claim.Status as the API has it), so its record
+        names those devices too."""
         if kind not in ("channel", "daemon"):
             raise ValueError(f"kind {kind!r}: channel or daemon")
         device = f"{kind}-0"
         pool = (
             self.node.dra.dra_state()["pool"] if "dra" in self.node.state() else self.node.path.name
         )
-        result = {"request": kind, "driver": DRIVER, "pool": pool, "device": device}
+        own = {"request": kind, "driver": DRIVER, "pool": pool, "device": device}
+        result = [own, *(dict(r) for r in others)]
         term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pool]}]}
         status = {
             "allocation": {
-                "devices": {"results": [result]},
+                "devices": {"results": result},
                 "nodeSelector": {"nodeSelectorTerms": [term]},
             },
             "reservedFor": [{"resource": "pods", "name": pod[0], "uid": pod[1]}],

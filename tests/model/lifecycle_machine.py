@@ -57,6 +57,7 @@ from enforcer.policy import Policy, policy_from_host_data
 from facts.snapshot import NodeSnapshot, Sections, observe, parse_sections
 from operations.enforce import destroy_command
 from simulator import crictl as sim_crictl
+from simulator import mindcluster
 from simulator import npu_smi as sim_npu_smi
 from simulator.namespace import pod_cgroup
 from simulator.node import SimNode
@@ -77,6 +78,7 @@ CHIP = {
     "bus_id": "0000:3B:00.0",
 }
 ACCELERATOR = "npu:0:0"
+CORES = {"vir01": 1, "vir02": 2, "vir04": 4}  # AI cores of each template (kubelet's picks)
 GRACE_SECONDS, GRACE_RUNS, MAX_GAP = 900, 3, 3600
 LIVE = ("Pending", "ContainerCreating", "Running", "Terminating")
 START = 1_767_000_000.0
@@ -118,9 +120,13 @@ class Driver:
         self.paths = self.policy.paths
 
     def make_node(self, path: Path) -> tuple[SimNode, Policy]:
-        """The node a machine runs on (the MIG machine overrides it): one 310P3 chip."""
+        """
+        The node a machine runs on (the MIG machine overrides it): one 310P3 chip, HAMi's slots
+        advertised, and Huawei's plugin's AI-core tokens of dynamic mode (Volcano's vNPUs).
+        """
         sim = SimNode.create(path, [CHIP])
         sim.register(RESOURCE, [f"{VDIE}-{i}" for i in range(7)])
+        mindcluster.register_dynamic(sim, cores_per_chip=CHIP["aicore_total"])
         return sim, node_policy(path)
 
     def read(self) -> Sections:
@@ -429,6 +435,13 @@ class PodM:
     retry: bool = False  # its last container create failed: the next is a new attempt
     in_checkpoint: bool = True
     in_cri: bool = True
+    # "hami": HAMi's template mode (the runtime makes its vNPU at container create); "static":
+    # Huawei's static vNPUs (kubelet's pick of an advertised one, which is the one mounted);
+    # "volcano": Huawei's dynamic vNPUs under Volcano (made at Allocate; kubelet's pick of AI-core
+    # tokens in the checkpoint, the real vNPU in the answer's envs, `<phy>-<template>` on the
+    # sandbox).
+    style: str = "hami"
+    named: int | None = None  # the vNPU id its checkpoint record names (static, volcano)
 
 
 @dataclass
@@ -480,6 +493,8 @@ class Contract:
     live: dict[str, int] = field(default_factory=dict)
     entries: dict[tuple, RefEntry] = field(default_factory=dict)
     verified: set[tuple] = field(default_factory=set)  # destroyed by the enforcer since last run
+    # Rule 4's memory: vNPU identity -> (the resource that advertised it, seen gone since)
+    remembered: dict[tuple, tuple[str, bool]] = field(default_factory=dict)
 
     def run(self, m: LifecycleMachine, now: float, breaker: bool = True) -> Expected:
         faults = set(m.faults)
@@ -517,6 +532,8 @@ class Contract:
         held = {p.vnpu for p in m.pods.values() if p.opened and p.vnpu is not None}
         held |= set(m.stray)
         protected = self._protect(m, listed, held, first_run, appeared, cri_ok)
+        protected |= {v.id for v in listed if v.id in m.advertised_ids()}  # pinned (rule 4)
+        protected |= self._remember(m, listed, not chip_failure)
 
         entries: dict[tuple, RefEntry] = {}
         proven: set[int] = set()
@@ -562,6 +579,41 @@ class Contract:
         self.live = {**live, **kept}
         return Expected(set() if trip else proven, trip)
 
+    def _remember(self, m: LifecycleMachine, listed: list[VnpuM], read_whole: bool) -> set[int]:
+        """
+        Rule 4's memory (enforcer.memory), from the model's truth: a vNPU Huawei's plugin
+        advertises (by its name, `<type>-<cores>-<vnpu>-<phy>`, under its resource) is
+        remembered by that resource; one remembered and not advertised now is kept while its
+        resource lists nothing (the plugin gone: seen gone) or lists others without having been
+        seen gone since (it calls it unhealthy); the plugin back (its resource lists devices)
+        without it, seen gone since, ends it. One not listed is forgotten once the listing was
+        read whole. (A vNPU's identity holds its device node, new in each boot: nothing carries
+        over a reboot.)
+        """
+        advertised = m.advertised_ids()
+        remembered: dict[tuple, tuple[str, bool]] = {}
+        kept: set[int] = set()
+        for v in listed:
+            i = v.identity()
+            if v.id in advertised:
+                remembered[i] = (advertised[v.id], False)
+            elif i in self.remembered:
+                resource, gone = self.remembered[i]
+                there = bool(m.advertised.get(resource))
+                if there and gone:
+                    m.event("memory: a vNPU released, its plugin back without it")
+                    continue
+                remembered[i] = (resource, gone or not there)
+                kept.add(v.id)
+                why = "unhealthy" if there else "gone"
+                m.event(f"memory: a static vNPU kept, its plugin {why}")
+        listed_ids = {v.identity() for v in listed}
+        for i, said in self.remembered.items():
+            if i not in listed_ids and not read_whole:
+                remembered[i] = said
+        self.remembered = remembered
+        return kept
+
     @staticmethod
     def _protect(
         m: LifecycleMachine,
@@ -572,20 +624,36 @@ class Contract:
         cri_ok: bool,
     ) -> set[int]:
         """
-        Count-aware: each owner with a live record (every checkpoint entry: no source says its pod
-        ended; every CRI-alive pod) claims one vNPU of its template. One it holds, tied to it by
-        its cgroup (a process) or by npu-smi's Container ID and the CRI (attached), satisfies it.
-        Short of it, every unheld vNPU of its template is protected, except those listed in a run
-        before its container appeared (known only when the CRI listing was read).
+        Every field of each live record (every checkpoint entry: no source says its pod ended;
+        every CRI-alive pod's sandbox). Exact: a static or Volcano pod's checkpoint entry names
+        its vNPU by id (kubelet's pick of a static vNPU, which is the one mounted; the real vNPU
+        in a Volcano pod's envs, beside kubelet's AI-core pick, which names none): protected.
+        Count-aware: a HAMi pod's records (checkpoint and sandbox) claim one vNPU of its
+        template, made with its container; a Volcano pod's sandbox (`<phy>-<template>`) one of
+        its template. One it holds, tied to it by its cgroup (a process) or by npu-smi's
+        Container ID and the CRI (attached), or one of that template its own record names,
+        satisfies it. Short of it, every unheld vNPU of its template is protected, except (made
+        with its container) those listed in a run before its container appeared (known only
+        when the CRI listing was read).
         """
+        by_id = {v.id: v for v in listed}
         protected: set[int] = set()
         for p in m.pods.values():
-            if not (p.in_checkpoint or (cri_ok and m.cri_alive(p))):
+            if p.style != "hami" and p.in_checkpoint and p.named in by_id:
+                protected.add(p.named)  # type: ignore[arg-type]
+        for p in m.pods.values():
+            alive = cri_ok and m.cri_alive(p)
+            if p.style == "static" or not (p.in_checkpoint or alive):
                 continue
+            if p.style == "volcano" and not alive:
+                continue  # its checkpoint entry is exact; its template is on its sandbox
             attached = p.opened == "attach" and cri_ok and p.in_cri
             if p.vnpu is not None and (attached or p.opened == "hold"):
                 continue
-            since = appeared.get(p.uid)
+            mine = by_id.get(p.named) if p.in_checkpoint and p.named is not None else None
+            if mine is not None and mine.template == p.template:
+                continue
+            since = appeared.get(p.uid) if p.style == "hami" else None
             protected |= {
                 v.id
                 for v in listed
@@ -653,6 +721,12 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.log: list[str] = []
         self.n = 0
         self.n_made = 0
+        # Huawei's static vNPUs (-presetVirtualDevice=true): the pool the operator made, and
+        # what kubelet's file lists of each of its resources (healthy only; a resource the plugin
+        # left lists none, one gone past kubelet's grace is not there).
+        self.pool: set[int] = set()
+        self.advertised: dict[str, list[int]] = {}
+        self.plugin_away = False
         type(self).counts.histories += 1
 
     def teardown(self) -> None:
@@ -666,6 +740,23 @@ class LifecycleMachine(RuleBasedStateMachine):
     def note(self, text: str) -> None:
         type(self).counts.steps += 1
         self.log.append(f"t={self.now - START:+.0f}s {text}")
+
+    def event(self, what: str) -> None:
+        """Count one thing a history went through (the bench's `events`)."""
+        type(self).counts.events[what] += 1
+
+    def advertised_ids(self) -> dict[int, str]:
+        """vNPU id -> the resource advertising it (the first in kubelet's file, by resource)."""
+        found: dict[int, str] = {}
+        for resource in sorted(self.advertised):
+            for vid in self.advertised[resource]:
+                found.setdefault(vid, resource)
+        return found
+
+    def _register(self, resource: str) -> None:
+        """Huawei's plugin's ListAndWatch answer for one resource: its healthy vNPUs."""
+        names = [mindcluster.vnpu_name(self.sim, v) for v in self.advertised[resource]]
+        self.sim.register(resource, names)
 
     def violation(self, kind: str, text: str) -> None:
         message = f"{kind}: {text}\nhistory:\n  " + "\n  ".join(self.log)
@@ -719,6 +810,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def _gone(self, vid: int) -> None:
         self.vnpus.pop(vid, None)
         self.freed.add(vid)
+        self.pool.discard(vid)
         for p in self.pods.values():
             if p.vnpu == vid:
                 p.vnpu = None
@@ -731,12 +823,29 @@ class LifecycleMachine(RuleBasedStateMachine):
             st.tuples(st.sampled_from(["vir01", "vir02", "vir04"]), st.integers(0, 255)),
             max_size=3,
         ),
+        static=st.lists(st.sampled_from(["vir01", "vir02", "vir02"]), max_size=3),
     )
-    def busy_node(self, zombies: list[str], pods: list[tuple[str, int]]) -> None:
+    def busy_node(
+        self, zombies: list[str], pods: list[tuple[str, int]], static: list[str] = ()
+    ) -> None:  # type: ignore[assignment]
         """
-        The seed story's start: zombies of pods since deleted, seen by a first run; then pods are
+        The seed story's start: the static vNPUs an operator made for Huawei's plugin, which
+        advertises them; zombies of pods since deleted, seen by a first run; then pods are
         admitted and the runtime makes their vNPUs (newer than the zombies).
         """
+        for template in static:
+            try:
+                vid = self.sim.create_vnpu(0, 0, template)
+            except ToolError:
+                continue
+            vgroup = next(x["vgroup"] for x in self.sim.state()["vnpus"] if x["id"] == vid)
+            story = "static (Huawei's plugin advertises it)"
+            self.vnpus[vid] = VnpuM(vid, template, vgroup, self.boot, story, self._made())
+            self.pool.add(vid)
+            self.advertised.setdefault(self._static_resource(vid), []).append(vid)
+            self.note(f"vNPU {vid} ({template}): static, advertised by Huawei's plugin")
+        for resource in sorted(self.advertised):
+            self._register(resource)
         for template in zombies:
             try:
                 vid = self.sim.create_vnpu(0, 0, template)
@@ -778,14 +887,99 @@ class LifecycleMachine(RuleBasedStateMachine):
         )
         self.note(f"{p.name} ({uid[:8]}) admitted, allocated {template}")
 
+    def _static_resource(self, vid: int) -> str:
+        """`huawei.com/<type>-<cores>`: the resource Huawei's plugin advertises a vNPU under."""
+        return "huawei.com/" + mindcluster.vnpu_name(self.sim, vid).rsplit("-", 2)[0]
+
+    def _room(self) -> bool:
+        return sum(p.phase != "Deleted" for p in self.pods.values()) < 5
+
+    @precondition(lambda self: self._room())
+    @rule(i=st.integers(0, 7), rank=st.integers(0, 255))
+    def admit_static(self, i: int, rank: int) -> None:
+        """
+        Huawei's static vNPUs: kubelet picks a free advertised vNPU, and the plugin mounts that
+        one (plugin.go:1085-1091): its name the device id, ASCEND_VISIBLE_DEVICES=<vnpu> with
+        ASCEND_RUNTIME_OPTIONS=VIRTUAL (simulator.mindcluster.allocate_static).
+        """
+        given = {p.named for p in self.pods.values() if p.phase in LIVE or p.in_checkpoint}
+        free = [v for v in sorted(self.advertised_ids()) if v in self.pool and v not in given]
+        if not free:
+            return
+        vid = free[i % len(free)]
+        self.n += 1
+        uid = f"{rank:08x}-0000-4000-8000-{self.n:012x}"
+        p = PodM(uid, f"s{self.n}", self.vnpus[vid].template, style="static")
+        self.pods[uid] = p
+        self.sim.add_pod(uid, p.name, phase="Pending", containers=["infer"])
+        mindcluster.allocate_static(self.sim, uid, "infer", vid)
+        p.vnpu = p.named = vid
+        self.event("static: a pod given an advertised vNPU (kubelet's pick, mounted)")
+        self.note(f"{p.name} ({uid[:8]}) admitted, given static vNPU {vid}")
+
+    @precondition(lambda self: self._room())
+    @rule(
+        template=st.sampled_from(["vir01", "vir02", "vir04"]),
+        first=st.integers(0, 7),
+        rank=st.integers(0, 255),
+    )
+    def admit_volcano(self, template: str, first: int, rank: int) -> None:
+        """
+        Huawei's dynamic vNPUs under Volcano: Volcano binds the pod (`huawei.com/npu-core:
+        <phy>-<template>` on it, hence its sandbox); at Allocate the plugin makes the vNPU and
+        answers with it (ASCEND_VISIBLE_DEVICES=<vnpu>, VIRTUAL), while the checkpoint's device
+        ids are kubelet's own pick of AI-core tokens, which name no vNPU
+        (simulator.mindcluster.allocate_dynamic). A chip without room: the Allocate fails.
+        """
+        self.n += 1
+        uid = f"{rank:08x}-0000-4000-8000-{self.n:012x}"
+        p = PodM(uid, f"v{self.n}", template, style="volcano")
+        bound = {
+            mindcluster.NPU_CORE: f"{CHIP['phy_id']}-{template}",
+            mindcluster.PREDICATE: f"{int(self.now)}000000000",  # time.Now().UnixNano()
+        }
+        self.sim.add_pod(uid, p.name, phase="Pending", containers=["infer"], annotations=bound)
+        picks = [f"npu-core-{(first + k) % CHIP['aicore_total']}" for k in range(CORES[template])]
+        try:
+            vid = mindcluster.allocate_dynamic(self.sim, uid, "infer", picks, template)
+        except ToolError as refusal:
+            self.sim.remove_pod(uid)
+            self.note(f"{p.name}: the plugin cannot make its {template}: {refusal.message}")
+            return
+        assert vid is not None
+        self.pods[uid] = p
+        vgroup = next(x["vgroup"] for x in self.sim.state()["vnpus"] if x["id"] == vid)
+        story = f"{p.name}'s {template} (made at Allocate, Volcano)"
+        self.vnpus[vid] = VnpuM(vid, template, vgroup, self.boot, story, self._made())
+        self.freed.discard(vid)
+        p.vnpu = p.named = vid
+        self.event("volcano: a vNPU made at Allocate, kubelet's pick AI-core tokens")
+        self.note(f"{p.name} ({uid[:8]}) admitted: kubelet picks {picks}, the plugin makes {vid}")
+
     @precondition(
         lambda self: self._has(
-            lambda p: p.phase in ("Pending", "ContainerCreating") and p.vnpu is None
+            lambda p: p.style != "hami" and p.phase == "Pending" and p.vnpu is not None
         )
     )
+    @rule(i=st.integers(0, 7))
+    def sandbox_made(self, i: int) -> None:
+        """A static or Volcano pod, its vNPU given at Allocate, gets its sandbox."""
+        p = self._pick(
+            lambda p: p.style != "hami" and p.phase == "Pending" and p.vnpu is not None, i
+        )
+        p.phase = "ContainerCreating"
+        self.sim.set_pod_state(p.uid, "ContainerCreating")
+        self.note(f"{p.name}: ContainerCreating, vNPU {p.vnpu} given at Allocate")
+
+    @staticmethod
+    def _creates(p: PodM) -> bool:
+        """The runtime makes its vNPU at its container create (HAMi's template mode)."""
+        return p.style == "hami" and p.phase in ("Pending", "ContainerCreating") and p.vnpu is None
+
+    @precondition(lambda self: self._has(LifecycleMachine._creates))
     @rule(i=st.integers(0, 7), at_freed=st.booleans())
     def container_create(self, i: int, at_freed: bool) -> None:
-        p = self._pick(lambda p: p.phase in ("Pending", "ContainerCreating") and p.vnpu is None, i)
+        p = self._pick(LifecycleMachine._creates, i)
         if p.phase == "Pending":
             p.phase = "ContainerCreating"
             self.sim.set_pod_state(p.uid, "ContainerCreating")
@@ -797,12 +991,17 @@ class LifecycleMachine(RuleBasedStateMachine):
         self._new_vnpu(p, at)
 
     @precondition(
-        lambda self: self._has(lambda p: p.phase == "ContainerCreating" and p.vnpu is not None)
+        lambda self: self._has(
+            lambda p: p.style == "hami" and p.phase == "ContainerCreating" and p.vnpu is not None
+        )
     )
     @rule(i=st.integers(0, 7))
     def container_create_fails(self, i: int) -> None:
         """After the runtime made the vNPU: it stays (a zombie); the pod will retry."""
-        p = self._pick(lambda p: p.phase == "ContainerCreating" and p.vnpu is not None, i)
+        p = self._pick(
+            lambda p: p.style == "hami" and p.phase == "ContainerCreating" and p.vnpu is not None,
+            i,
+        )
         v = self.vnpus[p.vnpu]
         v.story = f"zombie of {p.name}'s failed container create"
         p.vnpu, p.retry = None, True
@@ -852,14 +1051,20 @@ class LifecycleMachine(RuleBasedStateMachine):
     @precondition(lambda self: self._has(lambda p: p.phase in ("Succeeded", "Failed", "Pending")))
     @rule(i=st.integers(0, 7), cleanup=st.booleans(), prune=st.booleans())
     def deleted(self, i: int, cleanup: bool, prune: bool) -> None:
-        """CRI removal (the runtime destroys its vNPU, or leaks it); kubelet prunes, maybe later."""
+        """
+        CRI removal (the runtime, or for a Volcano pod the plugin, destroys its vNPU, or leaks
+        it; a static vNPU goes back to the pool); kubelet prunes, maybe later.
+        """
         p = self._pick(lambda p: p.phase in ("Succeeded", "Failed", "Pending"), i)
         self.sim.remove_pod(p.uid)
         p.in_cri, p.phase = False, "Deleted"
         what = "no vNPU"
-        if p.vnpu is not None and cleanup:
+        if p.vnpu is not None and p.style == "static":
+            what = f"static vNPU {p.vnpu} back in the pool"
+            p.vnpu = None
+        elif p.vnpu is not None and cleanup:
             self.sim.destroy_vnpu(0, 0, p.vnpu)
-            what = f"runtime destroys vNPU {p.vnpu}"
+            what = f"{'the plugin' if p.style == 'volcano' else 'runtime'} destroys vNPU {p.vnpu}"
             self._gone(p.vnpu)
         elif p.vnpu is not None:
             self.vnpus[p.vnpu].story = f"leaked by deleted {p.name}"
@@ -870,14 +1075,26 @@ class LifecycleMachine(RuleBasedStateMachine):
             p.in_checkpoint = False
         self.note(f"{p.name}: deleted, {what}, checkpoint entry {'pruned' if prune else 'stale'}")
 
-    @precondition(lambda self: self._has(lambda p: p.phase in LIVE and p.in_checkpoint))
+    @staticmethod
+    def _losable(p: PodM) -> bool:
+        """
+        A live pod whose checkpoint entry the machine may lose: a HAMi pod's (its template is on
+        its sandbox too, and its vNPU made at its container create) or a Volcano pod's with its
+        sandbox (`<phy>-<template>` there). Not a static pod's, nor a Volcano pod's before its
+        sandbox: then nothing on the node would name the vNPU it was given at Allocate, and no
+        contract can keep it (only the API's AscendReal would, which this machine does not read).
+        """
+        sandbox = p.style == "volcano" and p.phase != "Pending"
+        return p.phase in LIVE and p.in_checkpoint and (p.style == "hami" or sandbox)
+
+    @precondition(lambda self: self._has(LifecycleMachine._losable))
     @rule(i=st.integers(0, 7))
     def records_lost(self, i: int) -> None:
         """
         A live pod's checkpoint entry is lost (the file rewritten without it): what it was given
         is left only in its sandbox's annotations, once it has a sandbox.
         """
-        p = self._pick(lambda p: p.phase in LIVE and p.in_checkpoint, i)
+        p = self._pick(LifecycleMachine._losable, i)
         self.sim.release(p.uid)
         p.in_checkpoint = False
         self.note(f"{p.name}: its checkpoint entry is lost while it is {p.phase}")
@@ -925,6 +1142,51 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.sim.register(RESOURCE, [f"{VDIE}-{i}" for i in range(7)])  # records unchanged
         self.note("device plugin restarts (records unchanged)")
 
+    @precondition(lambda self: bool(self.pool))
+    @rule(
+        event=st.sampled_from(["unhealthy", "leaves", "leaves", "back", "back_without_one"]),
+        i=st.integers(0, 7),
+    )
+    def huawei_plugin(self, event: str, i: int) -> None:
+        """
+        Huawei's plugin of the static vNPUs (kubelet's device manager as SimNode has it): calls
+        one unhealthy (kubelet lists it no more); goes away (every resource listed with none,
+        or, `i` odd, dropped past kubelet's 5 minutes); comes back advertising its vNPUs again
+        (`back_without_one`: one it calls unhealthy from its start).
+        """
+        listed = [(r, v) for r in sorted(self.advertised) for v in self.advertised[r]]
+        if event == "unhealthy" and listed:
+            resource, vid = listed[i % len(listed)]
+            self.advertised[resource].remove(vid)
+            self.sim.mark_unhealthy(resource, [mindcluster.vnpu_name(self.sim, vid)])
+            self.event("plugin: Huawei's plugin calls a static vNPU unhealthy")
+            self.note(f"Huawei's plugin calls vNPU {vid} unhealthy: kubelet lists it no more")
+        elif event == "leaves" and listed:
+            for resource in sorted(self.advertised):
+                self.sim.plugin_disconnected(resource)
+                self.advertised[resource] = []
+                if i % 2:
+                    self.sim.plugin_expired(resource)
+                    del self.advertised[resource]
+            self.plugin_away = True
+            gone = "its resources dropped past kubelet's grace" if i % 2 else "disconnected"
+            self.event(f"plugin: Huawei's plugin goes away ({gone})")
+            self.note(f"Huawei's plugin goes away ({gone}): kubelet lists none of its vNPUs")
+        elif event.startswith("back"):
+            pool = sorted(self.pool)
+            if event == "back_without_one" and pool:
+                pool.pop(i % len(pool))
+            found: dict[str, list[int]] = {}
+            for vid in pool:
+                found.setdefault(self._static_resource(vid), []).append(vid)
+            for resource, ids in found.items():
+                self.advertised[resource] = ids
+                self._register(resource)
+            if self.plugin_away:
+                self.event("plugin: Huawei's plugin back after going away (a blink)")
+            self.plugin_away = False
+            self.note(f"Huawei's plugin restarts: advertises vNPUs {pool}")
+
     def ledger_wiped(self) -> None:
         (Path(self.driver.paths.state_dir) / "ledger.json").unlink(missing_ok=True)
         self.ledger = None
@@ -954,6 +1216,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         for vid in list(self.vnpus):
             self._gone(vid)
         self.freed.clear()
+        for resource in sorted(self.advertised):  # Huawei's plugin starts again: none to list
+            self.advertised[resource] = []
+            self._register(resource)
         for p in self.pods.values():
             if p.phase in ("ContainerCreating", "Running"):
                 p.phase = "ContainerCreating"
@@ -961,7 +1226,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             elif p.phase == "Terminating":
                 p.phase = "Succeeded"
                 self.sim.set_pod_state(p.uid, "Succeeded")
-        self.note("node reboots: vNPUs lost, live pods back to ContainerCreating")
+        self.note("node reboots: vNPUs lost (static ones too), live pods back to ContainerCreating")
 
     def enforcer_run_with_a_source_unreadable(self, which: tuple[str, str], dt: int) -> None:
         """A tool fails for one run (SimNode.set_fault), then answers again."""
@@ -1052,6 +1317,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         c.runs += 1
         listed = {x["id"] for x in self.sim.state()["vnpus"]}
         assert listed == set(self.vnpus), f"model lost track: sim {listed} model {set(self.vnpus)}"
+        self._stack_run_events()
         obs = observe(self.driver.read(), NODE, self.driver.paths, self.driver.policy.claim_sources)
         obs = replace(obs, now=self.now)
         bad = [h for h in obs.health if h.status != "ok"]
@@ -1114,14 +1380,34 @@ class LifecycleMachine(RuleBasedStateMachine):
             if vid in self.vnpus and vid not in self.fail_ids and not raced:
                 self.violation("liveness", f"vNPU {vid} was proven orphaned and survived the run")
 
+    def _stack_run_events(self) -> None:
+        """What of issue 30's Ascend stacks this run reads (the bench's events)."""
+        if ("npu-smi", "info-vnpu") in self.faults:
+            return
+        for p in self.pods.values():
+            if p.style == "volcano" and p.in_checkpoint and p.vnpu in self.vnpus and not p.opened:
+                self.event("runs: a Volcano pod's unopened vNPU named only by its answer's envs")
+                break
+        if any(v in self.vnpus for v in self.advertised_ids()):
+            self.event("runs: static vNPUs advertised by Huawei's plugin")
+
     def _check_safe(self, vid: int, contract_says: bool) -> None:
         owners = [
             p
             for p in self.pods.values()
             if p.vnpu == vid and (p.phase in LIVE or p.opened is not None)
         ]
+        kind = "contract-hazard" if contract_says else "safety"
         if vid in self.stray:
             self.violation("safety", f"vNPU {vid} was destroyed while a process held it")
+        if vid in self.advertised_ids():
+            self.violation(kind, f"vNPU {vid} was destroyed while Huawei's plugin advertised it")
+        if self.vnpus[vid].identity() in self.contract.remembered:
+            self.violation(kind, f"vNPU {vid} was destroyed while desired (remembered, rule 4)")
+        named = [p for p in self.pods.values() if p.named == vid and p.in_checkpoint]
+        if named:
+            why = f"vNPU {vid} was destroyed while {named[0].name}'s checkpoint entry names it"
+            self.violation(kind, why)
         if owners:
             p = owners[0]
             kind = "contract-hazard" if contract_says else "safety"

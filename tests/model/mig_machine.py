@@ -102,11 +102,13 @@ from enforcer import ledger as ledgers
 from enforcer.contract import decide
 from enforcer.model import Observation, Verdict
 from enforcer.policy import Policy, policy_from_host_data
-from facts import cri, dra_node, kubeapi
+from facts import cri, dra_node, hami, kubeapi
 from facts.errors import ParseError
 from facts.snapshot import Sections, observe, parse_sections
 from simulator import crictl as sim_crictl
+from simulator import device_plugins as dp
 from simulator import dra as sim_dra
+from simulator import dra_cd as sim_dra_cd
 from simulator import mig as sim_mig
 from simulator import mig_smi
 from simulator import nvidia_smi as sim_smi
@@ -115,6 +117,7 @@ from simulator.mig import MigError
 from simulator.mig_model import H100
 from simulator.namespace import pod_cgroup
 from simulator.node import SimNode
+from simulator.plugin_story import write_mig_config
 from simulator.state import PROC_DRIVER, ToolError
 
 NODE = "k8s-h100x2"
@@ -126,15 +129,27 @@ STATIC = "nvidia.com/mig-1g.10gb"  # NVIDIA's plugin, mixed strategy: advertised
 GPUSTACK = "nvidia.com/gpu.partitioned"  # gpustack: slots advertised, MIG UUID in the env
 BY_UUID = "nvidia.com/gpu"  # a plugin whose device id is the MIG UUID it made
 OPAQUE = "nvidia.com/mig-shared"  # a record (and an advertised id) no adapter understands
-# What each style of pod requests in its limits (a DRA pod asks through a ResourceClaim).
-REQUESTS = {"static": STATIC, "gpustack": GPUSTACK, "uuid": BY_UUID, "unknown": OPAQUE}
+HAMI = dp.HAMI_RESOURCE  # HAMi's slots `<GPU UUID>-<n>` (nvidia.com/gpu)
+HAMI_CACHE = hami.HAMI_CACHE  # HAMi's MIG template cache (/tmp/migconfig.yaml, up to v2.9)
+TEMPLATE_PROFILE = "1g.10gb"  # the profile of HAMi's templates here (`1g.10gb` x n)
+# What each style of pod requests in its limits (a DRA or IMEX pod asks through a claim).
+REQUESTS = {
+    "static": STATIC,
+    "gpustack": GPUSTACK,
+    "uuid": BY_UUID,
+    "unknown": OPAQUE,
+    "hami": HAMI,
+    "hami9": HAMI,
+}
 DRA_DRIVER = sim_dra.DRIVER
 COMPLETED, STARTED = sim_dra.COMPLETED, sim_dra.STARTED
 WHOLE_GPU = "gpu"  # a DRA pod's claim of a whole GPU, among the profiles drawn
+IMEX = "imex"  # a pod's claim of the ComputeDomain plugin's alone, among the profiles drawn
 DRA_LEAK = "leaked: the DRA driver forgot"  # the story of a GI an unprepare leaked
 # How the kubelet's unprepare of a claim goes (kubelet_unprepares); "later": not yet.
 UNPREPARES = ("ok", "ok", "fail_ci", "fail_gi", "leak", "leak", "later")
-DYNAMIC = {"gpustack": GPUSTACK, "uuid": BY_UUID, "unknown": OPAQUE}
+DYNAMIC = {"gpustack": GPUSTACK, "uuid": BY_UUID, "unknown": OPAQUE, "hami": HAMI}
+CD_DRIVER = sim_dra_cd.DRIVER  # the chart's ComputeDomain plugin, beside the GPU plugin
 PROFILES = ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb", "1g.10gb+me"]
 # Tool faults the machine injects: each makes the MIG listing (or the node) unreadable.
 FAULTS = {
@@ -174,6 +189,7 @@ def mig_policy(node_dir: Path) -> Policy:
 def _make_mig_node(path: Path, gpus: tuple[dict, ...]) -> tuple[SimNode, Policy]:
     sim = SimNode.create(path, [], gpus=gpus)
     sim.register(GPUSTACK, [f"partitioned:{g['uuid']}:{n:04d}" for g in gpus for n in range(4)])
+    sim.register(HAMI, [slot for g in gpus for slot in dp.hami_slots(g["uuid"])])
     return sim, mig_policy(path)
 
 
@@ -251,7 +267,7 @@ class MigInProcessDriver(InProcessDriver):
             lines.append(_line(name, *self._smi(state, *args)))
         lines.append(_line("nvidia-caps", "0", self.minors, ""))
         lines.append(_line("nvidia-gpus", "0", self.information, ""))
-        lines.append("PE1 hami-mig-config absent - -")  # no HAMi template cache here
+        lines.append(self._file("hami-mig-config", self.sim.rootfs / "tmp" / "migconfig.yaml"))
         caps = self._caps()
         lines.append(_line("devnodes", "0", "".join(self._stat(c) + "\n" for c in caps), ""))
         scan = "".join(
@@ -271,6 +287,7 @@ class MigInProcessDriver(InProcessDriver):
         ]
         lines.append(_line("dra-drivers", "0", "".join(f"{d}\n" for d in dra), ""))
         lines.append(self._dra_checkpoint())
+        lines.append(self._file("dra-cd-checkpoint", self.sim.dra_cd.checkpoint_path))
         lines.append(_line("dra-cdi", "0", self._dra_cdi(), ""))
         lines.append(_line("checkpoint", "0", self.sim.checkpoint_text(), ""))
         for name, sub, render in (
@@ -367,10 +384,14 @@ class MigInProcessDriver(InProcessDriver):
 
     def _dra_checkpoint(self) -> str:
         """The `dra-checkpoint` section: the DRA driver's checkpoint.json as it is, or absent."""
-        path = self.sim.dra.checkpoint_path
+        return self._file("dra-checkpoint", self.sim.dra.checkpoint_path)
+
+    @staticmethod
+    def _file(name: str, path: Path) -> str:
+        """snapshot.sh.j2's `file`: the file as it is, or absent."""
         if not path.exists():
-            return "PE1 dra-checkpoint absent - -"
-        return _line("dra-checkpoint", "0", path.read_text(), "")
+            return f"PE1 {name} absent - -"
+        return _line(name, "0", path.read_text(), "")
 
     def _dra_cdi(self) -> str:
         """The `dra-cdi` section: `spec <path> <base64>` per claim spec in each CDI root."""
@@ -381,11 +402,14 @@ class MigInProcessDriver(InProcessDriver):
         )
 
     def _digest(self) -> str:
-        """node.sh.j2's claim_digest: the kubelet checkpoint's, `+` the DRA checkpoint's if any."""
+        """node.sh.j2's claim_digest: the kubelet checkpoint's, `+` the DRA checkpoint's if any,
+        `+cd:` the ComputeDomain plugin's if any."""
         records = hashlib.sha256(self.sim.checkpoint_text().encode()).hexdigest()
-        dra = self.sim.dra.checkpoint_path
+        dra, cd = self.sim.dra.checkpoint_path, self.sim.dra_cd.checkpoint_path
         if dra.exists():
-            return f"{records}+{hashlib.sha256(dra.read_bytes()).hexdigest()}"
+            records = f"{records}+{hashlib.sha256(dra.read_bytes()).hexdigest()}"
+        if cd.exists():
+            records = f"{records}+cd:{hashlib.sha256(cd.read_bytes()).hexdigest()}"
         return records
 
 
@@ -405,7 +429,7 @@ def _b64(text: str) -> str:
 class MigPodM:
     uid: str
     name: str
-    style: str  # "static" | "gpustack" | "uuid" | "unknown" | "dra"
+    style: str  # "static" | "gpustack" | "uuid" | "unknown" | "hami" | "hami9" | "dra" | "imex"
     phase: str = "Pending"
     gi: tuple[int, int] | None = None  # (GPU, GI id) it was given
     uuid: str | None = None  # the MIG UUID its record names (None: not named, or no record)
@@ -414,9 +438,11 @@ class MigPodM:
     holder: Any = None
     in_checkpoint: bool = True
     in_cri: bool = True
-    claim: str | None = None  # a DRA pod's ResourceClaim (its uid)
-    # Allocate answered (its GI made), kubelet has not written the checkpoint yet: the record.
-    allocating: tuple[str, list[str], dict[str, str]] | None = None
+    claim: str | None = None  # a DRA (or IMEX) pod's ResourceClaim (its uid)
+    # Allocate answered (its GI made), kubelet has not written the checkpoint yet: the record
+    # (resource, device ids, envs, the allocate response's protobuf or None).
+    allocating: tuple[str, list[str], dict[str, str], str | None] | None = None
+    strategy: str = "envvar"  # the device-list strategy of NVIDIA's (or HAMi's) plugin
 
 
 @dataclass
@@ -457,6 +483,13 @@ class ClaimM:
     state: str | None = None  # in the checkpoint: PrepareStarted | PrepareCompleted; None: not
     gi: int | None = None  # PrepareCompleted: the GI id (and MIG UUID) its device records
     uuid: str | None = None
+    channel: bool = False  # it also asks the ComputeDomain plugin for an IMEX channel
+    cd: bool = False  # the ComputeDomain plugin holds it (its checkpoint: the whole status)
+
+    @property
+    def driver_counts(self) -> bool:
+        """The GPU driver counts its device taken: allocated in the API or in its checkpoint."""
+        return self.allocated or self.state is not None
 
     @property
     def device(self) -> tuple[Any, ...]:
@@ -576,15 +609,17 @@ class MigContract:
         self, m: MigLifecycle, listed: list[GiM], read_whole: bool
     ) -> set[tuple[int, int]]:
         """
-        Rule 4's memory, from the model's truth: a GI advertised (by MIG UUID under STATIC, or
-        by the opaque plugin's ids not understood: every GI) is remembered by that advertiser;
+        Rule 4's memory, from the model's truth: a GI advertised (by MIG UUID under STATIC, by
+        HAMi's template cache, or by the opaque plugin's ids not understood: every GI) is
+        remembered by that advertiser;
         one remembered and not advertised now is kept while its advertiser is gone (its
         resource lists nothing: seen gone) or lists others without ever having been seen gone
         since (it calls it unhealthy); the advertiser back without it, seen gone since, ends it.
         A GI of the boot before whose every field a GI of this boot has is carried onto it (its
         advertiser restarted with the node); one not listed is forgotten once read whole.
         """
-        there = {STATIC: bool(m.advertised), OPAQUE: m.opaque_advertised}
+        cached = m.cached(listed)
+        there = {STATIC: bool(m.advertised), OPAQUE: m.opaque_advertised, HAMI_CACHE: bool(cached)}
         stems = {g.identity()[:-1]: g.identity() for g in listed}
         previous: dict[tuple, tuple[str, bool]] = {}
         order = sorted(self.remembered.items(), key=lambda e: (e[0][-1] != m.boot, repr(e)))
@@ -597,8 +632,12 @@ class MigContract:
         kept: set[tuple[int, int]] = set()
         for g in listed:
             i = g.identity()
+            # The first advertisement of it is remembered: the checkpoint's, then HAMi's
+            # cache (enforcer.advertised: understood ids first, those not understood after).
             if g.names is not None and g.names in m.advertised:
                 remembered[i] = (STATIC, False)
+            elif (g.gpu, g.id) in cached:
+                remembered[i] = (HAMI_CACHE, False)
             elif m.opaque_advertised:
                 remembered[i] = (OPAQUE, False)
             elif i in previous:
@@ -621,16 +660,23 @@ class MigContract:
     def _kept(m: MigLifecycle, listed: list[GiM]) -> set[tuple[int, int]]:
         """
         Pinned, held or claimed: advertised by MIG UUID (all of them while ids not understood are
-        advertised); open in a process; named by a live record's MIG UUID; or, while a live
+        advertised), or cached by HAMi's template file (every GI of a template's profile on its
+        GPU); open in a process; named by a live record's MIG UUID; or, while a live
         record not understood has a pod that holds no listed GI, every one; every one while
         a pod is being allocated (the API shows it Pending, its checkpoint entry not written);
         named by a claim in the DRA driver's checkpoint (ClaimM.names), whatever its pod; named
-        by a claim the API allocated to a pod alive or coming (ClaimM.allocation_names).
+        by a claim the API allocated to a pod alive or coming (ClaimM.allocation_names); named
+        by a claim the ComputeDomain plugin holds whose allocation names a GPU's device (its own
+        channels and daemons keep nothing).
         """
         places = {(g.gpu, g.id) for g in listed}
         if m.opaque_advertised:
             return places
         kept = {(g.gpu, g.id) for g in listed if g.names in m.advertised}
+        kept |= m.cached(listed)
+        for c in m.dra_claims.values():  # the ComputeDomain plugin's, whatever their pods
+            if c.cd:
+                kept |= {(g.gpu, g.id) for g in listed if c.allocation_names(g)}
         held = {p.gi for p in m.pods.values() if p.opened} | set(m.stray)
         kept |= held & places
         named = {p.uuid for p in m.pods.values() if m.claims(p) and p.uuid}
@@ -692,8 +738,20 @@ class MigLifecycle(RuleBasedStateMachine):
         self.dra_boot = ""
         self.dra_corrupt = False
         self.dra_claims: dict[str, ClaimM] = {}
+        # The chart's ComputeDomain plugin (installed with the GPU plugin), and the IMEX pods'
+        # claims of a channel alone it holds (claim uid -> pod uid).
+        self.cd = False
+        self.imex: dict[str, str] = {}
+        self.slices: tuple[kubeapi.ApiSlice, ...] = ()  # both plugins' ResourceSlices
+        # HAMi's dynamic MIG up to v2.9: the templates its plugin applied (GPU -> count of
+        # 1g.10gb GIs, its migCurrent), their GIs, and what /tmp/migconfig.yaml says (None: no
+        # file): the file outlives the plugin and a reboot, and HAMi rewrites it as it applies.
+        self.templates: dict[int, int] = {}
+        self.template_gis: set[tuple[int, int]] = set()
+        self.cache: dict[int, int] | None = None
         self.profiles = self.sim.state()["gpus"][0]  # both H100s: the GI profiles to look up
         self.wrong_name = False  # the API is asked about WRONG_NAME: it disagrees
+        self.plugin_away = False  # NVIDIA's plugin went away and has not advertised since
         self.faults: set[tuple[str, str]] = set()
         self.fail_gis: set[tuple[int, int]] = set()
         self.contract = MigContract()
@@ -771,7 +829,7 @@ class MigLifecycle(RuleBasedStateMachine):
         )
         allocated = self.sim.dra.resource_claims() if self.dra == "installed" else []
         claims = tuple(kubeapi._parse_claim(c) for c in allocated)
-        listing = kubeapi.PodList(True, "", pods, self.now, claims)
+        listing = kubeapi.PodList(True, "", pods, self.now, claims, self.slices)
         name = WRONG_NAME if self.wrong_name else NODE
         found, records, health = kubeapi.for_node(listing, name)
         registered = (True, "") if name == NODE else (False, f"no Node {name} in the API")
@@ -784,16 +842,43 @@ class MigLifecycle(RuleBasedStateMachine):
                 sandboxes = str(error)
         health = kubeapi.agreement(health, listing, name, registered, sandboxes)
         on_node = kubeapi.claims_on(listing, name) if health.status == "ok" else None
+        # The DRA chart's ResourceSlices (converge.with_slices): under DynamicMIG the GPU
+        # plugin's partitionable devices, its word that GIs are made per claim.
+        unread = "" if health.status == "ok" else f"the kubernetes-api source is {health.status}"
+        advertised, modes = dra_node.slices_evidence(listing, name, unread)
         return replace(
             obs,
             pods=obs.pods + found,
             records=tuple(dra_node.agreement(obs.records + records, on_node)),
             health=(*obs.health, health),
+            advertised=obs.advertised + advertised,
+            dra_modes=obs.dra_modes + modes,
         )
 
     def api_alive(self, p: MigPodM) -> bool:
         """The API lists the pod under the node name asked, in a phase alive or coming."""
         return not self.wrong_name and p.phase in LIVE
+
+    def cached(self, listed: list[GiM]) -> set[tuple[int, int]]:
+        """
+        What HAMi's template file keeps (facts.hami.cached): every listed GI of a template's
+        profile on a GPU the file gives a template, whichever made it.
+        """
+        if not self.cache:
+            return set()
+        return {
+            (g.gpu, g.id) for g in listed if self.cache.get(g.gpu) and g.profile == TEMPLATE_PROFILE
+        }
+
+    def _write_cache(self, cache: dict[int, int] | None) -> None:
+        """HAMi writes its migCurrent to /tmp/migconfig.yaml (None: the file is removed)."""
+        self.cache = None if cache is None else dict(cache)
+        path = self.sim.rootfs / "tmp" / "migconfig.yaml"
+        if cache is None:
+            path.unlink(missing_ok=True)
+            return
+        templates = {gpu: {TEMPLATE_PROFILE: n} for gpu, n in cache.items()}
+        write_mig_config(self.sim, templates, len(self.gpus))
 
     def dra_unread(self) -> bool:
         """
@@ -827,6 +912,7 @@ class MigLifecycle(RuleBasedStateMachine):
 
     def _gone(self, place: tuple[int, int]) -> None:
         self.gis.pop(place, None)
+        self.template_gis.discard(place)
         for p in self.pods.values():
             if p.gi == place:
                 p.gi = None
@@ -928,9 +1014,13 @@ class MigLifecycle(RuleBasedStateMachine):
         return p
 
     @precondition(lambda self: sum(p.phase != "Deleted" for p in self.pods.values()) < 6)
-    @rule(i=st.integers(0, 7))
-    def admit_static(self, i: int) -> None:
-        """Kubelet gives a free advertised device: NVIDIA's plugin answers its MIG UUID."""
+    @rule(i=st.integers(0, 7), strategy=st.sampled_from(dp.STRATEGIES))
+    def admit_static(self, i: int, strategy: str = "envvar") -> None:
+        """
+        Kubelet gives a free advertised device (its MIG UUID the device id); NVIDIA's plugin
+        answers with it by its device-list strategy (simulator.device_plugins.response: the env,
+        a volume mount, a CDI annotation, or a CDI device name alone).
+        """
         busy = {p.uuid for p in self.pods.values() if p.phase in LIVE or p.in_checkpoint}
         free = [u for u in self.advertised if u not in busy]
         places = {g.names: k for k, g in self.gis.items() if g.names}
@@ -939,24 +1029,43 @@ class MigLifecycle(RuleBasedStateMachine):
             return
         uuid = free[i % len(free)]
         p = self._add_pod("static")
-        p.gi, p.uuid = places[uuid], uuid
-        self.sim.allocate(p.uid, "main", STATIC, [uuid], {"NVIDIA_VISIBLE_DEVICES": uuid})
-        self.note(f"{p.name} admitted, given static GI {p.gi} ({uuid[:12]})")
+        p.gi, p.uuid, p.strategy = places[uuid], uuid, strategy
+        answer = self._answer(p, strategy, uuid)
+        self.sim.allocate(p.uid, "main", STATIC, [uuid], {}, alloc_resp=answer)
+        self.event(f"static: a GI allocated, device list by {strategy}")
+        self.note(f"{p.name} admitted, given static GI {p.gi} ({uuid[:12]}, {strategy})")
+
+    def _answer(self, p: MigPodM, strategy: str, uuid: str) -> str:
+        """The plugin's allocate response for one MIG device, as the checkpoint keeps it."""
+        plugin = dp.Plugin((strategy,))
+        return dp.response(plugin, [uuid], dp.response_id(p.uid, "main")).encoded()
 
     @precondition(lambda self: sum(p.phase != "Deleted" for p in self.pods.values()) < 6)
     @rule(
-        style=st.sampled_from(["gpustack", "gpustack", "uuid", "unknown"]),
+        style=st.sampled_from(["gpustack", "gpustack", "uuid", "unknown", "hami", "hami"]),
         gpu=st.sampled_from([0, 1]),
         profile=st.sampled_from(PROFILES),
         fails=st.sampled_from([False, False, False, True]),
         window=st.booleans(),
+        strategy=st.sampled_from(dp.STRATEGIES),
+        slot=st.sampled_from([0, 1]),
     )
     def admit_dynamic(
-        self, style: str, gpu: int, profile: str, fails: bool, window: bool = False
+        self,
+        style: str,
+        gpu: int,
+        profile: str,
+        fails: bool,
+        window: bool = False,
+        strategy: str = "cdi-cri",
+        slot: int = 0,
     ) -> None:
         """
         The plugin makes a GI at Allocate; the Allocate fails after it (a leak), or kubelet
-        records it in the checkpoint, at once or (`window`) in a later step.
+        records it in the checkpoint, at once or (`window`) in a later step. HAMi's dynamic MIG
+        (v2.10, reservation-first): kubelet's pick of a slot `<GPU UUID>-<n>` of GPU `slot`,
+        whichever GPU the GI is on, and the MIG UUID only in the answer, by `strategy` (with
+        cdi-cri only in a CDI device name: the issue's destroyed starting pod).
         """
         g = self._new_gi(gpu, profile, f"made at Allocate ({style})")
         if g is None:
@@ -969,13 +1078,19 @@ class MigLifecycle(RuleBasedStateMachine):
         p.gi = (g.gpu, g.id)
         if style == "gpustack":
             p.uuid, p.gpu = g.uuid, g.gpu
-            slot = f"partitioned:{self.gpus[g.gpu]['uuid']}:{self.n % 4:04d}"
-            p.allocating = (GPUSTACK, [slot], {"NVIDIA_VISIBLE_DEVICES": g.uuid})
+            pick = f"partitioned:{self.gpus[g.gpu]['uuid']}:{self.n % 4:04d}"
+            p.allocating = (GPUSTACK, [pick], {"NVIDIA_VISIBLE_DEVICES": g.uuid}, None)
         elif style == "uuid":
             p.uuid = g.uuid
-            p.allocating = (BY_UUID, [g.uuid], {})
+            p.allocating = (BY_UUID, [g.uuid], {}, None)
+        elif style == "hami":
+            p.uuid, p.gpu, p.strategy = g.uuid, slot, strategy
+            pick = dp.hami_slots(self.gpus[slot]["uuid"])[self.n % 10]
+            p.allocating = (HAMI, [pick], {}, self._answer(p, strategy, g.uuid))
+            other = ", its slot on the other GPU" if slot != g.gpu else ""
+            self.event(f"hami: a dynamic GI allocated, device list by {strategy}{other}")
         else:
-            p.allocating = (OPAQUE, [f"shared-{self.n}"], {})
+            p.allocating = (OPAQUE, [f"shared-{self.n}"], {}, None)
         g.story = f"{p.name}'s ({style})"
         self.note(f"{p.name} admitted, its plugin ({style}) made GI {p.gi} ({profile})")
         if window and self.allocate_window:
@@ -986,8 +1101,8 @@ class MigLifecycle(RuleBasedStateMachine):
 
     def _write_record(self, p: MigPodM) -> None:
         assert p.allocating is not None
-        resource, ids, envs = p.allocating
-        self.sim.allocate(p.uid, "main", resource, ids, envs)
+        resource, ids, envs, answer = p.allocating
+        self.sim.allocate(p.uid, "main", resource, ids, envs, alloc_resp=answer)
         p.allocating, p.in_checkpoint = None, True
 
     @precondition(lambda self: self._has(lambda p: p.allocating is not None))
@@ -1008,38 +1123,47 @@ class MigLifecycle(RuleBasedStateMachine):
     @precondition(lambda self: self._dra_ready() and self._room())
     @rule(
         gpu=st.sampled_from([0, 1]),
-        profile=st.sampled_from([*PROFILES, WHOLE_GPU]),
+        profile=st.sampled_from([*PROFILES, WHOLE_GPU, IMEX]),
         how=st.sampled_from(["prepared", "prepared", "crash", "allocated"]),
         busy=st.sampled_from([False, False, False, True]),
+        channel=st.sampled_from([False, True, True]),
     )
-    def admit_dra(self, gpu: int, profile: str, how: str, busy: bool) -> None:
+    def admit_dra(
+        self, gpu: int, profile: str, how: str, busy: bool, channel: bool = False
+    ) -> None:
         """
         A pod with a ResourceClaim: the scheduler allocates it a device of this node, a MIG
         device at a placement its driver counts free (`busy`: one that another MIG owner's GI
-        takes, which the driver does not count) or a whole GPU; then the kubelet has the driver
-        prepare it: at once, with the plugin crashing once its GI exists (`crash`: the claim
-        stays PrepareStarted), or later (`allocated`: kubelet_prepares).
+        takes, which the driver does not count) or a whole GPU, and (`channel`) an IMEX channel
+        of the ComputeDomain plugin; then the kubelet has the drivers prepare it: at once, with
+        the GPU plugin crashing once its GI exists (`crash`: the claim stays PrepareStarted), or
+        later (`allocated`: kubelet_prepares). `IMEX`: a pod whose claim asks the ComputeDomain
+        plugin alone (admit_imex).
         """
+        if profile == IMEX:
+            self.admit_imex("daemon" if busy else "channel")
+            return
         if profile == WHOLE_GPU:
             place: tuple[str | None, int | None] | None = (None, None)
-            if any(c.gpu == gpu for c in self.dra_claims.values()):
+            if any(c.gpu == gpu and c.driver_counts for c in self.dra_claims.values()):
                 place = None  # the driver's counters: the GPU or a MIG device of it is taken
         else:
             place = self._placement(gpu, profile, busy)
         if place is None:
             self.note(f"the scheduler finds no {profile} device for a DRA claim on GPU {gpu}")
             return
-        self._admit_dra(gpu, *place, how)
+        self._admit_dra(gpu, *place, how, channel)
 
     def _placement(self, gpu: int, profile: str, busy: bool) -> tuple[str, int] | None:
         """Where the scheduler allocates a MIG device: free by the DRA driver's counting."""
         gp = sim_mig.find_profile(self.profiles, profile)
         assert gp is not None
-        if any(c.gpu == gpu and c.profile is None for c in self.dra_claims.values()):
+        counted = [c for c in self.dra_claims.values() if c.driver_counts]
+        if any(c.gpu == gpu and c.profile is None for c in counted):
             return None  # a whole-GPU claim holds it
         theirs = [
             self._span(c.profile, c.start)
-            for c in self.dra_claims.values()
+            for c in counted
             if c.gpu == gpu and c.profile is not None and c.start is not None
         ]
         card = sim_mig.gpu_at(self.sim.state(), gpu)
@@ -1058,13 +1182,17 @@ class MigLifecycle(RuleBasedStateMachine):
         assert gp is not None
         return start, gp.size
 
-    def _admit_dra(self, gpu: int, profile: str | None, start: int | None, how: str) -> None:
+    def _admit_dra(
+        self, gpu: int, profile: str | None, start: int | None, how: str, channel: bool = False
+    ) -> None:
         p = self._add_pod("dra")
         p.in_checkpoint = False  # no device plugin: the kubelet's checkpoint has no entry for it
         c = ClaimM(f"{self.n:08x}-0000-4000-9000-{self.n:012x}", p.uid, gpu, profile, start)
+        c.channel = channel and self.cd
         p.claim = c.uid
         self.dra_claims[c.uid] = c
         what = f"GPU {gpu}" if profile is None else f"a {profile} MIG device at {gpu}:{start}"
+        what += " and an IMEX channel" if c.channel else ""
         self.note(f"{p.name} admitted: its claim {c.uid[:8]} is allocated {what}")
         if how == "allocated":
             self.sim.dra.allocate(c.uid, *self._claim_names(p), [self._device_name(c)])
@@ -1072,6 +1200,61 @@ class MigLifecycle(RuleBasedStateMachine):
             self.note(f"{p.name}: the kubelet has not prepared its claim yet")
             return
         self._prepare(p, crash=how == "crash")
+
+    def _cd_prepare(self, p: MigPodM, c: ClaimM) -> None:
+        """
+        The kubelet has the ComputeDomain plugin prepare the claim's channel (before the GPU
+        plugin its device): its checkpoint keeps the claim's whole status, the GPU device's
+        result too (simulator.dra_cd.prepare `others`), so its record names that device.
+        """
+        name, namespace, pod, uid = self._claim_names(p)
+        gpu = self._device_name(c)
+        result = {
+            "request": "mig" if "-mig-" in gpu else "gpu",
+            "driver": DRA_DRIVER,
+            "pool": NODE,
+            "device": gpu,
+        }
+        self.sim.dra_cd.prepare(c.uid, name, namespace, (pod, uid), "channel", [result])
+        c.cd = True
+        self.event("cd: a claim of a channel and a GPU device prepared by both plugins")
+        self.note(f"{p.name}: the ComputeDomain plugin prepares its channel (its record: {gpu})")
+
+    def admit_imex(self, kind: str) -> None:
+        """
+        A pod of an IMEX workload (or a ComputeDomain's daemon): its claim of one channel or
+        daemon, prepared by the ComputeDomain plugin alone. No partition: it keeps nothing.
+        """
+        p = self._add_pod("imex")
+        p.in_checkpoint = False
+        uid = f"{self.n:08x}-0000-4000-a000-{self.n:012x}"
+        p.claim = uid
+        self.sim.dra_cd.prepare(uid, f"{p.name}-{kind}", "default", (p.name, p.uid), kind)
+        self.imex[uid] = p.uid
+        self.event(f"cd: a claim of a {kind} alone prepared (keeps nothing)")
+        self.note(f"{p.name} admitted: the ComputeDomain plugin prepares its {kind}")
+
+    def _cd_unpreparable(self, p: MigPodM) -> bool:
+        ended = p.phase in ("Succeeded", "Failed", "Deleted")
+        c = self.dra_claims.get(p.claim or "")
+        return ended and ((c is not None and c.cd) or (p.claim or "") in self.imex)
+
+    @precondition(lambda self: self.cd and self._has(self._cd_unpreparable))
+    @rule(i=st.integers(0, 7))
+    def cd_unprepares(self, i: int) -> None:
+        """The kubelet has the ComputeDomain plugin unprepare an ended pod's claim (apart from
+        the GPU plugin's unprepare of it: each driver's, at its own time)."""
+        p = self._pick(self._cd_unpreparable, i)
+        assert p.claim is not None
+        self.sim.dra_cd.unprepare(p.claim)
+        if p.claim in self.imex:
+            del self.imex[p.claim]
+        else:
+            c = self.dra_claims[p.claim]
+            c.cd = False
+            self._forget(c)
+        self.event("cd: a claim unprepared by the ComputeDomain plugin")
+        self.note(f"{p.name}: the ComputeDomain plugin unprepares claim {p.claim[:8]}")
 
     def _claim_names(self, p: MigPodM) -> tuple[str, str, str, str]:
         """The claim's name and namespace, and the pod it is reserved for (name, uid)."""
@@ -1093,6 +1276,8 @@ class MigLifecycle(RuleBasedStateMachine):
         (the placement taken) fails the prepare: the claim stays PrepareStarted.
         """
         c = self.dra_claims[p.claim]  # type: ignore[index]
+        if c.channel and not c.cd:
+            self._cd_prepare(p, c)
         try:
             self.sim.dra.prepare(
                 c.uid, *self._claim_names(p), [c.device], stop="started" if crash else None
@@ -1192,7 +1377,7 @@ class MigLifecycle(RuleBasedStateMachine):
         self._forget(c)
 
     def _forget(self, c: ClaimM) -> None:
-        if c.state is None and not c.allocated:
+        if c.state is None and not c.allocated and not c.cd:
             del self.dra_claims[c.uid]
 
     def _deallocatable(self, p: MigPodM) -> bool:
@@ -1220,11 +1405,12 @@ class MigLifecycle(RuleBasedStateMachine):
         once it holds no claim and the API allocates none of its devices).
         """
         folder = self.sim.dra.plugin_dir
-        if event == "appears" and self.dra == "absent" and not self.static and not at_once:
+        alone = not self.static and not self.templates and self.cache is None
+        if event == "appears" and self.dra == "absent" and alone and not at_once:
             folder.mkdir(parents=True)
             self.dra = "starting"
             self.note(f"the DRA driver {DRA_DRIVER} is starting: its folder, no checkpoint yet")
-        elif event == "appears" and self.dra != "installed" and not self.static:
+        elif event == "appears" and self.dra != "installed" and alone:
             self.dra_install()
         elif event == "restarts" and self.dra == "installed":
             self.dra_restart()
@@ -1232,18 +1418,31 @@ class MigLifecycle(RuleBasedStateMachine):
             shutil.rmtree(folder)
             self.dra = "absent"
             self.note(f"the DRA driver {DRA_DRIVER} does not start: its folder is removed")
-        elif event == "leaves" and self._dra_ready() and not self.dra_claims:
+        elif event == "leaves" and self._dra_ready() and not self.dra_claims and not self.imex:
             self.sim.dra.registration.unlink()
             shutil.rmtree(folder)
+            self.sim.dra_cd.registration.unlink()
+            shutil.rmtree(self.sim.dra_cd.plugin_dir)
             with self.sim._mutate() as state:  # the simulator has no uninstall
                 del state["dra"]
-            self.dra, self.dra_running = "absent", False
-            self.note(f"the DRA driver {DRA_DRIVER} is uninstalled: its files are removed")
+                del state["dra_cd"]
+            self.dra, self.dra_running, self.cd, self.slices = "absent", False, False, ()
+            self.note("the DRA chart is uninstalled: both plugins' files are removed")
 
     def dra_install(self) -> None:
+        """The chart as installed: the GPU plugin (DynamicMIG) and, by default beside it, the
+        ComputeDomain plugin (values.yaml:79-83); their ResourceSlices published."""
         self.sim.dra.install("v0.4.1", dynamic_mig=True, pool=NODE)
         self.dra, self.dra_running, self.dra_boot = "installed", True, self.boot
-        self.note(f"the DRA driver {DRA_DRIVER} v0.4.1 (DynamicMIG) starts: an empty checkpoint")
+        if not self.cd:
+            self.sim.dra_cd.install("v0.4.1")
+            self.cd = True
+        published = [*self.sim.dra.resource_slices(), *self.sim.dra_cd.resource_slices()]
+        self.slices = tuple(kubeapi._parse_slice(item, "v1") for item in published)
+        self.note(
+            f"the DRA chart v0.4.1 starts: {DRA_DRIVER} (DynamicMIG, an empty checkpoint) and "
+            f"{CD_DRIVER}"
+        )
 
     def dra_restart(self) -> None:
         """
@@ -1311,8 +1510,8 @@ class MigLifecycle(RuleBasedStateMachine):
         what = "no GI"
         if p.style == "dra":
             what = "its claim left to the kubelet's unprepare"
-        elif p.gi is not None and p.style == "static":
-            what = f"static GI {p.gi} back in the pool"
+        elif p.gi is not None and p.style in ("static", "hami9"):
+            what = f"GI {p.gi} back in the pool ({p.style})"
         elif p.gi is not None and cleanup and self._plugin_destroys(p.gi):
             what = "its plugin destroys its GI"
         elif p.gi is not None:
@@ -1344,18 +1543,25 @@ class MigLifecycle(RuleBasedStateMachine):
         if event == "drop_advertised" and self.advertised:
             uuid = self.advertised.pop(i % len(self.advertised))
             self.sim.mark_unhealthy(STATIC, [uuid])
+            self.event("plugin: NVIDIA's plugin calls an advertised GI unhealthy")
             self.note(f"NVIDIA's plugin calls {uuid[:12]} unhealthy: kubelet lists it no more")
         elif event == "plugin_leaves":
             self.advertised = []
             self.sim.plugin_disconnected(STATIC)
             if i % 2:
                 self.sim.plugin_expired(STATIC)
+            self.plugin_away = bool(self.static)
+            gone = "its resource dropped past kubelet's grace" if i % 2 else "disconnected"
+            self.event(f"plugin: NVIDIA's plugin goes away ({gone})")
             self.note("NVIDIA's plugin goes away: kubelet lists none of its devices")
         elif event == "readvertise":
             self.advertised = [g.uuid for g in self.gis.values() if self._is_static(g) and g.ci]
             if i % 3 == 2 and self.advertised:  # one it calls unhealthy from its start
                 self.advertised.pop(i % len(self.advertised))
             self._register_static()
+            if self.plugin_away:
+                self.event("plugin: NVIDIA's plugin back after going away (a blink)")
+            self.plugin_away = False
             self.note(f"NVIDIA's plugin restarts: advertises {len(self.advertised)} MIG devices")
         elif event == "opaque_registers":
             self.opaque_advertised = True
@@ -1365,6 +1571,87 @@ class MigLifecycle(RuleBasedStateMachine):
             self.opaque_advertised = False
             self.sim.register(OPAQUE, [])
             self.note(f"the plugin of {OPAQUE} advertises nothing")
+
+    # --- HAMi's dynamic MIG up to v2.9: templates, their idle GIs cached on purpose
+
+    @precondition(lambda self: sum(p.phase != "Deleted" for p in self.pods.values()) < 6)
+    @rule(
+        event=st.sampled_from(
+            ["applies", "applies", "pod", "pod", "file_removed", "rewritten", "drops"]
+        ),
+        gpu=st.sampled_from([0, 1]),
+        n=st.integers(2, 4),
+        i=st.integers(0, 7),
+    )
+    def hami_template(self, event: str, gpu: int, n: int, i: int) -> None:
+        """
+        HAMi's plugin (v2.9, facts.hami) applies a template of n 1g.10gb GIs on a GPU with none
+        (not the static geometry's, not beside NVIDIA's DRA driver, which owns every MIG device),
+        writing its templates to /tmp/migconfig.yaml first; hands a pod a free GI of it (kubelet's
+        pick of a slot as device id, the MIG UUID in NVIDIA_VISIBLE_DEVICES: envvar, the chart's
+        default); the file is removed (a /tmp cleaner: the advertiser gone) or HAMi writes it
+        again (its restart, server.go:294-336); or it drops a template no live pod uses (its GIs
+        destroyed by mig-parted, the file rewritten without it).
+        """
+        if event == "applies":
+            self._hami_applies(gpu, n)
+        elif event == "pod":
+            self._hami_pod(i)
+        elif event == "file_removed" and self.cache is not None:
+            self._write_cache(None)
+            self.event("hami: its template file removed (the cache's advertiser gone)")
+            self.note("HAMi's /tmp/migconfig.yaml is removed")
+        elif event == "rewritten" and self.templates != (self.cache or {}):
+            back = self.cache is None
+            self._write_cache(self.templates)
+            self.event(f"hami: its template file written again{' (back)' if back else ''}")
+            self.note(f"HAMi writes /tmp/migconfig.yaml again: {self.templates}")
+        elif event == "drops" and gpu in self.templates:
+            self._hami_drops(gpu)
+
+    def _hami_applies(self, gpu: int, n: int) -> None:
+        static = {s[0] for s in self.static}
+        if self.dra != "absent" or gpu in static or any(g.gpu == gpu for g in self.gis.values()):
+            return
+        self.templates[gpu] = n
+        self._write_cache(self.templates)
+        made = [
+            self._new_gi(gpu, TEMPLATE_PROFILE, "HAMi's template (idle, cached)", start=s)
+            for s in range(n)
+        ]
+        self.template_gis |= {(g.gpu, g.id) for g in made if g is not None}
+        self.event("hami: a template applied, its idle GIs cached")
+        self.note(
+            f"HAMi applies {n}x {TEMPLATE_PROFILE} on GPU {gpu}: GIs {sorted(self.template_gis)}"
+        )
+
+    def _hami_pod(self, i: int) -> None:
+        busy = {p.gi for p in self.pods.values() if p.phase in LIVE or p.in_checkpoint}
+        free = sorted(x for x in self.template_gis if x not in busy and self.gis[x].names)
+        if not free:
+            return
+        g = self.gis[free[i % len(free)]]
+        p = self._add_pod("hami9")
+        p.gi, p.uuid, p.gpu = (g.gpu, g.id), g.uuid, i % len(self.gpus)
+        pick = dp.hami_slots(self.gpus[p.gpu]["uuid"])[self.n % 10]
+        self.sim.allocate(
+            p.uid, "main", HAMI, [pick], {}, alloc_resp=self._answer(p, "envvar", g.uuid)
+        )
+        self.event("hami: a pod given a GI of its template")
+        self.note(f"{p.name} admitted, given HAMi's template GI {p.gi} ({g.uuid[:12]})")
+
+    def _hami_drops(self, gpu: int) -> None:
+        mine = {x for x in self.template_gis if x[0] == gpu}
+        if any(p.gi in mine and p.phase in LIVE for p in self.pods.values()):
+            return
+        for place in sorted(mine):
+            if place in self.gis:
+                self._plugin_destroys(place)
+        self.template_gis -= mine
+        del self.templates[gpu]
+        self._write_cache(self.templates)
+        self.event("hami: a template dropped (its GIs destroyed, the file rewritten)")
+        self.note(f"HAMi drops GPU {gpu}'s template: its GIs destroyed, the file rewritten")
 
     def _can_open(self, p: MigPodM) -> bool:
         return p.phase == "Running" and not p.opened and p.gi is not None and self.gis[p.gi].ci
@@ -1426,6 +1713,8 @@ class MigLifecycle(RuleBasedStateMachine):
         self.dra_running = False
         self.driver.reboot_done()
         self.gis.clear()
+        self.templates.clear()  # HAMi's migCurrent restarts empty; its file stays as it was
+        self.template_gis.clear()
         lost = {p.uid: p.gi for p in self.pods.values()}
         for p in self.pods.values():
             p.gi = None
@@ -1533,12 +1822,13 @@ class MigLifecycle(RuleBasedStateMachine):
                 self.admit_dynamic("gpustack", gpu, "1g.10gb", False)
             elif race == "prepare":
                 g = self.gis[self._place(orphans[0])]
+                counted = [c for c in self.dra_claims.values() if c.driver_counts]
                 spans = [
                     self._span(c.profile, c.start)
-                    for c in self.dra_claims.values()
+                    for c in counted
                     if c.gpu == g.gpu and c.profile is not None and c.start is not None
                 ]
-                whole = any(c.gpu == g.gpu and c.profile is None for c in self.dra_claims.values())
+                whole = any(c.gpu == g.gpu and c.profile is None for c in counted)
                 mine = self._span(g.profile, g.start)
                 if not self._dra_ready() or not self._room() or whole:
                     return
@@ -1577,8 +1867,13 @@ class MigLifecycle(RuleBasedStateMachine):
             held = {u: c["checkpointState"] for u, c in self.sim.dra.dra_state()["claims"].items()}
             ours = {c.uid: c.state for c in self.dra_claims.values() if c.state}
             assert held == ours, f"model lost track of the DRA checkpoint: {held} model {ours}"
+        if self.cd:
+            held_cd = set(self.sim.state()["dra_cd"]["claims"])
+            ours_cd = {c.uid for c in self.dra_claims.values() if c.cd} | set(self.imex)
+            assert held_cd == ours_cd, f"model lost track of {CD_DRIVER}: {held_cd} {ours_cd}"
         unread = self.dra_unread()
         self._dra_run_events()
+        self._stack_run_events()
         sections = self.driver.read()
         obs = observe(sections, NODE, self.driver.paths, self.driver.policy.claim_sources)
         obs = self.api_source(replace(obs, now=self.now), sections)
@@ -1686,6 +1981,28 @@ class MigLifecycle(RuleBasedStateMachine):
         if any(g.story.startswith(DRA_LEAK) for g in gis):
             self.event("runs: a GI the DRA driver leaked is listed")
 
+    def _stack_run_events(self) -> None:
+        """What of issue 30's stacks this run reads (the bench's events)."""
+        gis = list(self.gis.values())
+        if not gis or any(tool == "nvidia-smi" for tool, _ in self.faults):
+            return
+        for p in self.pods.values():
+            g = self.gis.get(p.gi) if p.gi else None
+            if g is None or not self.claims(p) or p.opened or p.style != "hami":
+                continue
+            if p.strategy == "cdi-cri" and p.gpu != g.gpu and g.names:
+                self.event("runs: a HAMi pod's GI named only by a CDI device name (slot elsewhere)")
+                break
+        if self.cached(gis):
+            self.event("runs: GIs cached by HAMi's template file")
+        named = [g for c in self.dra_claims.values() if c.cd for g in gis if c.allocation_names(g)]
+        alive = [c for c in self.dra_claims.values() if c.allocated]
+        alive = [c for c in alive if self.api_alive(self.pods[c.pod])]
+        others = [g for c in self.dra_claims.values() for g in gis if c.names(g)]
+        others += [g for c in alive for g in gis if c.allocation_names(g)]
+        if any(g not in others for g in named):
+            self.event("runs: only a compute-domain claim names a GI")
+
     def _check_safe(self, place: tuple[int, int], contract_says: bool, unread: bool) -> None:
         """A destroyed GI: none of its keepers was there (`unread`: the DRA state at the read)."""
         g = self.gis[place]
@@ -1694,8 +2011,14 @@ class MigLifecycle(RuleBasedStateMachine):
             self.violation("safety", f"GI {place} was destroyed while a process held it")
         if g.names in self.advertised or self.opaque_advertised:
             self.violation(kind, f"GI {place} was destroyed while a device plugin advertised it")
+        if place in self.cached(list(self.gis.values())):
+            self.violation(kind, f"GI {place} was destroyed while HAMi's template file cached it")
         if g.identity() in self.contract.remembered:
             self.violation(kind, f"GI {place} was destroyed while desired (remembered, rule 4)")
+        for c in self.dra_claims.values():
+            if c.cd and c.allocation_names(g):
+                why = f"GI {place} was destroyed while {CD_DRIVER}'s claim {c.uid} names it"
+                self.violation(kind, why)
         for c in self.dra_claims.values():
             if c.names(g):
                 why = f"GI {place} was destroyed while DRA claim {c.uid} ({c.state}) names it"

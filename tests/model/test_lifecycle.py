@@ -115,3 +115,57 @@ def test_a_successor_at_a_destroyed_id_starts_a_streak_of_its_own():
         m.enforcer_run(300)  # 100 looks like the destroyed one: "retry", no grace
     finally:
         m.teardown()
+
+
+# --- issue 30's Ascend stacks, one story per rule (each fails on the product without it)
+
+
+def test_rule_4_static_vnpus_are_kept_while_their_plugin_is_away_released_once_back_without_one():
+    """
+    Huawei's static vNPUs (100, 101 vir02; 102 vir01), advertised, idle. The plugin goes away
+    past kubelet's grace (its resources dropped): rule 4's memory keeps them all, saying why; it
+    blinks back advertising them; it goes away again and comes back without 101 (its resource
+    lists 100): 101 is no longer desired (positive evidence) and goes after the grace.
+    """
+    m = _machine(InProcessDriver, "StaticPool")()
+    try:
+        m.busy_node([], [], ["vir02", "vir02", "vir01"])
+        assert set(m.vnpus) == {100, 101, 102}
+        m.enforcer_runs_on_schedule(2, 450)
+        m.huawei_plugin("leaves", 1)
+        m.enforcer_runs_on_schedule(4, 450)
+        assert set(m.vnpus) == {100, 101, 102}, m.log
+        m.huawei_plugin("back", 0)
+        m.huawei_plugin("leaves", 0)
+        m.enforcer_runs_on_schedule(4, 450)
+        assert set(m.vnpus) == {100, 101, 102}, m.log
+        m.huawei_plugin("back_without_one", 1)
+        m.enforcer_runs_on_schedule(4, 450)
+        assert set(m.vnpus) == {100, 102}, m.log
+        c = type(m).counts
+        assert (c.destroys, c.violations) == (1, 0), m.log
+    finally:
+        m.teardown()
+
+
+def test_rule_3_a_volcano_pods_vnpu_is_claimed_by_the_answers_envs_not_kubelets_ai_core_pick():
+    """
+    Volcano's dynamic vNPUs: v1's vir02 (100) was made at Allocate; the checkpoint's device ids
+    are kubelet's pick of AI-core tokens (npu-core-0,1), which name no vNPU; the answer's
+    ASCEND_VISIBLE_DEVICES=100 (VIRTUAL) names the real one. A zombie vir02 (101) beside it is
+    proven orphaned: the pick alone would have kept it (one vNPU of the node, which unsaid).
+    """
+    m = _machine(InProcessDriver, "VolcanoPick")()
+    try:
+        m.busy_node([], [])
+        m.admit_volcano("vir02", 0, 1)  # v1: the plugin makes 100
+        m.admit("vir02", 2)  # p2 (HAMi): the runtime makes 101 at its container create ...
+        m.container_create(0, False)
+        m.container_create_fails(0)  # ... which fails: 101 is a zombie
+        m.terminates(1, True)
+        m.deleted(1, False, True)
+        m.enforcer_runs_on_schedule(4, 450)
+        assert set(m.vnpus) == {100}, m.log
+        assert type(m).counts.violations == 0
+    finally:
+        m.teardown()

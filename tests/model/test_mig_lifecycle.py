@@ -16,6 +16,7 @@ kubernetes-api source agreeing or not) against the real decision code.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 from model.lifecycle_machine import Counts
@@ -278,5 +279,95 @@ def test_a_gi_made_at_allocate_at_an_ended_pods_place_is_not_destroyed_before_it
         assert m.log[-2].endswith("/13:claimed"), m.log  # then kubelet writes B's entry
         m.enforcer_runs_on_schedule(4, 450)
         assert (0, 13) in m.gis, m.log
+    finally:
+        m.teardown()
+
+
+# --- issue 30's stacks, one story per rule (each fails on the product without what it checks)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "where"),
+    [
+        ("cdi-cri", " (its CDI device)"),
+        ("volume-mounts", " (its mount)"),
+        ("cdi-annotations", ""),
+        ("envvar", ""),
+    ],
+)
+def test_rule_3_a_hami_gi_named_only_in_the_answer_is_kept_its_slot_on_the_other_gpu(
+    strategy, where
+):
+    """
+    HAMi's dynamic MIG: kubelet's pick is a slot of GPU 0 (`<GPU UUID>-<n>`), the plugin made the
+    pod's GI on GPU 1 and names its MIG UUID only in its answer, by its device-list strategy
+    (with `cdi-cri` only in a CDI device name: the issue's destroyed starting pod). The starting
+    pod's GI is kept by that name; the slot keeps one GI on GPU 0 (count-aware); the leak beside
+    the pod's GI on GPU 1 goes.
+    """
+    m = _mig(MigInProcessDriver, "MigHamiAnswer")()
+    try:
+        m.mig_node([], [(1, "2g.20gb")])  # a leak on GPU 1 (GI 1/5)
+        m.admit_dynamic("hami", 1, "1g.10gb", False, False, strategy, 0)
+        (p,) = m.pods.values()
+        m.enforcer_runs_on_schedule(4, 450)
+        assert p.gi in m.gis and (1, 5) not in m.gis, m.log
+        assert f"{p.uuid}{where}" in m.verdicts[p.gi].reason, m.log
+        assert type(m).counts.violations == 0
+    finally:
+        m.teardown()
+
+
+def test_rule_4_hamis_cached_template_gis_are_kept_while_its_file_is_gone():
+    """
+    HAMi's dynamic MIG up to v2.9: its template's idle GIs are kept on purpose for the next
+    pods, and /tmp/migconfig.yaml says so (pinned). The file removed (the advertiser gone),
+    rule 4's memory keeps them, saying so; written again, pinned again, also the GI a deleted
+    pod gives back.
+    """
+    m = _mig(MigInProcessDriver, "MigHamiCache")()
+    try:
+        m.mig_node([], [])
+        m.hami_template("applies", 1, 3, 0)  # 1g.10gb x3 on GPU 1, idle, /tmp/migconfig.yaml
+        m.hami_template("pod", 0, 0, 0)  # a pod given one of them
+        cached = set(m.gis)
+        m.enforcer_runs_on_schedule(4, 450)
+        m.hami_template("file_removed", 0, 0, 0)  # the advertiser gone: remembered
+        m.enforcer_runs_on_schedule(4, 450)
+        assert set(m.gis) == cached, m.log
+        said = m.verdicts[sorted(cached)[-1]].reason
+        assert "hami-mig-config" in said and "the advertiser is gone" in said, said
+        m.hami_template("rewritten", 0, 0, 0)
+        m.deleted(0, True, True)  # the pod gone before it started: its GI back, idle
+        m.enforcer_runs_on_schedule(4, 450)
+        assert set(m.gis) == cached, m.log
+        assert type(m).counts.violations == 0
+    finally:
+        m.teardown()
+
+
+def test_rule_3_a_compute_domain_claim_naming_a_gi_keeps_it_until_that_plugin_unprepares_it():
+    """
+    NVIDIA's DRA chart as installed: a claim of an IMEX channel and a MIG device, prepared by
+    both kubelet plugins. The pod ends and the GPU plugin's unprepare leaks the GI; the
+    ComputeDomain plugin still holds the claim, whose status names the MIG device: kept, run
+    after run; once it unprepares, the leak goes after the grace. A claim of a channel alone
+    keeps nothing.
+    """
+    m = _mig(MigInProcessDriver, "MigComputeDomain")()
+    try:
+        m.mig_node([], [], True, [])
+        m.admit_dra(1, "1g.10gb", "prepared", False, True)  # dra1: GI 1/13 and a channel
+        m.admit_dra(0, "imex", "prepared", False)  # a pod of an IMEX channel alone
+        m.dra_pod_ends(0, False, "leak")  # dra1 Succeeded; the GPU plugin forgets GI 1/13
+        m.claim_controller(0)
+        m.enforcer_runs_on_schedule(4, 450)
+        assert (1, 13) in m.gis, m.log
+        assert "compute-domain.nvidia.com checkpoint" in m.verdicts[1, 13].reason, m.log
+        m.cd_unprepares(0)
+        m.enforcer_run_breaker_lifted(600)  # dra1's owners gone: the breaker's silent source
+        m.enforcer_runs_on_schedule(4, 450)
+        assert (1, 13) not in m.gis, m.log
+        assert type(m).counts.violations == 0
     finally:
         m.teardown()
