@@ -28,6 +28,11 @@ def quiet(inventory: Path) -> list[dict]:
     return rows
 
 
+def forget(node: Node) -> None:
+    """The ledger lost (a reinstall, the state directory wiped): rule 4 remembers nothing."""
+    (node.state_dir / "ledger.json").unlink()
+
+
 def owners(run, partition: str | int) -> list[str]:
     """The owners the run's report says claim a partition: their names, else their UIDs."""
     v = next(x for x in run.report["verdicts"] if x["partition"]["id"] == str(partition))
@@ -90,13 +95,19 @@ def test_kubevirt_a_leftover_mdev_is_reclaimed_and_then_the_node_is_quiet(kubevi
 
 def test_kubevirt_a_starting_vms_mdev_is_kept_by_its_virt_launchers_record(kubevirt_node):
     """(b) vm-b is admitted (KubeVirt's Allocate recorded), no sandbox, QEMU not started: its
-    mdev is capacity while the plugin advertises it, and kept by its record when the plugin
-    is away (kubelet dropped the resource after its plugin disconnected)."""
+    mdev is capacity while the plugin advertises it; with the plugin away (kubelet dropped
+    the resource after its plugin disconnected) rule 4's memory keeps it, and its record still
+    names its VM (the report's claimed_by); with the ledger lost too, the record alone keeps it."""
     b = kubevirt_node.vgpus["b"]
     run = kubevirt_node.converge(1)[-1]
     assert run.verdict(b) == "pinned"
     assert owners(run, b) == [kubevirt_story.VM_B]  # no sandbox yet: known by its UID
     kubevirt_node.sim.unregister(kubevirt_story.MDEV_RESOURCE)
+    for run in kubevirt_node.converge(2):
+        assert run.verdict(b) == "pinned", run.output
+        assert "the advertiser is gone" in run.reason(b), run.reason(b)
+        assert owners(run, b) == [kubevirt_story.VM_B]
+    forget(kubevirt_node)
     for run in kubevirt_node.converge(3):
         assert run.verdict(b) == "claimed", run.output
         assert kubevirt_story.VM_B in run.reason(b) and b in run.reason(b)
@@ -112,7 +123,11 @@ def test_kubevirt_a_starting_vms_mdev_is_kept_by_its_virt_launchers_record(kubev
 def test_hypeman_a_retention_stub_is_reclaimed_and_then_the_node_is_quiet(vgpu_node):
     """(a) a failed create whose release failed left a retention stub (GPURetainedForCleanup,
     no PID): no VM boots from it, its mdev is a leak, destroyed in grace + one run and never a
-    stuck claim; (c) with the story's leaks gone, the node is quiet (the booting VM is kept)."""
+    stuck claim; (c) with the story's leaks gone, the node is quiet (the booting VM is kept).
+    The story's two leaks on the T4 go first: with the stub, three of its four mdevs at once
+    would trip the breaker per accelerator (tests/e2e/test_desired_memory.py)."""
+    vgpu_node.converge(3)
+    vgpu_node.enforce()
     stub_mdev = vgpu_node.sim.create_mdev(vgpu_story.T4, "nvidia-230")
     vgpu_node.sim.write_retention_stub("f4iled0create0st8b0xy12z", stub_mdev, "failed-create")
     runs = vgpu_node.converge(3)
@@ -165,11 +180,17 @@ def test_gke_a_gi_made_beside_the_static_geometry_is_reclaimed_then_the_node_is_
 
 def test_gke_a_starting_pods_gi_is_kept_by_its_time_shared_record(gke_node):
     """(b) train-b's container is being created: its GI is capacity and its record names it
-    (`nvidia0/gi<b>/vgpu0` and the caps); with the plugin away, the record alone keeps it."""
+    (`nvidia0/gi<b>/vgpu0` and the caps); with the plugin away rule 4's memory keeps it, its
+    record still naming the pod; with the ledger lost too, the record alone keeps it."""
     b = gke_node.gis["b"]
     run = gke_node.converge(1)[-1]
     assert run.verdict(b) == "pinned" and owners(run, b) == ["default/train-b"]
     gke_node.sim.unregister(gke_story.RESOURCE)
+    for run in gke_node.converge(2):
+        assert run.verdict(b) == "pinned", run.output
+        assert "the advertiser is gone" in run.reason(b), run.reason(b)
+        assert owners(run, b) == ["default/train-b"]
+    forget(gke_node)
     for run in gke_node.converge(3):
         assert run.verdict(b) == "claimed", run.output
         assert f"nvidia0/gi{b}" in run.reason(b)
