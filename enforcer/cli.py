@@ -10,6 +10,8 @@ The `enforcer` command: what the runs said, for people (tables) and machines (`-
     enforcer release PARTITION --reason WHY   on the node: stop keeping a partition that rule 4's
                                               memory keeps (its advertiser gone); audited, applied
                                               by the next run, destroyed after the grace if orphaned
+    enforcer alerts [--path]                  the Prometheus alerting rules shipped with this release
+                                              (for `rule_files:`), or where the package keeps them
 
 Exit codes: 0 ok; 1 findings or a failed check (a node that needs a person, a report that cannot
 be read, a corrupt ledger, bad host data, no such partition); 2 usage (bad arguments, a path that
@@ -46,6 +48,7 @@ OK, FINDINGS, USAGE = 0, 1, 2
 BOLD, RED = "1", "31"  # ANSI colours, only for a terminal
 DEFAULT_LEDGER = "/var/lib/partition-enforcer/ledger.json"
 DEFAULT_LOCK = "/run/lock/partition-enforcer.lock"
+ALERTS = Path(__file__).parent / "alerts" / "partition-enforcer.rules.yml"  # package data
 LOCK_WAIT = 30.0  # seconds `enforcer release` waits for the node lock (a run's write, a destroy)
 
 # The fleet view's columns: verdict statuses in the order a partition's life goes.
@@ -642,6 +645,12 @@ def _audit(args: argparse.Namespace) -> int:
     return OK
 
 
+def _alerts(args: argparse.Namespace) -> int:
+    """The alerting rules file (package data; its promtool tests are beside it)."""
+    print(ALERTS if args.path else ALERTS.read_text(encoding="utf-8"), end="\n" if args.path else "")
+    return OK
+
+
 # --- enforcer release PARTITION --reason WHY: on the node ------------------------------------
 
 
@@ -831,6 +840,9 @@ def _parser() -> argparse.ArgumentParser:
         help="the node lock (enforcer_lock_path under enforcer_rootfs)",
     )
     release.set_defaults(run=_release)
+    alerts = sub.add_parser("alerts", help="the Prometheus alerting rules for the textfile")
+    alerts.add_argument("--path", action="store_true", help="print the installed file's path")
+    alerts.set_defaults(run=_alerts)
     for command in (report, explain, show, validate, audit):
         command.add_argument("--json", action="store_true", help="print JSON, for machines")
     return parser

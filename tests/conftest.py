@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -37,3 +38,24 @@ def namespaces() -> None:
         pytest.fail(f"CI must run the tests on the simulated node: {problem}")
     if problem:
         pytest.skip(f"needs PID namespaces for the simulated node: {problem}")
+
+
+def need_tool(tool: str, package: str) -> str:
+    """A tool of the ecosystem on PATH; in CI a missing one fails, never skips (.ci/run installs
+    it)."""
+    found = shutil.which(tool)
+    if found is None and os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run this test: {tool} is missing (Debian: {package})")
+    if found is None:
+        pytest.skip(f"needs {tool} (Debian: {package})")
+    return found
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    return need_tool("promtool", "prometheus")
+
+
+@pytest.fixture(scope="session")
+def node_exporter() -> str:
+    return need_tool("prometheus-node-exporter", "prometheus-node-exporter")
