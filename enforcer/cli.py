@@ -10,8 +10,8 @@ The `enforcer` command: what the runs said, for people (tables) and machines (`-
     enforcer release PARTITION --reason WHY   on the node: stop keeping a partition that rule 4's
                                               memory keeps (its advertiser gone); audited, applied
                                               by the next run, destroyed after the grace if orphaned
-    enforcer alerts [--path]                  the Prometheus alerting rules shipped with this release
-                                              (for `rule_files:`), or where the package keeps them
+    enforcer alerts [--path]                  the Prometheus alerting rules of this release (for
+                                              `rule_files:`), or where the package keeps them
 
 Exit codes: 0 ok; 1 findings or a failed check (a node that needs a person, a report that cannot
 be read, a corrupt ledger, bad host data, no such partition); 2 usage (bad arguments, a path that
@@ -647,7 +647,10 @@ def _audit(args: argparse.Namespace) -> int:
 
 def _alerts(args: argparse.Namespace) -> int:
     """The alerting rules file (package data; its promtool tests are beside it)."""
-    print(ALERTS if args.path else ALERTS.read_text(encoding="utf-8"), end="\n" if args.path else "")
+    if args.path:
+        print(ALERTS)
+    else:
+        sys.stdout.write(ALERTS.read_text(encoding="utf-8"))
     return OK
 
 
