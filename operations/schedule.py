@@ -163,6 +163,9 @@ class Schedule:
             deploy=self.deploy,
             workdir=workdir,
             timeout=self.timeout,
+            # The hardening's one writable place in /etc: the inventory's directory, where the
+            # runs keep the fleet-view reports (enforcer_reports_dir, relative to it by default).
+            writable=str(Path(self.inventory).parent),
         )
 
     def timer_text(self) -> str:
