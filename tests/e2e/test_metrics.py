@@ -6,10 +6,14 @@ ledger, touched by every node read; parsed back here with prometheus_client's ow
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 
+import pytest
+from e2e import test_dra
 from prometheus_client.parser import text_string_to_metric_families
 
+import kinds
 from enforcer.metrics import FILE, VERSION
 
 
@@ -61,3 +65,54 @@ def test_the_destroy_counters_keep_their_totals_after_the_partitions_are_forgott
     info = [k for k in found if k[0] == "partition_enforcer_info"]
     assert info == [("partition_enforcer_info", (("mode", "plan"), ("version", VERSION)))]
     assert found[info[0]] == 1
+
+
+# --- every kind's textfile, as Prometheus' own linter reads it --------------------------------
+
+build = test_dra.build  # the DRA stories' fixture (an H100 with NVIDIA's DRA driver)
+# Each story's node and the partition kinds its textfile counts: together, every kind there is.
+STORIES = {
+    "seed_node": {"ascend-vnpu"},
+    "mig_node": {"nvidia-mig"},
+    "ppu_node": {"thead-ppu"},
+    "dcu_node": {"hygon-vdcu"},
+    "vgpu_node": {"mdev", "nvidia-vfio"},
+    "dra": {"nvidia-mig"},
+}
+
+
+def dra_node(build) -> test_dra.DraNode:
+    """batch-b's claim prepared (its GI claimed), train-c running; a GI no claim names (a leak)."""
+
+    def lay_out(node: test_dra.DraNode) -> None:
+        node.sim.add_pod(test_dra.TRAIN_C, "train-c", phase="Running")
+        node.sim.add_pod(test_dra.BATCH_B, "batch-b", phase="Running")
+        node.gis["b"] = node.prepare(
+            test_dra.CLAIM_B, "batch-b-gpu", "batch-b", test_dra.BATCH_B, 0, 0
+        )
+        node.gis["leak"] = node.sim.create_gi(0, "1g.10gb")
+
+    return build(lay_out)
+
+
+def test_every_kind_is_a_story_here():
+    assert set().union(*STORIES.values()) == set(kinds.NAMES)
+
+
+@pytest.mark.parametrize("story", sorted(STORIES))
+def test_promtool_check_metrics_passes_every_kinds_textfile(promtool, request, story):
+    node = dra_node(request.getfixturevalue("build")) if story == "dra" else None
+    node = node or request.getfixturevalue(story)
+    node.converge(3)  # candidates, then destroys: the verdicts and counters of a whole story
+    text = (node.state_dir / FILE).read_text()
+    counted = {
+        s.labels["kind"]
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "partition_enforcer_verdicts"
+    }
+    assert counted == STORIES[story], text
+    done = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stdout + done.stderr) == (0, ""), text
