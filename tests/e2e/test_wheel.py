@@ -80,6 +80,7 @@ def test_the_wheel_carries_every_file_of_the_packages_and_nothing_else(wheel):
     shipped = sources(*PACKAGES)
     # schemas, templates, the node-side client, the deploys: all of the folders
     assert {"schemas/ledger.schema.json", "facts/pod_resources_client.py"} <= set(shipped)
+    assert "enforcer/alerts/partition-enforcer.rules.yml" in shipped  # enforcer alerts
     assert [name for name in shipped if name not in names] == []
     ours = {name for name in names if ".dist-info/" not in name}
     assert ours == set(shipped), "the wheel holds files that are no package's"
@@ -98,6 +99,8 @@ def test_the_installed_enforcer_runs_outside_the_checkout_without_the_kubernetes
     assert "enforcer report DIR" in run([enforcer, "--help"], tmp_path).stdout
     inventory = write_inventory(tmp_path / "inventory.py", tmp_path / "node")
     run([enforcer, "validate", str(inventory)], tmp_path)
+    rules = Path(run([enforcer, "alerts", "--path"], tmp_path).stdout.strip())
+    assert rules.is_relative_to(venv) and rules.is_file(), rules
     missing = subprocess.run([python, "-c", "import kubernetes"], capture_output=True, check=False)
     assert missing.returncode != 0, "the wheel pulled in the optional kubernetes client"
     absent = subprocess.run(
