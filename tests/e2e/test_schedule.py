@@ -223,10 +223,11 @@ def test_the_rendered_units_pass_systemd_analyze_verify(
 
 
 # `systemd-analyze security --offline=yes` of the service schedule.py writes: 9.6 UNSAFE without
-# the template's hardening block, 4.7 OK with it, on CI's systemd (252, Debian 12). The bound is
-# that measure: dropping a directive of the block raises it (most by 0.1 or more), and a change of
-# systemd's scoring shows here first. What stays open, and why, is in the template.
-EXPOSURE_BOUND = 4.7
+# the template's hardening block; with it 4.7 OK on a node and 4.8 on a control node (whose home
+# stays writable: known_hosts), on CI's systemd (252, Debian 12). The bound is that measure:
+# dropping a directive of the block raises it (most by 0.1 or more), and a change of systemd's
+# scoring shows here first. What stays open, and why, is in the template.
+EXPOSURE_BOUND = {"node": 4.7, "control": 4.8}
 # Each would hide what proves a partition in use, so that it would look orphaned: holders in
 # other processes' /proc (hidepid), VMM sockets in /proc/net/unix (per network namespace), HAMi's
 # /tmp/migconfig.yaml, the device nodes the tools open, the sysfs files vGPUs are destroyed by.
@@ -263,7 +264,7 @@ def test_the_service_is_hardened_below_the_measured_exposure(analyze, tmp_path, 
     )
     found = re.search(rf"Overall exposure level for {SERVICE}: (\d+\.\d) ", done.stdout)
     assert found, done.stdout + done.stderr
-    assert float(found[1]) <= EXPOSURE_BOUND, done.stdout
+    assert float(found[1]) <= EXPOSURE_BOUND[on], done.stdout
 
 
 @pytest.mark.parametrize("on", sorted(SERVICE_DATA))
