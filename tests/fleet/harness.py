@@ -12,7 +12,8 @@ reached as a non-root user with sudo also gets its own /etc/passwd, group, shado
 every node, empty shell startup files for root (ROOT_STARTUP). Nothing changes on the machine
 itself: every mount is in the node's private mount namespace.
 
-    python tests/fleet/harness.py N [DIR]    # `make fleet N=5`: start, print, wait for Ctrl-C
+    python -m tests.fleet.harness N [DIR]    # from the checkout; `make fleet N=5`: start, print,
+                                             # wait for Ctrl-C
 
 Needs root, unshare, sshd (openssh-server) and sudo. Writes DIR/inventory.py, DIR/ssh_config
 (for testinfra and ssh: `ssh -F DIR/ssh_config node1`) and tears everything down on exit.
@@ -391,7 +392,7 @@ def fleet(root: Path | str, n: int, host_data: dict[str, Any] | None = None) -> 
 
 def main(argv: list[str]) -> int:
     if not argv or not argv[0].isdigit() or not 1 <= int(argv[0]) <= 50:
-        sys.stderr.write("usage: python tests/fleet/harness.py N [DIR]   (1 <= N <= 50)\n")
+        sys.stderr.write("usage: python -m tests.fleet.harness N [DIR]   (1 <= N <= 50)\n")
         return 2
     root = Path(argv[1] if len(argv) > 1 else "fleet")
     if root.exists():
