@@ -36,7 +36,9 @@ def test_systemd_id128_on_this_machine_derives_the_same(tmp_path):
         pytest.skip("no systemd-id128 or unshare here")
     fake = tmp_path / "machine-id"
     fake.write_text("3f6c1e5ad2b84e0f9a7d4c2b1e0f5a69\n")
-    script = f"mount --bind {fake} /etc/machine-id && systemd-id128 machine-id --app-specific={APP_ID}"
+    script = (
+        f"mount --bind {fake} /etc/machine-id && systemd-id128 machine-id --app-specific={APP_ID}"
+    )
     done = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
         capture_output=True,
