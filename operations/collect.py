@@ -6,9 +6,12 @@ on the node. A collect run copies each node's last one into the control node's f
 `enforcer report DIR`, and changes nothing on the node:
 
     host data -> the path the node's scheduled runs keep their report at (node_report_path) ->
-    one command (collect-report.sh.j2: the file, base64) -> strict JSON, the report schema, the
-    node inventory's host (@local) -> <enforcer_reports_dir>/<host>.json, under the host's name;
-    the run's inventory recorded, as a converge run records it
+    one command (collect-report.sh.j2: what the node says it is, its boot id, hostname and
+    machine id; the file, base64) -> strict JSON, the report schema, the node inventory's host
+    (@local) -> the report's own host's, not another's kept, not older than the one kept
+    (refusal, enforcer.fleet) -> <enforcer_reports_dir>/<host>.json, under the host's name;
+    what the host said, and a refusal, in <dir>/.identity/<host>.json; the run's inventory
+    recorded, as a converge run records it
 
 A node with no report yet is said and nothing is kept: the fleet view lists the host as having
 no report. A report that cannot be read, parsed or validated fails the host, naming the path and
