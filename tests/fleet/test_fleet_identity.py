@@ -123,14 +123,15 @@ def test_schedule_then_each_node_s_own_run_then_collect_show_each_node_in_its_ow
     rows = {r["host"]: r for r in view["rows"]}
     assert sorted(rows) == sorted(fleet.nodes), view
     for node in fleet.nodes.values():
-        assert rows[node.name]["node"] == node.name, view  # its own row: NODE is the node
+        named = node.host_data.get("enforcer_node_name", node.name)  # else its hostname
+        assert rows[node.name]["node"] == named, view  # its own row: NODE is the node's
         assert not [n for n in rows[node.name]["needs"] if "own" in n or "one machine" in n], view
         kept = json.loads((reports / f"{node.name}.json").read_text())
         machine = own(node, "/etc/machine-id").read_text().strip()
         assert kept["machine_id"] == app_specific(machine), kept["machine_id_why"]
         assert own(node, "/etc/partition-enforcer/inventory.py").is_file()
         assert (own(node, "/opt/partition-enforcer") / "venv").is_symlink()
-    assert len({json.loads(p.read_text())["machine_id"] for p in reports.glob("*.json")}) == 3
+    assert len({json.loads(p.read_text())["machine_id"] for p in reports.glob("[!.]*.json")}) == 3
     needs = any(r["needs"] for r in view["rows"])
     assert rc == (1 if needs else 0), view
 
