@@ -32,10 +32,11 @@ test: $(READY) lint
 	$(BIN)/pytest -n 2 --dist loadfile
 
 # N simulated nodes behind their own sshd, on 127.0.0.11...; Ctrl-C tears them down (root).
+# As a module from the checkout (python -m puts it on sys.path): the harness imports simulator/.
 N ?= 5
 fleet: $(READY)
 	rm -rf fleet
-	$(BIN)/python tests/fleet/harness.py $(N) fleet
+	$(BIN)/python -m tests.fleet.harness $(N) fleet
 
 clean:
 	rm -rf $(VENV) $(NODE) $(NODE)-h100 $(NODE)-dra $(NODE)-ppu $(NODE)-dcu $(NODE)-vmhost fleet .pytest_cache .ruff_cache

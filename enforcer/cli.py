@@ -149,9 +149,15 @@ def fleet_view(
         unreadable.append((fleet.INVENTORY, f"not the fleet's inventory: {error}"))
     rows: list[FleetRow] = []
     reported: set[str] = set()
-    for path, report in _reports(directory, "", unreadable):
+    said, bad = fleet.read_said(directory)  # issue 31: a report that is not its host's
+    unreadable += bad
+    kept = _reports(directory, "", unreadable)
+    identity = fleet.report_needs({path.name: report for path, report in kept}, said)
+    for path, report in kept:
+        report = {**report, "host": fleet.kept_for(path.name, report)}  # the file's host's row
         reported.add(report["host"])
-        rows += _rows(report, path.name, fleet.host_needs(report, path, inventory, override, now))
+        needs = fleet.host_needs(report, path, inventory, override, now)
+        rows += _rows(report, path.name, identity.get(report["host"], []) + needs)
     for path, report in _reports(directory / fleet.DRAINS, f"{fleet.DRAINS}/", unreadable):
         rows += _rows(report, f"{fleet.DRAINS}/{path.name}", [])
     listed = set(inventory.hosts) if inventory else set()
@@ -160,6 +166,10 @@ def fleet_view(
         if inventory is None
         else tuple((h, fleet.missing_need(inventory, h)) for h in sorted(listed - reported))
     )
+    refused = {h: "; ".join(why) for h, why in identity.items() if h not in reported}
+    missing = tuple(
+        (h, "; ".join(filter(None, (refused.pop(h, ""), why)))) for h, why in missing
+    ) + tuple(sorted(refused.items()))
     person = {r.host for r in rows if r.needs}
     rows.sort(key=lambda r: (r.host not in person, r.host, r.file, r.kind))
     total = {status: sum(r.counts[status] for r in rows) for status, _ in COUNTED}

@@ -8,18 +8,27 @@ inventory with no report, a report of a host no longer in the inventory, a drain
     <dir>/drain/<host>.json   a drain not finished (running, failed, timed out or cut short): its
                               report, until the drain succeeds, undrain.py or a converge run
     <dir>/.inventory.json     the last run's inventory (schemas/fleet-inventory.schema.json)
+    <dir>/.identity/<host>.json  what the host said it is when a collect run last read it, and
+                              whether collect refused its report (schemas/fleet-identity...)
 
-Report file names never start with a dot (operations.converge.report_file_name), so
-`.inventory.json` is no host's.
+Report file names never start with a dot (report_file_name), so `.inventory.json` is no host's.
+
+A report that is not its host's needs a person, naming both hosts where there are two (issue 31):
+its identity (facts.machine_id: machine id, node name, boot id) is not what its host said it is
+when collect read it, two hosts' reports name one machine, a report kept under another host's
+name, a report older than the one collect kept.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import time
+import urllib.parse
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +37,12 @@ import jsonschema
 import schemas
 from enforcer.policy import DEFAULTS, SPAN, seconds
 
-DRY, DRAINS, INVENTORY = "dry", "drain", ".inventory.json"
+DRY, DRAINS, INVENTORY, IDENTITY = "dry", "drain", ".inventory.json", ".identity"
 PERIODS = 3  # a report is stale after this many schedule periods without a newer one
 PERIOD_KEY = "enforcer_schedule_period"
 SCHEMA = schemas.load("fleet-inventory")
 VALIDATOR = schemas.Validator(SCHEMA)
+IDENTITY_VALIDATOR = schemas.Validator(schemas.load("fleet-identity"))
 
 
 class FleetError(ValueError):
@@ -155,3 +165,220 @@ def span_of(seconds_: float) -> str:
         if s < upto:
             return f"{s // size}{unit}"
     return f"{s // 86400}d"
+
+
+def report_file_name(host_name: str) -> str:
+    """
+    `<host>.json`, the host's name made safe for a file name and one-to-one: every character
+    but letters, digits and `@ + - _ . ~` is percent-encoded (UTF-8), and so is a leading dot (no
+    hidden file, no `..`). A name too long for a file keeps its start and adds its digest after
+    `%%`, which no encoded name contains.
+    """
+    safe = urllib.parse.quote(host_name, safe="@+")
+    if safe.startswith("."):
+        safe = "%2E" + safe[1:]
+    elif not safe:
+        safe = "%"  # no host has an empty name; were there one, it would still get a file
+    if len(safe) > 200:
+        safe = safe[:150] + "%%" + hashlib.sha256(host_name.encode()).hexdigest()
+    return f"{safe}.json"
+
+
+# --- which machine a report is of (issue 31) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Identity:
+    """
+    Which machine: its Kubernetes node name, boot id and app-specific machine id
+    (facts.machine_id), each None when not known; `unknown`: what was not known, and why.
+    """
+
+    node: str | None
+    boot_id: str | None
+    machine_id: str | None
+    unknown: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Said:
+    """<dir>/.identity/<host>.json: what the host said it is when collect last read it."""
+
+    host: str
+    read_at: float
+    identity: Identity
+    refused: str | None  # why collect kept no report of this read (None: it kept it, or none)
+    kept_run_at: float | None  # the run_at of the report collect last kept for the host
+
+
+def of_report(report: Mapping[str, Any]) -> Identity:
+    """The identity a report carries; one of a version before machine ids names no machine."""
+    machine = report.get("machine_id")
+    unknown = () if machine else (f"machine id: {report.get('machine_id_why') or 'not said'}",)
+    return Identity(report["node"] or None, report["boot_id"] or None, machine, unknown)
+
+
+def not_its_own(host: str, report: Mapping[str, Any], said: Identity) -> list[str]:
+    """
+    Why `report` is not of the machine `host` said it is (`said`): another node name or machine
+    id; another boot id, unless one machine id says it is this machine's earlier boot. Each
+    names what was expected and what was found. A report older than machine ids (no
+    `machine_id` key) is judged by node name and boot id.
+    """
+    found = of_report(report)
+    wrong = []
+    if said.node and found.node != said.node:
+        wrong.append(f"node name: expected {said.node}, found {found.node}")
+    if "machine_id" in report and said.machine_id != found.machine_id:
+        expected = said.machine_id or _none(said.unknown)
+        wrong.append(
+            f"machine id: expected {expected}, found {found.machine_id or _none(found.unknown)}"
+        )
+    one_machine = said.machine_id is not None and said.machine_id == found.machine_id
+    if said.boot_id and found.boot_id != said.boot_id and not one_machine:
+        wrong.append(
+            f"boot id: expected {said.boot_id}, found {found.boot_id}, and no machine id says "
+            "it was an earlier boot of this machine"
+        )
+    return wrong
+
+
+def _none(unknown: tuple[str, ...]) -> str:
+    why = next((u.removeprefix("machine id: ") for u in unknown if u.startswith("machine id")), "")
+    return f"none ({why})" if why else "none"
+
+
+def shared(identities: Mapping[str, Identity], what: str) -> dict[str, list[str]]:
+    """
+    Hosts whose `what` (their reports, or what they said) name one machine: one machine id, or
+    one node name and boot id. host -> why, naming the other hosts.
+    """
+    groups: dict[str, set[str]] = defaultdict(set)
+    for host, i in identities.items():
+        if i.machine_id:
+            groups[f"machine id {i.machine_id}"].add(host)
+        if i.node and i.boot_id:
+            groups[f"node {i.node} in boot {i.boot_id}"].add(host)
+    needs: dict[str, list[str]] = defaultdict(list)
+    for key, hosts in sorted(groups.items()):
+        for host in sorted(hosts) if len(hosts) > 1 else ():
+            others = ", ".join(sorted(hosts - {host}))
+            needs[host].append(
+                f"{what} of {host} and {others} name one machine ({key}): at most one is its "
+                "host's; is one host's report or name another's?"
+            )
+    return dict(needs)
+
+
+def said_record(said: Said) -> dict[str, Any]:
+    """What collect records as <dir>/.identity/<host>.json (schemas/fleet-identity.schema.json)."""
+    record = {
+        "version": 1,
+        "host": said.host,
+        "read_at": said.read_at,
+        **{k: v for k, v in asdict(said.identity).items() if k != "unknown"},
+        "unknown": list(said.identity.unknown),
+        "refused": said.refused,
+        "kept_run_at": said.kept_run_at,
+    }
+    IDENTITY_VALIDATOR.validate(record)
+    return record
+
+
+def identity_file(directory: Path, host: str) -> Path:
+    return directory / IDENTITY / report_file_name(host)
+
+
+def read_said(directory: Path) -> tuple[dict[str, Said], list[tuple[str, str]]]:
+    """Every host's record under <dir>/.identity; those that cannot be read, with why."""
+    found: dict[str, Said] = {}
+    unreadable: list[tuple[str, str]] = []
+    for path in sorted((directory / IDENTITY).glob("[!.]*.json")):
+        name = f"{IDENTITY}/{path.name}"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            IDENTITY_VALIDATOR.validate(data)
+        except (OSError, UnicodeDecodeError, ValueError, jsonschema.ValidationError) as error:
+            unreadable.append((name, f"not a host's identity record: {str(error).splitlines()[0]}"))
+            continue
+        if path.name != report_file_name(data["host"]):
+            unreadable.append((name, f"the record of host {data['host']}, not of this file's"))
+            continue
+        identity = Identity(
+            data["node"], data["boot_id"], data["machine_id"], tuple(data["unknown"])
+        )
+        found[data["host"]] = Said(
+            data["host"], data["read_at"], identity, data["refused"], data["kept_run_at"]
+        )
+    return found, unreadable
+
+
+def kept_for(file: str, report: Mapping[str, Any]) -> str:
+    """The host a report file is kept for: its report's host when the name is that host's file
+    (report_file_name), else the host the file name says (percent-decoded)."""
+    if report_file_name(report["host"]) == file:
+        return report["host"]
+    return urllib.parse.unquote(file.removesuffix(".json"))
+
+
+def report_needs(
+    reports: Mapping[str, Mapping[str, Any]], said: Mapping[str, Said]
+) -> dict[str, list[str]]:
+    """
+    What makes a kept report not its host's (`reports`: file name -> report): kept under another
+    host's name, not what its host said it is (naming the host whose report it is, when another
+    said it is that machine), older than the one collect kept, refused by collect; and two hosts'
+    reports, or two hosts, naming one machine. host (kept_for) -> why.
+    """
+    needs: dict[str, list[str]] = defaultdict(list)
+    identities = {}
+    for file, report in reports.items():
+        host = kept_for(file, report)
+        if report["host"] != host:
+            needs[host].append(
+                f"{file} is kept for host {host} but is the report of host {report['host']}: "
+                f"not {host}'s own"
+            )
+        identities[host] = of_report(report)
+        record = said.get(host)
+        if record is None:
+            continue
+        wrong = not_its_own(host, report, record.identity)
+        if wrong:
+            whose = _whose(of_report(report), said, host)
+            needs[host].append(f"not {host}'s own report{whose}: " + "; ".join(wrong))
+        if record.kept_run_at is not None and report["run_at"] < record.kept_run_at:
+            needs[host].append(
+                f"older than the report collect kept for {host}: expected one run at "
+                f"{_utc(record.kept_run_at)} or later, found one run at {_utc(report['run_at'])}"
+            )
+    for host, why in shared(identities, "the reports").items():
+        needs[host] += why
+    for host, why in shared({h: s.identity for h, s in said.items()}, "what collect read").items():
+        needs[host] += why
+    for host, record in said.items():
+        if record.refused:
+            needs[host].append(
+                f"collect kept no report at {_utc(record.read_at)}: {record.refused}"
+            )
+    return dict(needs)
+
+
+def _whose(found: Identity, said: Mapping[str, Said], host: str) -> str:
+    """(it is <other>'s, as collect read <other>) when another host said it is that machine."""
+    others = sorted(
+        h
+        for h, s in said.items()
+        if h != host
+        and (
+            (found.machine_id and s.identity.machine_id == found.machine_id)
+            or (
+                found.node and s.identity.node == found.node and s.identity.boot_id == found.boot_id
+            )
+        )
+    )
+    return f" (it is {', '.join(others)}'s, as collect read {', '.join(others)})" if others else ""
+
+
+def _utc(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))

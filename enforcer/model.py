@@ -319,6 +319,9 @@ class Observation:
     advertised: tuple[Advertised, ...] = ()
     dra_modes: tuple[DraMode, ...] = ()  # rule 4's evidence on NVIDIA's DRA driver's DynamicMIG
     released: tuple[Release, ...] = ()  # a person's releases not applied yet (enforcer.memory)
+    # Which machine this is, across boots (facts.machine_id): its app-specific ID, or None and why.
+    machine_id: str | None = None
+    machine_id_why: str = "not read"
 
 
 @dataclass(frozen=True)

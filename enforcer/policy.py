@@ -88,6 +88,11 @@ class NodePaths:
     cdi_roots: tuple[str, ...] = CDI_ROOTS
 
     @property
+    def machine_id(self) -> str:
+        """machine-id(5): which machine the node is (facts.machine_id)."""
+        return under(self.rootfs, "/etc/machine-id")
+
+    @property
     def dra_checkpoint(self) -> str:
         return f"{self.kubelet_dir}/{DRA_CHECKPOINT}"
 

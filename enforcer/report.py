@@ -47,6 +47,8 @@ def build(
         "host": host,
         "node": obs.node,
         "boot_id": obs.boot_id,
+        "machine_id": obs.machine_id,
+        "machine_id_why": None if obs.machine_id else obs.machine_id_why,
         "run_at": obs.now,
         "mode": mode,
         "grace_seconds": policy.grace_seconds,

@@ -39,7 +39,18 @@ from enforcer.model import (
 )
 from enforcer.policy import NodePaths
 from enforcer.shell import render
-from facts import cgroups, checkpoint, cri, dra_node, hami, markers, podresources, procfs, vms
+from facts import (
+    cgroups,
+    checkpoint,
+    cri,
+    dra_node,
+    hami,
+    machine_id,
+    markers,
+    podresources,
+    procfs,
+    vms,
+)
 from facts.errors import ParseError
 from facts.sections import Reader, Sections
 from facts.sections import parse_sections as parse_framing
@@ -116,6 +127,7 @@ SHARED = {
     "boot-id": "cat boot_id",
     "clock": "date +%s",
     "hostname": "cat hostname",
+    "machine-id": "cat /etc/machine-id",
     "devnodes": "stat /dev/vdavinci* /dev/nvidia-caps/nvidia-cap* /dev/alixpu_ppu*"
     " /dev/alixpu-caps/alixpu-cap* /dev/vfio/* /dev/dri/*",
     "vm-metadata": "the VM records under the VM metadata roots",
@@ -173,7 +185,8 @@ def observe(
     """
     if sections is None or not sections.complete:
         why = sections.problem if sections else "the node read failed"
-        return Observation(node, "", 0.0, health=(SourceHealth("node", "unreadable", NODE, why),))
+        health = (SourceHealth("node", "unreadable", NODE, why),)
+        return Observation(node, "", 0.0, health=health, machine_id_why=why)
     r = Reader(sections)
     boot_id = r.read("boot-id", "node", lambda s: _one_line(s.stdout, "boot id")) or ""
     now = r.read("clock", "node", lambda s: _seconds(_one_line(s.stdout, "clock"))) or 0.0
@@ -253,9 +266,12 @@ def observe(
         Advertised("kubelet-checkpoint", res, device)
         for res, device in (kubelet.registered if kubelet else ())
     ]
+    machine = machine_id.parse(sections.by_name.get("machine-id"), paths.machine_id)
     return Observation(
         node=node,
         boot_id=boot_id,
+        machine_id=machine.id,
+        machine_id_why=machine.why,
         now=now,
         chips=tuple(c for _, f in found for c in f.chips),
         gpus=tuple(gpus),

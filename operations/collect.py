@@ -6,9 +6,12 @@ on the node. A collect run copies each node's last one into the control node's f
 `enforcer report DIR`, and changes nothing on the node:
 
     host data -> the path the node's scheduled runs keep their report at (node_report_path) ->
-    one command (collect-report.sh.j2: the file, base64) -> strict JSON, the report schema, the
-    node inventory's host (@local) -> <enforcer_reports_dir>/<host>.json, under the host's name;
-    the run's inventory recorded, as a converge run records it
+    one command (collect-report.sh.j2: what the node says it is, its boot id, hostname and
+    machine id; the file, base64) -> strict JSON, the report schema, the node inventory's host
+    (@local) -> the report's own host's, not another's kept, not older than the one kept
+    (refusal, enforcer.fleet) -> <enforcer_reports_dir>/<host>.json, under the host's name;
+    what the host said, and a refusal, in <dir>/.identity/<host>.json; the run's inventory
+    recorded, as a converge run records it
 
 A node with no report yet is said and nothing is kept: the fleet view lists the host as having
 no report. A report that cannot be read, parsed or validated fails the host, naming the path and
@@ -22,7 +25,7 @@ import binascii
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +34,24 @@ from pyinfra.api import FactBase
 from pyinfra.api.exceptions import DeployError
 from pyinfra.operations import python
 
-from enforcer import shell
+from enforcer import fleet, shell
 from enforcer.policy import DEFAULTS, PolicyError, under
 from enforcer.report import VALIDATOR
+from facts import machine_id, nodename
+from facts.errors import ParseError
+from facts.sections import Section
 from operations.converge import (
     host_reports_dir,
     keep_report,
     record_inventory,
     report_file_name,
     reports_dir,
+    write_atomically,
 )
 from operations.schedule import NODE_HOST, Schedule, host_schedule
 
 REPORTS_DIR = "enforcer_reports_dir"
+MACHINE_ID = "/etc/machine-id"
 
 
 class ReportError(ValueError):
@@ -52,25 +60,55 @@ class ReportError(ValueError):
 
 @dataclass(frozen=True)
 class Kept:
-    """What the node has at the report's path: `absent`, `unreadable` (why) or `report`."""
+    """What the node has at the report's path: `absent`, `unreadable` (why) or `report`; and
+    what it said it is: name (SAID) -> Section (`file`: rc 0, `absent`, or why unreadable)."""
 
     state: str
     why: str = ""
     data: bytes = b""
+    said: tuple[tuple[str, Section], ...] = ()
+
+
+SAID = ("boot-id", "hostname", "machine-id")  # the answer's first lines, in this order
 
 
 class KeptReport(FactBase):
-    """The one command of a collect run: the node's kept report, or why there is none."""
+    """The one command of a collect run: what the node says it is, and its kept report, or why
+    there is none."""
 
-    def command(self, path: str) -> str:
-        return shell.render("collect-report.sh.j2", path=path)
+    def command(self, path: str, procfs: str = "/proc", machine_id: str = MACHINE_ID) -> str:
+        return shell.render("collect-report.sh.j2", path=path, procfs=procfs, machine_id=machine_id)
 
     def process(self, output: list[str]) -> Kept:
         return kept_from("\n".join(output))
 
 
 def kept_from(output: str) -> Kept:
-    """collect-report.sh.j2's answer: `absent`, `unreadable <why>` or `report <base64>`."""
+    """collect-report.sh.j2's answer: SAID's lines (`<name> absent`, `<name> file <base64>`,
+    `<name> unreadable <why>`), then `absent`, `unreadable <why>` or `report <base64>`."""
+    lines = output.strip().split("\n")
+    said = []
+    while lines and lines[0].split(" ", 1)[0] in SAID and len(lines) > 1:
+        name, _, rest = lines.pop(0).partition(" ")
+        said.append((name, _said_section(name, rest)))
+    return replace(_kept("\n".join(lines)), said=tuple(said))
+
+
+def _said_section(name: str, rest: str) -> Section:
+    command = f"cat {name}"
+    state, _, payload = rest.partition(" ")
+    if (state, payload) == ("absent", ""):
+        return Section(command, "absent", "", "")
+    if state == "file" and payload:
+        try:
+            text = base64.b64decode("" if payload == "-" else payload, validate=True).decode()
+            return Section(command, "0", text, "")
+        except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
+            return Section(command, "1", "", "the node's answer is not base64 of text")
+    return Section(command, "1", "", payload or f"the node answered {rest[:80]!r}")
+
+
+def _kept(output: str) -> Kept:
     word, _, rest = output.strip().partition(" ")
     if (word, rest) == ("absent", ""):
         return Kept("absent")
@@ -169,13 +207,24 @@ def collect(host) -> None:
         path = node_report_path(host.name, s)
     except PolicyError as error:
         raise DeployError(str(error)) from error
-    kept = host.get_fact(KeptReport, path=path)
+    procfs = (s.node_data or {}).get("enforcer_procfs", DEFAULTS["enforcer_procfs"])
+    machine = under(s.rootfs, MACHINE_ID)
+    kept = host.get_fact(KeptReport, path=path, procfs=procfs, machine_id=machine)
+    said = host_said(kept, (s.node_data or {}).get("enforcer_node_name"), machine)
+    before = _kept_run_at(directory, host.name)
     if kept.state == "absent":  # the fleet view lists it with no report: it needs a person
         print(f"{host.name}: no report at {path} on the node yet: nothing kept", flush=True)
+        _said(host.name, directory, fleet.Said(host.name, time.time(), said, None, before))
         return
     try:
         report = _readable(kept)
+        refused = refusal(directory, host.name, report, said, before)
+        if refused:
+            _said(host.name, directory, fleet.Said(host.name, time.time(), said, refused, before))
+            raise ReportError(f"{refused}; the last kept report stays")
         target = keep_report(directory, host.name, {**report, "host": host.name})
+        record = fleet.Said(host.name, time.time(), said, None, report["run_at"])
+        write_atomically(fleet.identity_file(directory, host.name), _json(record))
     except ReportError as error:
         fail(host.name, f"{host.name}: {path}: {error}; nothing kept")
         return
@@ -184,6 +233,104 @@ def collect(host) -> None:
         return
     ran = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(report["run_at"]))
     print(f"{host.name}: kept {path} (its run at {ran}, node clock) as {target}", flush=True)
+
+
+def host_said(kept: Kept, node_name: str | None, machine_path: str) -> fleet.Identity:
+    """
+    What the node said it is in collect's one command: its node name as its runs take it (the
+    node inventory's enforcer_node_name, else its hostname: facts.nodename), boot id and machine
+    id (facts.machine_id); what it could not say is `unknown`, with why.
+    """
+    sections = dict(kept.said)
+    unknown = []
+    node = nodename.resolve(node_name, sections.get("hostname"), NODE_HOST)
+    if node.problem:
+        unknown.append(f"node name: {node.problem}")
+    boot = sections.get("boot-id")
+    boot_id = None
+    if boot is None or boot.rc != "0":
+        unknown.append(f"boot id: {boot.failure() if boot else 'the node did not say it'}")
+    else:
+        try:
+            boot_id = _one_line(boot.stdout, "boot id")
+        except ParseError as error:
+            unknown.append(f"boot id: {error}")
+    machine = machine_id.parse(sections.get("machine-id"), machine_path)
+    if machine.id is None:
+        unknown.append(f"machine id: {machine.why}")
+    return fleet.Identity(None if node.problem else node.name, boot_id, machine.id, tuple(unknown))
+
+
+def _one_line(text: str, what: str) -> str:
+    lines = text.strip().splitlines()
+    if len(lines) != 1 or not lines[0].strip():
+        raise ParseError(f"expected one line of {what}", text[:80])
+    return lines[0].strip()
+
+
+def refusal(
+    directory: Path,
+    host_name: str,
+    report: dict[str, Any],
+    said: fleet.Identity,
+    before: float | None,
+) -> str | None:
+    """
+    Why a node's report is not kept as `host_name`'s (issue 31), naming both hosts where there
+    are two: it is not of the machine the host says it is, another host's kept report names the
+    same machine, or it is older than the one kept (`before`: that one's run_at). None: keep it.
+    """
+    problems = []
+    wrong = fleet.not_its_own(host_name, report, said)
+    if wrong:
+        problems.append(f"not {host_name}'s own report: " + "; ".join(wrong))
+    others = {
+        fleet.kept_for(path.name, other): fleet.of_report(other)
+        for path, other in _kept_reports(directory)
+        if fleet.kept_for(path.name, other) != host_name
+    }
+    identities = {**others, host_name: fleet.of_report(report)}
+    problems += fleet.shared(identities, "the reports").get(host_name, [])
+    if before is not None and report["run_at"] < before:
+        problems.append(
+            f"older than the report kept for {host_name}: expected one run at "
+            f"{_utc(before)} or later, found one run at {_utc(report['run_at'])}"
+        )
+    return "; ".join(problems) or None
+
+
+def _kept_reports(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The fleet view's kept reports that read as reports (the others are the view's to say)."""
+    found = []
+    for path in sorted(directory.glob("[!.]*.json")):
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+            VALIDATOR.validate(report)
+        except (OSError, UnicodeDecodeError, ValueError, jsonschema.ValidationError):
+            continue  # `enforcer report` says it is unreadable
+        found.append((path, report))
+    return found
+
+
+def _kept_run_at(directory: Path, host_name: str) -> float | None:
+    """The run_at of the report kept for the host, if one that reads as a report is kept."""
+    kept = dict(_kept_reports(directory)).get(directory / report_file_name(host_name))
+    return None if kept is None else kept["run_at"]
+
+
+def _said(host_name: str, directory: Path, said: fleet.Said) -> None:
+    try:
+        write_atomically(fleet.identity_file(directory, host_name), _json(said))
+    except OSError as error:
+        fail(host_name, f"{host_name}: the fleet view {directory} cannot be written: {error}")
+
+
+def _json(said: fleet.Said) -> str:
+    return json.dumps(fleet.said_record(said), indent=1) + "\n"
+
+
+def _utc(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 def _readable(kept: Kept) -> dict[str, Any]:

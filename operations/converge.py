@@ -5,12 +5,10 @@ One host's run, wired: host data -> node read -> decide -> operations. deploy.py
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import sys
 import tempfile
-import urllib.parse
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
@@ -26,6 +24,7 @@ from enforcer import drain as drains
 from enforcer import ledger as ledgers
 from enforcer import report as reports
 from enforcer.contract import decide
+from enforcer.fleet import report_file_name
 from enforcer.model import DRAIN_MARKER, NODE, Observation, OwnerRecord, Pod, SourceHealth
 from enforcer.policy import DEFAULTS, HOST_DATA_KEYS, Policy, PolicyError, policy_from_host_data
 from facts import cri, dra_node, kubeapi, nodename
@@ -338,23 +337,6 @@ def inventory_source() -> str:
     if inventory and Path(inventory).is_file():
         return str(Path(inventory).resolve())
     return inventory or fleet.API
-
-
-def report_file_name(host_name: str) -> str:
-    """
-    `<host>.json`, the host's name made safe for a file name and one-to-one: every character
-    but letters, digits and `@ + - _ . ~` is percent-encoded (UTF-8), and so is a leading dot (no
-    hidden file, no `..`). A name too long for a file keeps its start and adds its digest after
-    `%%`, which no encoded name contains.
-    """
-    safe = urllib.parse.quote(host_name, safe="@+")
-    if safe.startswith("."):
-        safe = "%2E" + safe[1:]
-    elif not safe:
-        safe = "%"  # no host has an empty name; were there one, it would still get a file
-    if len(safe) > 200:
-        safe = safe[:150] + "%%" + hashlib.sha256(host_name.encode()).hexdigest()
-    return f"{safe}.json"
 
 
 def keep_report(directory: Path, host_name: str, report: dict) -> Path:

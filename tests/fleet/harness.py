@@ -7,12 +7,15 @@ starts at 127.0.0.21, so that two fleets share a machine; sshd listens there on 
 22), its own hostname (UTS namespace), its own /proc (PID namespace: the fd scan sees only the
 node's processes) and its own mounts: the simulated node's /var/lib (kubelet, state dir, marker
 trees), /run (lock, sshd's privilege separation dir), /dev and /home are bind-mounted at their real
-paths, and its tools on /usr/local/sbin, so the enforcer runs with default host data. A node
-reached as a non-root user with sudo also gets its own /etc/passwd, group, shadow and sudoers;
-every node, empty shell startup files for root (ROOT_STARTUP). Nothing changes on the machine
-itself: every mount is in the node's private mount namespace.
+paths, and its tools on /usr/local/sbin, so the enforcer runs with default host data. Its /etc,
+/opt and /root are its own (OWN: overlayfs over the machine's, its writes in <node>/own/), with
+its own /etc/hosts and /etc/machine-id; a node reached as a non-root user with sudo also its own
+/etc/passwd, group, shadow and sudoers; every node, empty shell startup files for root
+(ROOT_STARTUP). Nothing changes on the machine itself: every mount is in the node's private mount
+namespace.
 
-    python tests/fleet/harness.py N [DIR]    # `make fleet N=5`: start, print, wait for Ctrl-C
+    python -m tests.fleet.harness N [DIR]    # from the checkout; `make fleet N=5`: start, print,
+                                             # wait for Ctrl-C
 
 Needs root, unshare, sshd (openssh-server) and sudo. Writes DIR/inventory.py, DIR/ssh_config
 (for testinfra and ssh: `ssh -F DIR/ssh_config node1`) and tears everything down on exit.
@@ -28,6 +31,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,11 +50,17 @@ OPERATOR_UID = 4242
 TOOLS_ON_PATH = "/usr/local/sbin"  # on root's PATH over SSH and on sudo's secure_path
 # What the node's own /dev needs besides the simulated device nodes.
 HOST_DEVICES = ("null", "zero", "random", "urandom", "tty")
-# The machine's shell startup files in root's home (which the nodes share): bash runs ~/.bashrc
-# for every SSH command, and this machine's runs `pyenv init`, which rehashes under a lock file.
-# A node's root gets empty ones: its commands cost what they cost on a node, and a lock left by
-# a killed session cannot hang every later one.
+# The machine's shell startup files in root's home: bash runs ~/.bashrc for every SSH command,
+# and this machine's runs `pyenv init`, which rehashes under a lock file. A node's root gets empty
+# ones: its commands cost what they cost on a node, and a lock left by a killed session cannot
+# hang every later one.
 ROOT_STARTUP = ("/root/.bashrc", "/root/.profile", "/root/.bash_profile", "/root/.bash_login")
+# Each node's own, over the machine's (overlayfs, the machine's folder the lower layer, in the
+# node's mount namespace): what schedule.py installs (/etc/systemd/system, /etc/partition-enforcer,
+# /opt/partition-enforcer) and what its commands leave in root's home (pip's cache) land in the
+# node's folder, never on the machine. Not a copy: /opt and /root hold gigabytes here, among them
+# the Python this checkout's venv runs (pyenv, in /root), which an empty folder would hide.
+OWN = ("/etc", "/opt", "/root")
 FIRST = int(os.environ.get("ENFORCER_FLEET_FIRST", "11"))  # the first node's 127.0.0.<n>
 PREREQUISITES = ("unshare", "mount", "pkill", "ssh-keygen", "sudo", SSHD)
 
@@ -244,13 +254,18 @@ def _lay_out(node: FleetNode) -> None:
     (path / "rootfs" / "run" / "sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
     _home(path / "rootfs" / "home", user, node.ns.node_dir.parent / "keys" / "id_ed25519.pub")
     (path / "sshd_config").write_text(_sshd_config(node.address, path, user))
-    etc = _etc(path, node.name, user)
+    _etc(_upper(path, "/etc"), node.name, user)
+    for startup in ROOT_STARTUP:
+        if Path(startup).is_file():
+            (_upper(path, "/root") / Path(startup).name).touch()
+    for target in OWN:  # before the binds: /run and /var/lib are not below them, the rest
+        upper = _upper(path, target)
+        work = upper.parent / "work"
+        work.mkdir(exist_ok=True)
+        options = f"lowerdir={target},upperdir={upper},workdir={work}"
+        _check(node.ns.run(["mount", "-t", "overlay", "overlay", "-o", options, target]))
     binds = [(path / "bin", TOOLS_ON_PATH)]
     binds += [(path / "rootfs" / sub, f"/{sub}") for sub in ("var/lib", "run", "home")]
-    binds += [(f, f"/etc/{f.name}") for f in etc]
-    empty = path / "empty"
-    empty.touch()
-    binds += [(empty, startup) for startup in ROOT_STARTUP if Path(startup).is_file()]
     for name in HOST_DEVICES:  # placeholders in the node's /dev, then the machine's device on them
         placeholder = path / "rootfs" / "dev" / name
         placeholder.touch()
@@ -258,6 +273,13 @@ def _lay_out(node: FleetNode) -> None:
     for source, target in binds:
         _check(node.ns.run(["mount", "--bind", str(source), target]))
     _check(node.ns.run(["mount", "--rbind", str(path / "rootfs" / "dev"), "/dev"]))
+
+
+def _upper(path: Path, target: str) -> Path:
+    """The folder that holds what the node has or writes in `target` (OWN) over the machine's."""
+    upper = path / "own" / target.strip("/") / "upper"
+    upper.mkdir(parents=True, exist_ok=True)
+    return upper
 
 
 def _sshd_config(address: str, path: Path, user: str) -> str:
@@ -295,11 +317,10 @@ def _home(home: Path, user: str, key: Path) -> None:
     home.chmod(0o755)
 
 
-def _etc(path: Path, hostname: str, user: str) -> list[Path]:
-    """The node's own /etc files: hosts always; the operator's account and sudo rights if used."""
-    etc = path / "etc"
-    etc.mkdir(exist_ok=True)
-    files = {"hosts": f"127.0.0.1 localhost {hostname}\n"}
+def _etc(etc: Path, hostname: str, user: str) -> list[Path]:
+    """The node's own /etc files: hosts and machine-id (machine-id(5): 32 lowercase hex digits,
+    a newline) always; the operator's account and sudo rights if used."""
+    files = {"hosts": f"127.0.0.1 localhost {hostname}\n", "machine-id": uuid.uuid4().hex + "\n"}
     if user != "root":
         mine = {"passwd": _lines("/etc/passwd", ("root", "sshd", "nobody"))}
         mine["passwd"] += f"{user}:x:{OPERATOR_UID}:{OPERATOR_UID}::/home/{user}:/bin/sh\n"
@@ -316,7 +337,9 @@ def _etc(path: Path, hostname: str, user: str) -> list[Path]:
     written = []
     for name, text in files.items():
         (etc / name).write_text(text)
-        (etc / name).chmod({"shadow": 0o640, "sudoers": 0o440}.get(name, 0o644))
+        (etc / name).chmod(
+            {"shadow": 0o640, "sudoers": 0o440, "machine-id": 0o444}.get(name, 0o644)
+        )
         written.append(etc / name)
     return written
 
@@ -391,7 +414,7 @@ def fleet(root: Path | str, n: int, host_data: dict[str, Any] | None = None) -> 
 
 def main(argv: list[str]) -> int:
     if not argv or not argv[0].isdigit() or not 1 <= int(argv[0]) <= 50:
-        sys.stderr.write("usage: python tests/fleet/harness.py N [DIR]   (1 <= N <= 50)\n")
+        sys.stderr.write("usage: python -m tests.fleet.harness N [DIR]   (1 <= N <= 50)\n")
         return 2
     root = Path(argv[1] if len(argv) > 1 else "fleet")
     if root.exists():

@@ -18,8 +18,8 @@ from fleet.conftest import PYINFRA, REPO, Run
 from fleet.test_fleet import _private, _tree
 
 FLEET_SIZE = 3
-# The node inventory in the node's own /var/lib (its /etc is the machine's): its runs keep their
-# report beside it, under the inventory's one host, @local.
+# The node inventory in the node's own /var/lib: its runs keep their report beside it, under the
+# inventory's one host, @local. (The default, /etc/partition-enforcer: test_fleet_identity.py.)
 NODE_DIR = "/var/lib/partition-enforcer-node"
 NODE_REPORT = f"{NODE_DIR}/reports/@local.json"
 # The node's run is this checkout's pyinfra (in the node's namespace, the machine's /work):

@@ -181,3 +181,107 @@ def test_a_run_records_every_host_whose_reports_go_to_that_directory_once(tmp_pa
     kept.unlink()
     converge.record_inventory(inventory, tmp_path / "reports")  # the same run: once
     assert not kept.exists()
+
+
+# --- issue 31: a report that is not its host's -------------------------------------------------
+
+M1, M2 = "1" * 32, "2" * 32  # app-specific machine ids (facts.machine_id)
+BOOT2 = "22222222-2222-4222-8222-222222222222"
+
+
+def mine(host: str, machine: str, **fields: object) -> dict:
+    """A report as a run of this version writes it: node = host, its machine id."""
+    return report(host, machine_id=machine, machine_id_why=None, **fields)
+
+
+def said(directory: Path, host: str, machine: str | None, **fields: object) -> None:
+    """What a collect run records the host said it is (operations.collect)."""
+    identity = fleet.Identity(
+        fields.pop("node", host), fields.pop("boot_id", BOOT), machine, fields.pop("unknown", ())
+    )
+    record = fleet.Said(host, time.time(), identity, fields.pop("refused", None), None, **fields)
+    converge.write_atomically(
+        fleet.identity_file(directory, host), json.dumps(fleet.said_record(record))
+    )
+
+
+def test_one_host_s_report_kept_under_another_host_s_name_needs_a_person_naming_both(
+    capsys, tmp_path
+):
+    """Put there by hand: node1's report as node2.json, as the fleet view of issue 31 showed."""
+    directory = write_reports(tmp_path, mine("node1", M1), mine("node3", "3" * 32))
+    (directory / "node2.json").write_text((directory / "node1.json").read_text())
+    record(directory, node1=None, node2=None, node3=None)
+
+    rc, out, _ = run(capsys, "report", str(directory))
+
+    assert rc == 1, out
+    assert out.splitlines()[0] == "3 host(s), 2 need a person, 0 unreadable report(s)", out
+    found = needs(run(capsys, "report", str(directory), "--json")[1])
+    assert "node2.json is kept for host node2 but is the report of host node1" in found["node2"][0]
+    for host, other in (("node1", "node2"), ("node2", "node1")):
+        shared = [n for n in found[host] if n.startswith("the reports of ")]
+        assert shared and all(f"of {host} and {other} name one machine" in n for n in shared)
+        assert f"(machine id {M1})" in shared[0], shared
+    assert found["node3"] == []
+    row = next(line for line in out.splitlines() if line.startswith("node2 "))
+    assert row.split()[1] == "node1"  # node2's row, node1's NODE: shown, and flagged
+
+
+def test_two_hosts_reports_of_one_node_and_boot_need_a_person_without_machine_ids(capsys, tmp_path):
+    """Reports of a version before machine ids: one node name and boot id is one machine."""
+    directory = write_reports(tmp_path, report("node1"), report("node2", node="node1"))
+    rc, out, _ = run(capsys, "report", str(directory), "--json")
+    assert rc == 1
+    found = needs(out)
+    assert f"(node node1 in boot {BOOT})" in found["node2"][0], found
+
+
+def test_a_report_that_is_not_what_its_host_said_it_is_needs_a_person_naming_both(capsys, tmp_path):
+    """node2.json carries node2's name but node1's machine: only collect's record tells."""
+    directory = write_reports(
+        tmp_path, mine("node1", M1), mine("node2", M1, node="node2", boot_id=BOOT2)
+    )
+    said(directory, "node1", M1)
+    said(directory, "node2", M2, boot_id=BOOT2)
+    rc, out, _ = run(capsys, "report", str(directory), "--json")
+    assert rc == 1
+    (wrong,) = [n for n in needs(out)["node2"] if n.startswith("not node2's own")]
+    assert wrong == (
+        "not node2's own report (it is node1's, as collect read node1): "
+        f"machine id: expected {M2}, found {M1}"
+    )
+
+
+def test_an_earlier_boot_of_the_same_machine_is_its_own_and_another_boot_without_one_is_not(
+    capsys, tmp_path
+):
+    directory = write_reports(tmp_path, mine("node1", M1), report("node2"))
+    said(directory, "node1", M1, boot_id=BOOT2)  # rebooted since its last run: its own
+    said(directory, "node2", None, boot_id=BOOT2, unknown=("machine id: the node has none",))
+    rc, out, _ = run(capsys, "report", str(directory), "--json")
+    found = needs(out)
+    assert found["node1"] == [], found
+    assert found["node2"] == [
+        f"not node2's own report: boot id: expected {BOOT2}, found {BOOT}, and no machine id "
+        "says it was an earlier boot of this machine"
+    ]
+    assert rc == 1
+
+
+def test_a_report_older_than_the_one_collect_kept_and_a_refusal_need_a_person(capsys, tmp_path):
+    now = time.time()
+    directory = write_reports(tmp_path, mine("node1", M1, run_at=now - 600))
+    said(directory, "node1", M1)
+    path = fleet.identity_file(directory, "node1")
+    kept = json.loads(path.read_text()) | {"kept_run_at": now - 60}
+    path.write_text(json.dumps(kept))
+    said(directory, "node2", M2, refused="not node2's own report: node name: expected ...")
+    record(directory, node1=None, node2=None)
+    rc, out, _ = run(capsys, "report", str(directory), "--json")
+    found = needs(out)
+    assert rc == 1
+    assert found["node1"][0].startswith("older than the report collect kept for node1: expected")
+    assert found["node2"][0].startswith("collect kept no report at ")
+    assert "not node2's own report: node name: expected ..." in found["node2"][0]
+    assert "; no report: in the inventory" in found["node2"][0]

@@ -9,12 +9,14 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from unit.test_cli import report, verdict
+from unit.test_cli import BOOT, report, verdict, write_reports
 
-from enforcer import shell
+from enforcer import fleet, shell
 from enforcer.policy import PolicyError
 from operations import collect
 from operations.schedule import NODE_HOST, schedule_from_host_data
@@ -98,7 +100,7 @@ def test_the_command_reads_the_file_and_writes_nothing(tmp_path: Path):
     def answer() -> collect.Kept:
         command = collect.KeptReport().command(path=str(target))
         done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
-        return collect.kept_from(done.stdout)
+        return replace(collect.kept_from(done.stdout), said=())  # (what the node said: below)
 
     assert answer() == collect.Kept("absent")
     target.parent.mkdir()
@@ -115,3 +117,78 @@ def test_the_command_refuses_a_path_it_could_not_quote():
     for bad in ("relative/@local.json", "/a b/@local.json", "/a/../b", "/x;id"):
         with pytest.raises(shell.UnsafeValue):
             collect.KeptReport().command(path=bad)
+
+
+# --- issue 31: what the node says it is, and a report that is not its host's -----------------
+
+M1, M2 = "1" * 32, "2" * 32
+BOOT2 = "22222222-2222-4222-8222-222222222222"
+
+
+def test_the_command_says_the_node_s_boot_id_hostname_and_machine_id(tmp_path: Path):
+    """In a real shell: the node's procfs and /etc/machine-id below rootfs, read with the report
+    in the one command, and what the node said made an identity (facts.machine_id)."""
+    proc = tmp_path / "proc" / "sys" / "kernel"
+    (proc / "random").mkdir(parents=True)
+    (proc / "random" / "boot_id").write_text(BOOT2 + "\n")
+    (proc / "hostname").write_text("GPU-3\n")
+    machine = tmp_path / "machine-id"
+    machine.write_text("0123456789abcdef0123456789abcdef\n")
+    target = tmp_path / "@local.json"
+    target.write_text("{}")
+    command = collect.KeptReport().command(
+        path=str(target), procfs=str(tmp_path / "proc"), machine_id=str(machine)
+    )
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
+    kept = collect.kept_from(done.stdout)
+    assert (kept.state, kept.data) == ("report", b"{}")
+    said = collect.host_said(kept, None, str(machine))
+    assert said == fleet.Identity("gpu-3", BOOT2, "41bac257ea9b46859a4483ab63ced67d")
+    assert collect.host_said(kept, "gpu-3.k8s", str(machine)).node == "gpu-3.k8s"
+    machine.unlink()
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
+    said = collect.host_said(collect.kept_from(done.stdout), None, str(machine))
+    assert said.machine_id is None
+    assert said.unknown == (f"machine id: the node has no {machine}",)
+
+
+def identity(node: str = "node2", boot: str = BOOT, machine: str | None = M2) -> fleet.Identity:
+    return fleet.Identity(node, boot, machine)
+
+
+def mine(host: str, machine: str, **fields: object) -> dict:
+    return report(host, machine_id=machine, machine_id_why=None, **fields)
+
+
+def test_a_report_of_another_machine_is_refused_naming_what_was_expected_and_found(tmp_path):
+    refused = collect.refusal(
+        tmp_path, "node2", mine(NODE_HOST, M1, node="node1"), identity(), None
+    )
+    assert refused == (
+        f"not node2's own report: node name: expected node2, found node1; machine id: expected "
+        f"{M2}, found {M1}"
+    )
+    assert (
+        collect.refusal(tmp_path, "node2", mine(NODE_HOST, M2, node="node2"), identity(), None)
+        is None
+    )
+
+
+def test_a_report_naming_the_machine_of_another_host_s_kept_report_is_refused_naming_both(tmp_path):
+    write_reports(tmp_path, mine("node1", M1, node="node1"))
+    said = identity(machine=None)  # a node that has no machine id says nothing against it
+    refused = collect.refusal(tmp_path, "node2", mine(NODE_HOST, M1, node="node2"), said, None)
+    assert refused is not None and refused.startswith(
+        f"not node2's own report: machine id: expected none, found {M1}; the reports of node2 "
+        f"and node1 name one machine (machine id {M1})"
+    ), refused
+
+
+def test_a_report_older_than_the_one_kept_is_refused_and_the_kept_one_stays(tmp_path):
+    newer = time.time()
+    older = mine(NODE_HOST, M2, node="node2", run_at=newer - 300)
+    refused = collect.refusal(tmp_path, "node2", older, identity(), newer)
+    assert refused is not None and refused.startswith(
+        "older than the report kept for node2: expected one run at "
+    )
+    assert collect.refusal(tmp_path, "node2", older, identity(), newer - 300) is None

@@ -182,6 +182,22 @@ def test_a_healthy_node_read_has_every_source_ok_and_every_partition():
     }
 
 
+def test_the_node_read_names_its_machine_by_the_app_specific_id_of_its_machine_id():
+    """Issue 31: which machine wrote the report (facts.machine_id); /etc/machine-id below rootfs.
+    One that is not there or not a machine id is said, and no source of a verdict changes."""
+    machine = "0123456789abcdef0123456789abcdef\n"
+    obs = read({"machine-id": ("0", machine, "")})
+    assert (obs.machine_id, obs.health) == ("41bac257ea9b46859a4483ab63ced67d", ())
+    assert PATHS.machine_id == "/srv/n1/etc/machine-id"
+    for section, why in (
+        (("absent", "", ""), "the node has no /srv/n1/etc/machine-id"),
+        (("0", "uninitialized\n", ""), "/srv/n1/etc/machine-id is not a machine id"),
+    ):
+        obs = read({"machine-id": section})
+        assert obs.machine_id is None and obs.machine_id_why.startswith(why), obs.machine_id_why
+        assert obs.health == ()
+
+
 def test_a_read_cut_short_makes_the_whole_node_unreadable_and_lists_no_partitions():
     obs = read(end=False)
     assert obs.health == (
