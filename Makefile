@@ -26,7 +26,8 @@ lint: $(READY)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Whole files per worker: the fleet tests share one fleet (a module fixture on fixed addresses).
+# Whole files per worker: a fleet test module shares one fleet (a module fixture on its worker's
+# own block of loopback addresses: tests/fleet/conftest.py).
 # (xdist's loadgroup does not group under pytest 9.)
 test: $(READY) lint
 	$(BIN)/pytest -n 2 --dist loadfile

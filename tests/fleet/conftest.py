@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fleet.harness import REPO, Fleet, FleetNode, missing_prerequisites, roster
+from fleet.harness import FIRST, REPO, Fleet, FleetNode, missing_prerequisites, roster
 
 PYINFRA = str(Path(sys.executable).with_name("pyinfra"))
 FLEET_SIZE = 5
@@ -49,6 +49,14 @@ def logins(node: FleetNode) -> int:
     return (node.path / "sshd.log").read_text().count("Accepted publickey for ")
 
 
+def first_address() -> int:
+    """The first node's 127.0.0.<n> for this xdist worker: each worker's fleets get their own
+    block of 20 addresses, so that two fleet modules on two workers never meet on one address
+    (gw0: ENFORCER_FLEET_FIRST, gw1: 20 above it, ...)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return FIRST + 20 * int(worker.removeprefix("gw"))
+
+
 @pytest.fixture(scope="module")
 def fleet(request, tmp_path_factory, namespaces):
     """The module's fleet: FLEET_SIZE nodes, or the module's own FLEET_SIZE (fewer is cheaper)."""
@@ -58,5 +66,5 @@ def fleet(request, tmp_path_factory, namespaces):
     if missing:
         pytest.skip(f"the fleet needs {', '.join(missing)}")
     size = getattr(request.module, "FLEET_SIZE", FLEET_SIZE)
-    with Fleet(tmp_path_factory.mktemp("fleet"), roster(size)) as running:
+    with Fleet(tmp_path_factory.mktemp("fleet"), roster(size), first=first_address()) as running:
         yield running

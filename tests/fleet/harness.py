@@ -135,9 +135,14 @@ class Fleet:
     """N simulated nodes, each with its own sshd; use as a context manager."""
 
     def __init__(
-        self, root: Path | str, specs: list[NodeSpec], host_data: dict[str, Any] | None = None
+        self,
+        root: Path | str,
+        specs: list[NodeSpec],
+        host_data: dict[str, Any] | None = None,
+        first: int = FIRST,
     ):
         self.root = Path(root).resolve()
+        self.first = first  # the first node's 127.0.0.<first>
         self.specs = specs
         self.common = {"enforcer_grace_seconds": 0, **(host_data or {})}
         self.nodes: dict[str, FleetNode] = {}
@@ -163,7 +168,7 @@ class Fleet:
             (self.root / "keys").mkdir(parents=True, mode=0o700)
             _keygen(self.key)
             for i, spec in enumerate(self.specs):
-                self.nodes[spec.name] = self._start(spec, f"127.0.0.{FIRST + i}")
+                self.nodes[spec.name] = self._start(spec, f"127.0.0.{self.first + i}")
             self._write_client_files()
         except BaseException:
             self.__exit__()
