@@ -1,7 +1,8 @@
 """
 The reference in docs/ stays true to the code: docs/HOST-DATA.md is the schema rendered (and the
 schema says what every key means), every function and test docs/CONTRACT.md names exists, and
-every test the stack matrix (docs/CLAIMS.md) names exists.
+every test the stack matrix (docs/CLAIMS.md) names exists, and docs/OPERATIONS.md's metric list
+is the one the code writes.
 Every deploy command printed for a person runs as printed.
 """
 
@@ -19,6 +20,7 @@ from enforcer.policy import SCHEMA
 ROOT = Path(__file__).resolve().parents[2]
 HOST_DATA = ROOT / "docs" / "HOST-DATA.md"
 CONTRACT = ROOT / "docs" / "CONTRACT.md"
+OPERATIONS = ROOT / "docs" / "OPERATIONS.md"
 
 
 def test_host_data_reference_is_the_schema_rendered():
@@ -64,6 +66,38 @@ def test_the_generator_writes_the_file_it_is_given(tmp_path: Path):
     out = tmp_path / "HOST-DATA.md"
     assert docs.main([str(out)]) == 0
     assert out.read_text() == docs.host_data_reference()
+
+
+def test_the_metric_list_in_operations_is_the_textfile_the_code_writes():
+    assert OPERATIONS.read_text() == docs.with_metric_list(OPERATIONS.read_text()), (
+        "docs/OPERATIONS.md's metric list is out of date with enforcer/metrics.py; regenerate it: "
+        f".venv/bin/{docs.METRICS_COMMAND}"
+    )
+
+
+def test_the_metric_list_names_every_metric_with_its_labels():
+    listed = docs.metric_list()
+    for metric in (
+        "partition_enforcer_stuck_owners",
+        "partition_enforcer_verdicts{kind,verdict}",
+        "partition_enforcer_source_failed{scope,source,status}",
+        "partition_enforcer_destroys_total{kind}",
+        "partition_enforcer_info{mode,version}",
+    ):
+        assert f"| `{metric}` |" in listed
+
+
+def test_a_metric_added_to_the_code_makes_the_page_out_of_date(monkeypatch):
+    page = OPERATIONS.read_text()
+    render = docs.metrics.render
+
+    def one_more(report, totals=None):
+        extra = "# HELP partition_enforcer_new A new one.\n# TYPE partition_enforcer_new gauge\n"
+        return render(report, totals) + extra + "partition_enforcer_new 1.0\n"
+
+    monkeypatch.setattr(docs.metrics, "render", one_more)
+    assert docs.with_metric_list(page) != page
+    assert "| `partition_enforcer_new` | gauge | A new one. |" in docs.with_metric_list(page)
 
 
 def _functions(path: Path) -> set[str]:
