@@ -40,7 +40,7 @@ from enforcer import ledger as ledgers
 from enforcer.model import Release
 from enforcer.policy import PREFIX, PolicyError, policy_from_host_data
 from enforcer.report import VALIDATOR as REPORT
-from enforcer.report import owner_name
+from enforcer.report import drain_hint, owner_name
 
 OK, FINDINGS, USAGE = 0, 1, 2
 BOLD, RED = "1", "31"  # ANSI colours, only for a terminal
@@ -148,9 +148,10 @@ def fleet_view(
     reported: set[str] = set()
     for path, report in _reports(directory, "", unreadable):
         reported.add(report["host"])
-        rows += _rows(report, path.name, fleet.host_needs(report, path, inventory, override, now))
+        needs = fleet.host_needs(report, path, inventory, override, now)
+        rows += _rows(report, path.name, needs, inventory)
     for path, report in _reports(directory / fleet.DRAINS, f"{fleet.DRAINS}/", unreadable):
-        rows += _rows(report, f"{fleet.DRAINS}/{path.name}", [])
+        rows += _rows(report, f"{fleet.DRAINS}/{path.name}", [], inventory)
     listed = set(inventory.hosts) if inventory else set()
     missing = (
         ()
@@ -189,11 +190,13 @@ def _thresholds(
     )
 
 
-def _rows(report: dict[str, Any], file: str, host_needs: list[str]) -> list[FleetRow]:
+def _rows(
+    report: dict[str, Any], file: str, host_needs: list[str], inventory: fleet.Inventory | None
+) -> list[FleetRow]:
     by_kind: dict[str, Counter[str]] = {}
     for v in report["verdicts"]:
         by_kind.setdefault(v["partition"]["kind"], Counter())[v["status"]] += 1
-    node_needs = needs_a_person(report) + host_needs
+    node_needs = needs_a_person(report, inventory and inventory.source) + host_needs
     return [
         FleetRow(
             host=report["host"],
@@ -210,7 +213,7 @@ def _rows(report: dict[str, Any], file: str, host_needs: list[str]) -> list[Flee
 
 
 def _mode(report: dict[str, Any]) -> str:
-    """The run's mode, and a node's drain (drain.py) until undrain.py ends it."""
+    """The run's mode, and a node's drain (enforcer.deploys.drain) until undrain ends it."""
     drain = report.get("drain")
     return f"{report['mode']}, {drain['state']}" if drain else report["mode"]
 
@@ -219,9 +222,10 @@ def _kind_needs(counts: Counter[str]) -> list[str]:
     return [f"{counts[s]} {s}" for s in ("destroy-failed", "inconclusive") if counts[s]]
 
 
-def needs_a_person(report: dict[str, Any]) -> list[str]:
+def needs_a_person(report: dict[str, Any], inventory: str | None = None) -> list[str]:
     """What in a node's report a person should look at: each makes runs keep partitions or
-    stop destroying (a source not read, the breaker) or says that something is off."""
+    stop destroying (a source not read, the breaker) or says that something is off.
+    `inventory`: the fleet's, as its runs recorded it (the commands it prints name it)."""
     needs = [f"breaker: {report['breaker']}"] if report["breaker"] else []
     needs += [
         f"source {s['source']} {s['status']} ({s['scope']})"
@@ -245,7 +249,7 @@ def needs_a_person(report: dict[str, Any]) -> list[str]:
     if report["ledger"].startswith("set aside"):
         needs.append("ledger set aside")
     if (report.get("drain") or {}).get("state") == "draining":
-        needs.append("drain not finished: run drain.py again, or undrain.py")
+        needs.append(f"drain not finished: {drain_hint(report['host'], inventory)}")
     return needs
 
 

@@ -6,7 +6,8 @@ inventory with no report, a report of a host no longer in the inventory, a drain
     <dir>/<host>.json         the last report of a run that could change the node (converge, plan)
     <dir>/dry/<host>.json     the last --dry run's report: beside the real one, never over it
     <dir>/drain/<host>.json   a drain not finished (running, failed, timed out or cut short): its
-                              report, until the drain succeeds, undrain.py or a converge run
+                              report, until the drain succeeds, enforcer.deploys.undrain or a
+                              converge run
     <dir>/.inventory.json     the last run's inventory (schemas/fleet-inventory.schema.json)
 
 Report file names never start with a dot (operations.converge.report_file_name), so
@@ -15,8 +16,11 @@ Report file names never start with a dot (operations.converge.report_file_name),
 
 from __future__ import annotations
 
+import glob
 import json
 import shlex
+import shutil
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -133,9 +137,43 @@ def missing_need(inventory: Inventory, host: str) -> str:
 
 def converge_one(inventory: Inventory, host: str) -> str:
     """The command that converges `host` alone, runnable as printed (no prompt: -y)."""
-    if inventory.source == API:
-        return f"deploy.py --limit {shlex.quote(host)}, from your program"
-    return shlex.join(["pyinfra", inventory.source, "deploy.py", "--limit", host, "-y"])
+    return deploy_command(inventory.source, "converge", host)
+
+
+# The packaged deploys (enforcer.deploys, which imports pyinfra: named here, checked by a test).
+DEPLOYS = ("converge", "drain", "undrain", "schedule", "collect")
+
+
+def deploy_command(source: str | None, deploy: str, host: str) -> str:
+    """
+    `pyinfra <inventory> enforcer.deploys.<deploy> --limit <host> -y`: what a wheel user runs for
+    one host, as printed (no prompt: -y). `source`: the inventory as the run recorded it
+    (operations.converge.inventory_source); API or None: pyinfra ran as an API, from a program.
+    --limit takes one fnmatch pattern (or a group name): the host's name with `*?[` escaped.
+    """
+    if deploy not in DEPLOYS:
+        raise ValueError(f"no packaged deploy {deploy}")
+    if source is None or source == API:
+        return f"enforcer.deploys.{deploy} for {shlex.quote(host)}, from your program"
+    limit = glob.escape(host)
+    return shlex.join(
+        [executable("pyinfra"), source, f"enforcer.deploys.{deploy}", "--limit", limit, "-y"]
+    )
+
+
+def executable(name: str) -> str:
+    """
+    A command of this installation as a person can run it: its bare name when PATH finds this
+    very one (or it is not beside this Python: installed elsewhere), else its path (relative to
+    the current directory when under it: `.venv/bin/x`).
+    """
+    mine = Path(sys.executable).with_name(name)
+    found = shutil.which(name)
+    if not mine.is_file() or (found and Path(found).resolve() == mine.resolve()):
+        return name
+    if mine.is_relative_to(Path.cwd()):
+        return str(mine.relative_to(Path.cwd()))
+    return str(mine)
 
 
 def applied(host: str, inventory: Inventory | None, override: Threshold | None) -> Threshold:

@@ -171,7 +171,7 @@ def converge(host) -> None:
     next_ledger = ledgers.counted(ledger, decision.ledger)  # the metrics' running totals
     mode = "dry" if dry else policy.mode
     report = reports.build(host.name, obs, decision, mode, note, policy=policy, drain=marker)
-    print(reports.table(report), flush=True)
+    print(reports.table(report, inventory_source()), flush=True)
     keep_in_fleet_view(host, report)
     if any(h.source == "node" and h.status != "ok" for h in obs.health):
         return  # no boot id or clock: nothing can be recorded, nothing is destroyed

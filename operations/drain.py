@@ -43,6 +43,7 @@ from operations.converge import (
     host_data,
     host_policy,
     host_reports_dir,
+    inventory_source,
     keep_drain,
     ledger_of,
     read_node,
@@ -72,7 +73,7 @@ def drain(host) -> None:
     report = reports.build(
         host.name, obs, decision, "dry" if dry else "drain", ledger_of(obs)[1], policy=policy
     )
-    print(reports.table(report), flush=True)
+    print(reports.table(report, inventory_source()), flush=True)
     free = [v for v in found if v.is_orphan]
     marker = drains.draining(
         previous,

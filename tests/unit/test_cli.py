@@ -202,7 +202,10 @@ def test_a_drained_node_says_so_and_an_unfinished_drain_needs_a_person(capsys, t
     assert rc == 1, out
     rows = out.splitlines()[3:-1]
     assert rows[0].startswith("n2")
-    assert rows[0].endswith("drain not finished: run drain.py again, or undrain.py")
+    assert rows[0].endswith(
+        "drain not finished: run it again: enforcer.deploys.drain for n2, from your program; or "
+        "end it: enforcer.deploys.undrain for n2, from your program"
+    )
     assert "converge, draining" in rows[0]
     assert "converge, drained" in rows[1] and rows[1].startswith("n1")
     assert "drain" not in rows[2]
