@@ -148,17 +148,18 @@ def deploy_command(source: str | None, deploy: str, host: str) -> str:
     """
     `pyinfra <inventory> enforcer.deploys.<deploy> --limit <host> -y`: what a wheel user runs for
     one host, as printed (no prompt: -y). `source`: the inventory as the run recorded it
-    (operations.converge.inventory_source); API or None: pyinfra ran as an API, from a program.
+    (operations.converge.inventory_source); API: pyinfra ran as an API, from a program; None:
+    no run recorded it (`<inventory>` then, for the person to fill in).
     --limit takes one fnmatch pattern (or a group name): the host's name with `*?[` escaped.
     """
     if deploy not in DEPLOYS:
         raise ValueError(f"no packaged deploy {deploy}")
-    if source is None or source == API:
+    if source == API:
         return f"enforcer.deploys.{deploy} for {shlex.quote(host)}, from your program"
-    limit = glob.escape(host)
-    return shlex.join(
-        [executable("pyinfra"), source, f"enforcer.deploys.{deploy}", "--limit", limit, "-y"]
-    )
+    words = [f"enforcer.deploys.{deploy}", "--limit", glob.escape(host), "-y"]
+    if source is None:
+        return f"{shlex.quote(executable('pyinfra'))} <inventory> {shlex.join(words)}"
+    return shlex.join([executable("pyinfra"), source, *words])
 
 
 def executable(name: str) -> str:

@@ -272,11 +272,14 @@ def record_inventory(inventory, directory: Path) -> None:
     done.add(directory)
 
 
-def keep_drain(host_name: str, directory: Path, report: dict) -> None:
-    """A drain's record in the fleet view, `<directory>/drain/<host>.json`, kept until it ends.
-    (pyinfra's python.call runs it when the drain starts to change the node.)"""
+def keep_drain(host_name: str, directory: Path, report: dict, inventory=None) -> None:
+    """A drain's record in the fleet view, `<directory>/drain/<host>.json`, kept until it ends,
+    and the run's inventory (the fleet view's commands name it). (pyinfra's python.call runs it
+    when the drain starts to change the node.)"""
     try:
         keep_report(directory / fleet.DRAINS, host_name, report)
+        if inventory is not None:
+            record_inventory(inventory, directory)
     except OSError as error:
         _not_kept(host_name, error)
 

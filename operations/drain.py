@@ -90,6 +90,7 @@ def drain(host) -> None:
             host_name=host.name,
             directory=host_reports_dir(host),
             report={**report, "drain": marker},
+            inventory=host.inventory,
         )
     record_drain(
         name="Record the drain, and in the audit log the destroys it is about to do",
@@ -109,7 +110,8 @@ def drain(host) -> None:
     if waiting:
         refuse(
             name="Fail the drain: partitions are still held or claimed",
-            message=f"{host.name}: the drain timed out; still there:\n" + _listed(waiting),
+            message=f"{host.name}: the drain timed out; still there:\n{_listed(waiting)}"
+            f"{host.name}: {reports.drain_hint(host.name, inventory_source())}\n",
         )
         return
     python.call(name="Verify that no partition is left", function=verify_free, policy=policy)

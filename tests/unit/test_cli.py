@@ -17,6 +17,7 @@ import pytest
 
 from enforcer import ledger as ledgers
 from enforcer.cli import main, short_identity
+from enforcer.fleet import executable
 from enforcer.policy import PolicyError
 from enforcer.report import SCHEMA
 from operations.converge import keep_report, report_file_name, reports_dir
@@ -202,9 +203,10 @@ def test_a_drained_node_says_so_and_an_unfinished_drain_needs_a_person(capsys, t
     assert rc == 1, out
     rows = out.splitlines()[3:-1]
     assert rows[0].startswith("n2")
+    pyinfra = executable("pyinfra")  # no run recorded the inventory: a person names it
     assert rows[0].endswith(
-        "drain not finished: run it again: enforcer.deploys.drain for n2, from your program; or "
-        "end it: enforcer.deploys.undrain for n2, from your program"
+        f"drain not finished: run it again: {pyinfra} <inventory> enforcer.deploys.drain --limit "
+        f"n2 -y; or end it: {pyinfra} <inventory> enforcer.deploys.undrain --limit n2 -y"
     )
     assert "converge, draining" in rows[0]
     assert "converge, drained" in rows[1] and rows[1].startswith("n1")
