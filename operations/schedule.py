@@ -16,7 +16,7 @@ Where it runs (`enforcer_schedule_on`):
   the unit runs its pyinfra. `none`: the node has it already (`enforcer_schedule_pyinfra`).
 - `control`: the host is a control node whose unit converges the whole inventory
   `enforcer_schedule_inventory` (a file on it, required: nothing is written there) over SSH.
-  Run schedule.py against that one host, usually `pyinfra @local schedule.py -y`.
+  Run it against that one host, usually `pyinfra @local enforcer.deploys.schedule -y`.
 
 Host data (schemas/host-data.schema.json; bad values are refused before anything runs, naming
 the host and the key):

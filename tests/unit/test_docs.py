@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from enforcer import docs
+from enforcer import docs, fleet
 from enforcer.policy import SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,3 +152,27 @@ def test_every_printed_deploy_command_runs_without_stopping_at_the_prompt():
             if DEPLOY.search(command) and "-y" not in words and "--dry" not in words:
                 stops.append(f"{path.relative_to(ROOT)}: {command}")
     assert stops == []
+
+
+# What a wheel user has: the docs and the package print the packaged deploys, never a file of the
+# checkout (the repository's own deploy.py, drain.py... and its fleet harness print theirs).
+WHEEL = ["README.md", "docs/*.md", "enforcer/**/*.py", "operations/**/*.py"]
+CHECKOUT = re.compile(r"^(deploy|drain|undrain|schedule|collect)\.py$")
+
+
+def test_every_printed_deploy_command_names_a_packaged_deploy_and_one_host_per_limit():
+    """pyinfra's --limit takes one pattern (fnmatch) or group per flag: `a,b` matches no host."""
+    wrong = []
+    for path in sorted({f for pattern in WHEEL for f in ROOT.glob(pattern)}):
+        for found in COMMAND.finditer(path.read_text()):
+            command = found[1] or found[2]
+            words = command.split(" #")[0].split()  # a code block's comment is no word of it
+            deploys = [w.split("deploys.")[1] for w in words if "deploys." in w and "<" not in w]
+            limits = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--limit"]
+            if (
+                any(CHECKOUT.match(w) for w in words)
+                or any(d not in fleet.DEPLOYS for d in deploys)
+                or any("," in x for x in limits)
+            ):
+                wrong.append(f"{path.relative_to(ROOT)}: {command}")
+    assert wrong == []
