@@ -182,8 +182,9 @@ class Schedule:
         plain = json.loads(json.dumps(self.node_data))
         data = pprint.pformat(plain, indent=1, width=96, sort_dicts=True)
         return (
-            "# Written by partition-enforcer's schedule.py: this node converges itself (@local)\n"
-            "# with the host data the control node gave it. Edit that, and run schedule.py again.\n"
+            "# Written by partition-enforcer's enforcer.deploys.schedule: this node converges\n"
+            "# itself (@local) with the host data the control node gave it. Edit that, and run\n"
+            "# enforcer.deploys.schedule again.\n"
             f"HOST_DATA = {data}\n\n"
             f"hosts = [({json.dumps(NODE_HOST)}, HOST_DATA)]\n"
         )
