@@ -508,14 +508,18 @@ def _destroyed_on(event: dict[str, Any] | None, context: dict[str, Any]) -> list
             "of it (rotated away?)"
         ]
     streak = event["streak"]
+    grace = (  # a drain waives the grace window
+        "drain: no grace window"
+        if event["mode"] == "drain"
+        else f"grace: {context['grace_runs']} runs, {context['grace_seconds']:.0f} s"
+    )
     return [
         f"  destroyed by:     the run of {_when(event['run_at'])}, mode {event['mode']} "
         f"(audit log {context['audit_log']})",
         f"  proof:            {event['reason']}",
         "  evidence:" + ("" if event["evidence"] else "         none recorded"),
         *(f"    - {line}" for line in event["evidence"]),
-        f"  streak then:      {streak['runs']} run(s), {streak['seconds']:.0f} s "
-        f"(grace: {context['grace_runs']} runs, {context['grace_seconds']:.0f} s)",
+        f"  streak then:      {streak['runs']} run(s), {streak['seconds']:.0f} s ({grace})",
         f"  identity then:    {event['partition']['identity']}",
     ]
 
