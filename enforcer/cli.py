@@ -25,6 +25,7 @@ import fcntl
 import getpass
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -42,7 +43,7 @@ from enforcer import ledger as ledgers
 from enforcer.model import Release
 from enforcer.policy import PREFIX, PolicyError, policy_from_host_data
 from enforcer.report import VALIDATOR as REPORT
-from enforcer.report import owner_name
+from enforcer.report import drain_hint, owner_name
 
 OK, FINDINGS, USAGE = 0, 1, 2
 BOLD, RED = "1", "31"  # ANSI colours, only for a terminal
@@ -157,9 +158,9 @@ def fleet_view(
         report = {**report, "host": fleet.kept_for(path.name, report)}  # the file's host's row
         reported.add(report["host"])
         needs = fleet.host_needs(report, path, inventory, override, now)
-        rows += _rows(report, path.name, identity.get(report["host"], []) + needs)
+        rows += _rows(report, path.name, identity.get(report["host"], []) + needs, inventory)
     for path, report in _reports(directory / fleet.DRAINS, f"{fleet.DRAINS}/", unreadable):
-        rows += _rows(report, f"{fleet.DRAINS}/{path.name}", [])
+        rows += _rows(report, f"{fleet.DRAINS}/{path.name}", [], inventory)
     listed = set(inventory.hosts) if inventory else set()
     missing = (
         ()
@@ -202,11 +203,13 @@ def _thresholds(
     )
 
 
-def _rows(report: dict[str, Any], file: str, host_needs: list[str]) -> list[FleetRow]:
+def _rows(
+    report: dict[str, Any], file: str, host_needs: list[str], inventory: fleet.Inventory | None
+) -> list[FleetRow]:
     by_kind: dict[str, Counter[str]] = {}
     for v in report["verdicts"]:
         by_kind.setdefault(v["partition"]["kind"], Counter())[v["status"]] += 1
-    node_needs = needs_a_person(report) + host_needs
+    node_needs = needs_a_person(report, inventory and inventory.source) + host_needs
     return [
         FleetRow(
             host=report["host"],
@@ -223,7 +226,7 @@ def _rows(report: dict[str, Any], file: str, host_needs: list[str]) -> list[Flee
 
 
 def _mode(report: dict[str, Any]) -> str:
-    """The run's mode, and a node's drain (drain.py) until undrain.py ends it."""
+    """The run's mode, and a node's drain (enforcer.deploys.drain) until undrain ends it."""
     drain = report.get("drain")
     return f"{report['mode']}, {drain['state']}" if drain else report["mode"]
 
@@ -232,9 +235,10 @@ def _kind_needs(counts: Counter[str]) -> list[str]:
     return [f"{counts[s]} {s}" for s in ("destroy-failed", "inconclusive") if counts[s]]
 
 
-def needs_a_person(report: dict[str, Any]) -> list[str]:
+def needs_a_person(report: dict[str, Any], inventory: str | None = None) -> list[str]:
     """What in a node's report a person should look at: each makes runs keep partitions or
-    stop destroying (a source not read, the breaker) or says that something is off."""
+    stop destroying (a source not read, the breaker) or says that something is off.
+    `inventory`: the fleet's, as its runs recorded it (the commands it prints name it)."""
     needs = [f"breaker: {report['breaker']}"] if report["breaker"] else []
     needs += [
         f"source {s['source']} {s['status']} ({s['scope']})"
@@ -258,7 +262,7 @@ def needs_a_person(report: dict[str, Any]) -> list[str]:
     if report["ledger"].startswith("set aside"):
         needs.append("ledger set aside")
     if (report.get("drain") or {}).get("state") == "draining":
-        needs.append("drain not finished: run drain.py again, or undrain.py")
+        needs.append(f"drain not finished: {drain_hint(report['host'], inventory)}")
     return needs
 
 
@@ -393,8 +397,11 @@ def _explain(args: argparse.Namespace) -> int:
         head = f"{path}: {args.partition!r} matches {len(found)} partitions; name one by its"
         lines = [f"  {v['status']:<14} {v['partition']['identity']}" for v in found]
         raise Failed(USAGE, "\n".join([f"{head} identity (or kind/accelerator/id):", *lines]))
+    log = _audit_log(path, args.audit)
     context = {
         "file": str(path),
+        "audit_log": str(log) if log else None,
+        "destroys": _destroys(report, found, log),
         "host": report["host"],
         "node": report["node"],
         "run_at": report["run_at"],
@@ -413,6 +420,47 @@ def _explain(args: argparse.Namespace) -> int:
     return OK
 
 
+def _audit_log(report: Path, given: str | None) -> Path | None:
+    """--audit (a log or a state directory), else the log beside a node's own report."""
+    if given:
+        path = _existing(given, "audit log or state directory")
+        return path / "audit.jsonl" if path.is_dir() else path
+    beside = report.parent / "audit.jsonl"
+    return beside if beside.is_file() else None
+
+
+def _destroys(
+    report: dict[str, Any], found: list[dict[str, Any]], log: Path | None
+) -> dict[str, dict[str, Any] | None]:
+    """
+    A destroyed partition's verdict keeps no evidence (it is no longer listed): the `destroy`
+    event the audit log kept for it, by identity: the last one of that boot at that place
+    (kind, accelerator, id) before this run; None when the log has none.
+    """
+    gone = [v for v in found if v["status"] in ("destroyed", "destroy-failed")]
+    if not gone or log is None:
+        return {}
+    destroys = [
+        e
+        for e in audit_events(log)
+        if e.get("event") == "destroy"
+        and e.get("boot_id") == report["boot_id"]
+        and e["run_at"] <= report["run_at"]
+    ]
+    place = ("kind", "accelerator", "id")
+    return {
+        v["partition"]["identity"]: next(
+            (
+                e
+                for e in reversed(destroys)
+                if all(e["partition"][k] == v["partition"][k] for k in place)
+            ),
+            None,
+        )
+        for v in gone
+    }
+
+
 def explanation(v: dict[str, Any], context: dict[str, Any]) -> str:
     """One verdict for people: what it was, why, on which evidence, since when, who claims it."""
     p, streak = v["partition"], v["streak"]
@@ -422,12 +470,19 @@ def explanation(v: dict[str, Any], context: dict[str, Any]) -> str:
         f"(node {context['node']}), run of {_when(context['run_at'])}, mode {context['mode']}",
         f"  status:           {v['status']}",
         f"  reason:           {v['reason']}",
-        "  evidence:" + ("" if v["evidence"] else "         none recorded"),
-        *(f"    - {line}" for line in v["evidence"]),
-        f"  streak:           {streak['runs']} run(s), {streak['seconds']:.0f} s "
-        f"(grace: {context['grace_runs']} runs, {context['grace_seconds']:.0f} s)",
+    ]
+    if v["status"] in ("destroyed", "destroy-failed"):
+        lines += _destroyed_on(context["destroys"].get(p["identity"]), context)
+    else:
+        lines += [
+            "  evidence:" + ("" if v["evidence"] else "         none recorded"),
+            *(f"    - {line}" for line in v["evidence"]),
+            f"  streak:           {streak['runs']} run(s), {streak['seconds']:.0f} s "
+            f"(grace: {context['grace_runs']} runs, {context['grace_seconds']:.0f} s)",
+        ]
+    lines += [
         f"  destroy attempts: {v['destroy_attempts']}",
-        "  claimed by:" + ("" if v["claimed_by"] else "       no live owner's exact claim"),
+        _claimed_by(v),
         *(f"    - {owner_name(o)} [{', '.join(o['sources'])}]" for o in v["claimed_by"]),
         f"  identity:         {p['identity']}",
     ]
@@ -450,6 +505,47 @@ def explanation(v: dict[str, Any], context: dict[str, Any]) -> str:
         for s in context["sources_not_ok"]
     ]
     return "\n".join(lines)
+
+
+def _destroyed_on(event: dict[str, Any] | None, context: dict[str, Any]) -> list[str]:
+    """What proved a destroyed partition orphaned: its `destroy` event in the audit log."""
+    if event is None and context["audit_log"] is None:
+        return [
+            "  evidence:         not in this report (no longer listed): in the node's audit log "
+            "(--audit <state dir>, or on the node: enforcer audit)"
+        ]
+    if event is None:
+        return [
+            f"  evidence:         not in this report, and {context['audit_log']} has no destroy "
+            "of it (rotated away?)"
+        ]
+    streak = event["streak"]
+    grace = (  # a drain waives the grace window
+        "drain: no grace window"
+        if event["mode"] == "drain"
+        else f"grace: {context['grace_runs']} runs, {context['grace_seconds']:.0f} s"
+    )
+    return [
+        f"  destroyed by:     the run of {_when(event['run_at'])}, mode {event['mode']} "
+        f"(audit log {context['audit_log']})",
+        f"  proof:            {event['reason']}",
+        "  evidence:" + ("" if event["evidence"] else "         none recorded"),
+        *(f"    - {line}" for line in event["evidence"]),
+        f"  streak then:      {streak['runs']} run(s), {streak['seconds']:.0f} s ({grace})",
+        f"  identity then:    {event['partition']['identity']}",
+    ]
+
+
+def _claimed_by(v: dict[str, Any]) -> str:
+    """`claimed_by` lists the live owners whose exact claim names the partition; a claimed one
+    without any is covered by a placement or device-wide claim, which its reason names."""
+    if v["claimed_by"]:
+        return "  claimed by:"
+    if v["status"] == "claimed":
+        scopes = sorted(set(re.findall(r"\b(placement|device-wide) claim by", v["reason"])))
+        said = f"the {' and '.join(scopes)} claim(s)" if scopes else "what"
+        return f"  claimed by:       {said} its reason names (no claim names it exactly)"
+    return "  claimed by:       no live owner's exact claim"
 
 
 # --- enforcer ledger show [STATE_DIR_OR_FILE] -------------------------------------------------
@@ -634,14 +730,7 @@ def _audit(args: argparse.Namespace) -> int:
     """The newest events of a node's audit log (enforcer.audit), rotated logs included."""
     path = _existing(args.path, "audit log or state directory")
     log = path / "audit.jsonl" if path.is_dir() else path
-    files = [Path(f"{log}.{n}") for n in range(100, 0, -1)] + [log]
-    events = []
-    for f in (f for f in files if f.is_file()):
-        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), start=1):
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise Failed(FINDINGS, f"{f}:{n}: not an audit event: {error}") from error
+    events = audit_events(log)
     events = events[-args.last :] if args.last else events
     if args.json:
         _print_json(events)
@@ -662,6 +751,19 @@ def _alerts(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(ALERTS.read_text(encoding="utf-8"))
     return OK
+
+
+def audit_events(log: Path) -> list[dict[str, Any]]:
+    """Every event of an audit log, oldest first, its rotated files included."""
+    files = [Path(f"{log}.{n}") for n in range(100, 0, -1)] + [log]
+    events = []
+    for f in (f for f in files if f.is_file()):
+        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), start=1):
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise Failed(FINDINGS, f"{f}:{n}: not an audit event: {error}") from error
+    return events
 
 
 # --- enforcer release PARTITION --reason WHY: on the node ------------------------------------
@@ -801,6 +903,11 @@ def _parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="why a partition got its verdict")
     explain.add_argument("report", metavar="REPORT", help="a run report (<host>.json)")
     explain.add_argument("partition", metavar="PARTITION", help="identity, kind/accelerator/id, id")
+    explain.add_argument(
+        "--audit",
+        metavar="LOG_OR_STATE_DIR",
+        help="the node's audit log, for a destroyed partition's evidence (default: beside REPORT)",
+    )
     explain.set_defaults(run=_explain)
     ledger = sub.add_parser("ledger", help="a node's ledger")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="COMMAND")

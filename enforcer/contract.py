@@ -173,7 +173,7 @@ def not_pinned(p: Partition, index: Index) -> str | None:
     or one did, and nothing since proved it no longer desired (enforcer.memory)."""
     pins = [s for s in _among(index.pins, (p.kind, p.id), (p.kind, None)) if s.matches(p)]
     if pins:
-        return f"pinned by host data: {pins[0]}"
+        return f"pinned by host data: enforcer_pinned {pins[0]}"
     if p.key in index.desired.pinned:
         return index.desired.pinned[p.key]
     if p.usage_value("mdevctl"):  # an operator's configuration: never undefined, never stopped

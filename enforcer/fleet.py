@@ -6,7 +6,8 @@ inventory with no report, a report of a host no longer in the inventory, a drain
     <dir>/<host>.json         the last report of a run that could change the node (converge, plan)
     <dir>/dry/<host>.json     the last --dry run's report: beside the real one, never over it
     <dir>/drain/<host>.json   a drain not finished (running, failed, timed out or cut short): its
-                              report, until the drain succeeds, undrain.py or a converge run
+                              report, until the drain succeeds, enforcer.deploys.undrain or a
+                              converge run
     <dir>/.inventory.json     the last run's inventory (schemas/fleet-inventory.schema.json)
     <dir>/.identity/<host>.json  what the host said it is when a collect run last read it, and
                               whether collect refused its report (schemas/fleet-identity...)
@@ -22,8 +23,11 @@ name, a report older than the one collect kept.
 from __future__ import annotations
 
 import hashlib
+import glob
 import json
 import shlex
+import shutil
+import sys
 import time
 import urllib.parse
 from collections import defaultdict
@@ -143,9 +147,44 @@ def missing_need(inventory: Inventory, host: str) -> str:
 
 def converge_one(inventory: Inventory, host: str) -> str:
     """The command that converges `host` alone, runnable as printed (no prompt: -y)."""
-    if inventory.source == API:
-        return f"deploy.py --limit {shlex.quote(host)}, from your program"
-    return shlex.join(["pyinfra", inventory.source, "deploy.py", "--limit", host, "-y"])
+    return deploy_command(inventory.source, "converge", host)
+
+
+# The packaged deploys (enforcer.deploys, which imports pyinfra: named here, checked by a test).
+DEPLOYS = ("converge", "drain", "undrain", "schedule", "collect")
+
+
+def deploy_command(source: str | None, deploy: str, host: str) -> str:
+    """
+    `pyinfra <inventory> enforcer.deploys.<deploy> --limit <host> -y`: what a wheel user runs for
+    one host, as printed (no prompt: -y). `source`: the inventory as the run recorded it
+    (operations.converge.inventory_source); API: pyinfra ran as an API, from a program; None:
+    no run recorded it (`<inventory>` then, for the person to fill in).
+    --limit takes one fnmatch pattern (or a group name): the host's name with `*?[` escaped.
+    """
+    if deploy not in DEPLOYS:
+        raise ValueError(f"no packaged deploy {deploy}")
+    if source == API:
+        return f"enforcer.deploys.{deploy} for {shlex.quote(host)}, from your program"
+    words = [f"enforcer.deploys.{deploy}", "--limit", glob.escape(host), "-y"]
+    if source is None:
+        return f"{shlex.quote(executable('pyinfra'))} <inventory> {shlex.join(words)}"
+    return shlex.join([executable("pyinfra"), source, *words])
+
+
+def executable(name: str) -> str:
+    """
+    A command of this installation as a person can run it: its bare name when PATH finds this
+    very one (or it is not beside this Python: installed elsewhere), else its path (relative to
+    the current directory when under it: `.venv/bin/x`).
+    """
+    mine = Path(sys.executable).with_name(name)
+    found = shutil.which(name)
+    if not mine.is_file() or (found and Path(found).resolve() == mine.resolve()):
+        return name
+    if mine.is_relative_to(Path.cwd()):
+        return str(mine.relative_to(Path.cwd()))
+    return str(mine)
 
 
 def applied(host: str, inventory: Inventory | None, override: Threshold | None) -> Threshold:

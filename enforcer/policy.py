@@ -192,6 +192,12 @@ class PinSelector:
         )
         return all(want is None or want == have for want, have in wanted)
 
+    def __str__(self) -> str:
+        """As an operator writes it in enforcer_pinned (the fields given), never a repr."""
+        given = {"kind": self.kind, "id": self.id}
+        given |= {"accelerator": self.accelerator, "profile": self.profile}
+        return json.dumps({k: v for k, v in given.items() if v is not None})
+
 
 @dataclass(frozen=True)
 class Policy:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import kinds
 import schemas
+from enforcer import fleet
 from enforcer.contract import Decision
 from enforcer.model import (
     CLAIM_OWNER,
@@ -185,8 +186,9 @@ def _verdict(v: Verdict, boot_id: str, claims: Sequence[Claim], names: dict[str,
     }
 
 
-def table(report: dict) -> str:
-    """The verdict table an operator reads after every run."""
+def table(report: dict, inventory: str | None = None) -> str:
+    """The verdict table an operator reads after every run. `inventory`: the run's
+    (operations.converge.inventory_source), for the commands it prints."""
     mode = report["mode"]
     head = f"{report['host']}: {len(report['verdicts'])} partition verdict(s), mode {mode}"
     lines = [head]
@@ -196,7 +198,7 @@ def table(report: dict) -> str:
             "--data enforcer_breaker=off)"
         )
     if report.get("drain"):
-        lines.append(f"  {drain_line(report['drain'])}")
+        lines.append(f"  {drain_line(report['drain'], report['host'], inventory)}")
     bad = [s for s in report["sources"] if s["status"] != "ok"]
     lines += [f"  source {s['source']} [{s['scope']}] {s['status']}: {s['reason']}" for s in bad]
     if report["ledger"] != "ok":
@@ -273,12 +275,20 @@ def stuck_desired_line(stuck: dict) -> str:
     )
 
 
-def drain_line(marker: dict) -> str:
-    """A drained node, or one whose drain has not finished: said first, until undrain.py."""
+def drain_line(marker: dict, host: str, inventory: str | None) -> str:
+    """A drained node, or one whose drain has not finished: said first, until it is undrained.
+    `inventory`: the run's (operations.converge.inventory_source), for the commands."""
     n = len(marker["destroyed"])
     if marker["state"] == "drained":
-        return f"DRAINED by {marker['by']}, {n} partition(s) destroyed (undrain.py ends it)"
+        undrain = fleet.deploy_command(inventory, "undrain", host)
+        return f"DRAINED by {marker['by']}, {n} partition(s) destroyed (ends with: {undrain})"
     return (
         f"DRAINING: the drain by {marker['by']} has not found the node free yet ({n} "
-        "partition(s) to destroy or destroyed; run drain.py again, or undrain.py)"
+        f"partition(s) to destroy or destroyed): {drain_hint(host, inventory)}"
     )
+
+
+def drain_hint(host: str, inventory: str | None) -> str:
+    """What ends a drain not finished: the drain again, or its end, as commands to run."""
+    drain = fleet.deploy_command(inventory, "drain", host)
+    return f"run it again: {drain}; or end it: {fleet.deploy_command(inventory, 'undrain', host)}"

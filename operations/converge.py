@@ -170,7 +170,7 @@ def converge(host) -> None:
     next_ledger = ledgers.counted(ledger, decision.ledger)  # the metrics' running totals
     mode = "dry" if dry else policy.mode
     report = reports.build(host.name, obs, decision, mode, note, policy=policy, drain=marker)
-    print(reports.table(report), flush=True)
+    print(reports.table(report, inventory_source()), flush=True)
     keep_in_fleet_view(host, report)
     if any(h.source == "node" and h.status != "ok" for h in obs.health):
         return  # no boot id or clock: nothing can be recorded, nothing is destroyed
@@ -271,11 +271,14 @@ def record_inventory(inventory, directory: Path) -> None:
     done.add(directory)
 
 
-def keep_drain(host_name: str, directory: Path, report: dict) -> None:
-    """A drain's record in the fleet view, `<directory>/drain/<host>.json`, kept until it ends.
-    (pyinfra's python.call runs it when the drain starts to change the node.)"""
+def keep_drain(host_name: str, directory: Path, report: dict, inventory=None) -> None:
+    """A drain's record in the fleet view, `<directory>/drain/<host>.json`, kept until it ends,
+    and the run's inventory (the fleet view's commands name it). (pyinfra's python.call runs it
+    when the drain starts to change the node.)"""
     try:
         keep_report(directory / fleet.DRAINS, host_name, report)
+        if inventory is not None:
+            record_inventory(inventory, directory)
     except OSError as error:
         _not_kept(host_name, error)
 

@@ -43,6 +43,7 @@ from operations.converge import (
     host_data,
     host_policy,
     host_reports_dir,
+    inventory_source,
     keep_drain,
     ledger_of,
     read_node,
@@ -72,7 +73,7 @@ def drain(host) -> None:
     report = reports.build(
         host.name, obs, decision, "dry" if dry else "drain", ledger_of(obs)[1], policy=policy
     )
-    print(reports.table(report), flush=True)
+    print(reports.table(report, inventory_source()), flush=True)
     free = [v for v in found if v.is_orphan]
     marker = drains.draining(
         previous,
@@ -89,6 +90,7 @@ def drain(host) -> None:
             host_name=host.name,
             directory=host_reports_dir(host),
             report={**report, "drain": marker},
+            inventory=host.inventory,
         )
     record_drain(
         name="Record the drain, and in the audit log the destroys it is about to do",
@@ -108,7 +110,8 @@ def drain(host) -> None:
     if waiting:
         refuse(
             name="Fail the drain: partitions are still held or claimed",
-            message=f"{host.name}: the drain timed out; still there:\n" + _listed(waiting),
+            message=f"{host.name}: the drain timed out; still there:\n{_listed(waiting)}"
+            f"{host.name}: {reports.drain_hint(host.name, inventory_source())}\n",
         )
         return
     python.call(name="Verify that no partition is left", function=verify_free, policy=policy)

@@ -16,7 +16,7 @@ Where it runs (`enforcer_schedule_on`):
   the unit runs its pyinfra. `none`: the node has it already (`enforcer_schedule_pyinfra`).
 - `control`: the host is a control node whose unit converges the whole inventory
   `enforcer_schedule_inventory` (a file on it, required: nothing is written there) over SSH.
-  Run schedule.py against that one host, usually `pyinfra @local schedule.py -y`.
+  Run it against that one host, usually `pyinfra @local enforcer.deploys.schedule -y`.
 
 Host data (schemas/host-data.schema.json; bad values are refused before anything runs, naming
 the host and the key):
@@ -185,8 +185,9 @@ class Schedule:
         plain = json.loads(json.dumps(self.node_data))
         data = pprint.pformat(plain, indent=1, width=96, sort_dicts=True)
         return (
-            "# Written by partition-enforcer's schedule.py: this node converges itself (@local)\n"
-            "# with the host data the control node gave it. Edit that, and run schedule.py again.\n"
+            "# Written by partition-enforcer's enforcer.deploys.schedule: this node converges\n"
+            "# itself (@local) with the host data the control node gave it. Edit that, and run\n"
+            "# enforcer.deploys.schedule again.\n"
             f"HOST_DATA = {data}\n\n"
             f"hosts = [({json.dumps(NODE_HOST)}, HOST_DATA)]\n"
         )

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from enforcer.fleet import executable
 from enforcer.policy import DEFAULTS
 from enforcer.report import table
 from simulator import dra_story, hygon_story, mig_story, ppu_story, scenario, vgpu_story
@@ -94,25 +95,48 @@ def main(node_dir: str, runs: int = 5) -> int:
 
 
 def summary(nodes: list[Path]) -> None:
-    """What the runs did on each node, from its audit log and last report; then what next."""
+    """What the runs did on each node, from its audit log and last report: every partition,
+    destroyed or kept with the reason; then what next, as commands that run as printed here."""
     say("summary: destroyed, and kept with the reason")
     for node in nodes:
-        state = node / "rootfs" / STATE_DIR.lstrip("/")
-        log = state / "audit.jsonl"  # none: no run proved anything
-        audit = log.read_text().splitlines() if log.exists() else []
-        events = [json.loads(line) for line in audit]
-        gone = [e["partition"] for e in events if e["event"] == "destroyed"]
-        print(f"{node.name}: destroyed {', '.join(_named(p) for p in gone) or 'nothing'}")
-        report = json.loads((state / "report.json").read_text())
-        for v in report["verdicts"]:
-            if v["status"] not in ("destroyed", "orphan"):
-                reason = v["reason"] if len(v["reason"]) <= 90 else v["reason"][:87] + "..."
-                print(f"  kept {_named(v['partition'])}: {v['status']}: {reason}")
+        print("\n".join(node_summary(node / "rootfs" / STATE_DIR.lstrip("/"), node.name)))
+    report = nodes[0] / "rootfs" / STATE_DIR.lstrip("/") / "report.json"
+    kept = [v for v in json.loads(report.read_text())["verdicts"] if v["status"] in KEPT]
+    one = kept[0]["partition"]["id"] if kept else "ID"
+    enforcer, pyinfra = executable("enforcer"), executable("pyinfra")
     print(
-        f"\nNext: why one was kept, `enforcer explain {nodes[0].name}/rootfs{STATE_DIR}/"
-        "report.json 100`;\n      on a node of yours, read-only first: `pyinfra <node> "
-        "enforcer.deploys.converge --dry`\n      (README.md, A first run on one node)."
+        f"\nNext: why one was kept, `{enforcer} explain {_here(report)} {one}`;\n"
+        f"      on a node of yours, read-only first: `{pyinfra} <node> enforcer.deploys.converge "
+        "--dry`\n"
+        "      (README.md, A first run on one node)."
     )
+
+
+KEPT = ("held", "claimed", "pinned")  # the summary's `explain` names the first one of these
+
+
+def node_summary(state: Path, name: str) -> list[str]:
+    """Every partition of the node's runs: destroyed (the audit log's verified outcomes), then
+    each verdict of the last report: destroyed by that run (verified by the next one), or kept."""
+    log = state / "audit.jsonl"  # none: no run proved anything
+    events = [json.loads(line) for line in (log.read_text().splitlines() if log.exists() else [])]
+    gone = [e["partition"] for e in events if e["event"] == "destroyed"]
+    lines = [f"{name}: destroyed {', '.join(_named(p) for p in gone) or 'nothing'}"]
+    report = json.loads((state / "report.json").read_text())
+    for v in report["verdicts"]:
+        if v["status"] == "destroyed":
+            continue  # in the audit log's outcomes above
+        if v["status"] == "orphan" and report["mode"] == "converge":
+            lines.append(f"  destroyed {_named(v['partition'])} by the last run (not verified yet)")
+            continue
+        reason = v["reason"] if len(v["reason"]) <= 90 else v["reason"][:87] + "..."
+        lines.append(f"  kept {_named(v['partition'])}: {v['status']}: {reason}")
+    return lines
+
+
+def _here(path: Path) -> str:
+    """A path as printed for the current directory: relative when under it."""
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def _named(p: dict) -> str:

@@ -7,6 +7,7 @@ fails instead of skipping.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,7 @@ class Node:
         done = self.ns.run([PYINFRA, "-y", str(self.inventory), "deploy.py", *args], cwd=str(REPO))
         report_file = self.state_dir / "report.json"
         report = json.loads(report_file.read_text()) if report_file.exists() else None
+        assert not [r for r in reasons(report) if REPR.search(r)], "a Python repr in a reason"
         return Enforced(done.returncode, done.stdout + done.stderr, report)
 
     def converge(self, runs: int) -> list[Enforced]:
@@ -86,6 +88,18 @@ class Node:
 
     def vnpus(self) -> set[int]:
         return {v["id"] for v in self.sim.state()["vnpus"]}
+
+
+# A dataclass's repr (`PinSelector(kind='ascend-vnpu', ...)`): never in what a person reads.
+REPR = re.compile(r"\b[A-Z]\w*\(\w+=|\(kind=|Selector\(")
+
+
+def reasons(report: dict | None) -> list[str]:
+    """Every reason and evidence line of a run report, and its sources' reasons."""
+    if report is None:
+        return []
+    said = [s["reason"] for s in report["sources"]]
+    return said + [r for v in report["verdicts"] for r in (v["reason"], *v["evidence"])]
 
 
 def write_inventory(path: Path, node: Path, **data: object) -> Path:

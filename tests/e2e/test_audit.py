@@ -37,6 +37,17 @@ def test_each_destroy_is_on_record_with_its_evidence_then_its_outcome(vgpu_node)
     vgpu_node.converge(1)
     outcomes = [e for e in audit(vgpu_node) if e["event"] == "destroyed"]
     assert {e["partition"]["id"] for e in outcomes} == set(destroys)
+    key = f"mdev/pci:0000:3b:00.0/{v['leak']}"  # explain reads the proof from the audit log
+    explained = subprocess.run(
+        [ENFORCER, "explain", str(vgpu_node.state_dir / "report.json"), key],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "status:           destroyed" in explained and "none recorded" not in explained
+    assert "proof:            proven orphaned" in explained
+    assert "no live claim in vm-metadata" in explained
+    assert "streak then:      3 run(s)" in explained
     assert (vgpu_node.state_dir / "audit.jsonl").stat().st_mode & 0o777 == 0o600
 
 

@@ -22,8 +22,8 @@ from operations.converge import report_file_name
 ENFORCER = str(Path(sys.executable).with_name("enforcer"))
 
 
-def enforcer(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ENFORCER, *argv], capture_output=True, text=True, timeout=120)
+def enforcer(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ENFORCER, *argv], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
 def changes(output: str) -> int:

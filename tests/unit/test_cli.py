@@ -15,8 +15,10 @@ from typing import Any
 import jsonschema
 import pytest
 
+from enforcer import audit
 from enforcer import ledger as ledgers
-from enforcer.cli import main, short_identity
+from enforcer.cli import _when, main, short_identity
+from enforcer.fleet import executable
 from enforcer.policy import PolicyError
 from enforcer.report import SCHEMA
 from operations.converge import keep_report, report_file_name, reports_dir
@@ -202,7 +204,11 @@ def test_a_drained_node_says_so_and_an_unfinished_drain_needs_a_person(capsys, t
     assert rc == 1, out
     rows = out.splitlines()[3:-1]
     assert rows[0].startswith("n2")
-    assert rows[0].endswith("drain not finished: run drain.py again, or undrain.py")
+    pyinfra = executable("pyinfra")  # no run recorded the inventory: a person names it
+    assert rows[0].endswith(
+        f"drain not finished: run it again: {pyinfra} <inventory> enforcer.deploys.drain --limit "
+        f"n2 -y; or end it: {pyinfra} <inventory> enforcer.deploys.undrain --limit n2 -y"
+    )
     assert "converge, draining" in rows[0]
     assert "converge, drained" in rows[1] and rows[1].startswith("n1")
     assert "drain" not in rows[2]
@@ -662,3 +668,46 @@ def test_ledger_show_lists_what_the_memory_keeps(capsys, remembering):
     assert "nvidia-mig/gpu:GPU-1/6 " not in out  # advertised now: not listed as kept by memory
     rc, out, _ = run(capsys, "ledger", "show", str(remembering), "--json")
     assert set(json.loads(out)["desired"]) == {GI7_ID, f"nvidia-mig/gpu:GPU-1/6[gi=6]@{BOOT}"}
+
+
+def test_explain_shows_a_destroyed_partitions_evidence_from_the_audit_log(capsys, tmp_path):
+    """The destroyed verdict keeps no evidence: the run that destroyed it logged its proof."""
+    proved = report(
+        "n1", verdict("101", "orphan", runs=3, evidence=("no holder: fd scan", "no live claim"))
+    )
+    proved["run_at"] -= 300
+    log = tmp_path / "state" / "audit.jsonl"
+    log.parent.mkdir()
+    log.write_text(audit.lines(proved))
+    gone = verdict("101", "destroyed", identity="ascend-vnpu/npu:0:0/101", attempts=1)
+    path = keep_report(log.parent, "n1", report("n1", {**gone, "evidence": []}))
+
+    rc, out, _ = run(capsys, "explain", str(path), "101")
+    assert rc == 0, out
+    assert "none recorded" not in out and "streak:           0 run(s)" not in out
+    assert f"destroyed by:     the run of {_when(proved['run_at'])}, mode converge" in out
+    assert "proof:            orphan because the test says so" in out
+    assert "    - no holder: fd scan\n    - no live claim" in out
+    assert "streak then:      3 run(s), 180 s (grace: 3 runs, 900 s)" in out
+    assert f"identity then:    ascend-vnpu/npu:0:0/101[vnpu=101,template=vir02]@{BOOT}" in out
+
+    elsewhere = keep_report(tmp_path / "fleet", "n1", json.loads(path.read_text()))
+    rc, out, _ = run(capsys, "explain", str(elsewhere), "101")
+    assert "evidence:         not in this report (no longer listed): in the node's audit" in out
+    rc, out, _ = run(capsys, "explain", str(elsewhere), "101", "--audit", str(log.parent))
+    assert "proof:            orphan because the test says so" in out
+    data = json.loads(run(capsys, "explain", str(path), "101", "--json")[1])
+    assert data["destroys"]["ascend-vnpu/npu:0:0/101"]["streak"]["runs"] == 3
+
+
+def test_explain_of_a_claimed_partition_says_what_claims_it(capsys, tmp_path):
+    """claimed_by lists exact claims; a placement or device-wide claim is named, not denied."""
+    by_place = {
+        **verdict("104", "claimed"),
+        "reason": "placement claim by pod default/train-c (kubelet-checkpoint: vir04 on npu 0)",
+    }
+    path = keep_report(tmp_path, "n1", report("n1", by_place))
+    rc, out, _ = run(capsys, "explain", str(path), "104")
+    assert rc == 0
+    assert "no live owner's exact claim" not in out
+    assert "claimed by:       the placement claim(s) its reason names (no claim names it" in out

@@ -84,7 +84,8 @@ def test_a_host_of_the_inventory_with_no_report_needs_a_person(capsys, tmp_path)
     assert out.splitlines()[0] == "2 host(s), 1 need a person, 0 unreadable report(s)"
     row = next(line for line in out.splitlines() if line.startswith("node2"))
     assert "no report: in the inventory (/ops/inventory.py) but no run has kept one here" in row
-    assert row.endswith("(pyinfra /ops/inventory.py deploy.py --limit node2 -y)"), row
+    pyinfra = fleet.executable("pyinfra")
+    assert row.endswith(f"({pyinfra} /ops/inventory.py enforcer.deploys.converge --limit node2 -y)")
     view = json.loads(run(capsys, "report", str(directory), "--json")[1])
     assert [m["host"] for m in view["missing"]] == ["node2"]
     assert view["inventory"]["hosts"] == ["node1", "node2"]
@@ -143,7 +144,12 @@ def test_a_drain_not_finished_is_listed_beside_the_hosts_report_and_dry_ones_are
     assert set(rows) == {"node3.json", "drain/node3.json"}  # dry/ is not the fleet's
     drain = rows["drain/node3.json"]
     assert drain["mode"] == "converge, draining" and drain["counts"]["held"] == 1
-    assert drain["needs"] == ["drain not finished: run drain.py again, or undrain.py"]
+    pyinfra = fleet.executable("pyinfra")
+    assert drain["needs"] == [
+        f"drain not finished: run it again: {pyinfra} /ops/inventory.py enforcer.deploys.drain "
+        f"--limit node3 -y; or end it: {pyinfra} /ops/inventory.py enforcer.deploys.undrain "
+        "--limit node3 -y"
+    ]
     assert rows["node3.json"]["needs"] == []
 
 
@@ -285,3 +291,22 @@ def test_a_report_older_than_the_one_collect_kept_and_a_refusal_need_a_person(ca
     assert found["node2"][0].startswith("collect kept no report at ")
     assert "not node2's own report: node name: expected ..." in found["node2"][0]
     assert "; no report: in the inventory" in found["node2"][0]
+
+
+def test_a_printed_command_names_the_packaged_deploy_and_limits_to_the_host_alone():
+    """pyinfra's --limit is one fnmatch pattern (or a group): a host's name is escaped in it."""
+    pyinfra = fleet.executable("pyinfra")
+    assert fleet.deploy_command("/ops/inv.py", "undrain", "gpu[1]") == (
+        f"{pyinfra} /ops/inv.py enforcer.deploys.undrain --limit 'gpu[[]1]' -y"
+    )
+    assert fleet.deploy_command(fleet.API, "drain", "n1") == (
+        "enforcer.deploys.drain for n1, from your program"
+    )
+    with pytest.raises(ValueError):
+        fleet.deploy_command("/ops/inv.py", "deploy.py", "n1")
+
+
+def test_the_deploys_the_fleet_view_names_are_the_packaged_ones():
+    import enforcer.deploys
+
+    assert all(callable(getattr(enforcer.deploys, d)) for d in fleet.DEPLOYS)

@@ -1,7 +1,8 @@
 """
 The reference in docs/ stays true to the code: docs/HOST-DATA.md is the schema rendered (and the
 schema says what every key means), every function and test docs/CONTRACT.md names exists, and
-every test the stack matrix (docs/CLAIMS.md) names exists.
+every test the stack matrix (docs/CLAIMS.md) names exists, and docs/OPERATIONS.md's metric list
+is the one the code writes.
 Every deploy command printed for a person runs as printed.
 """
 
@@ -13,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from enforcer import docs
+from enforcer import docs, fleet
 from enforcer.policy import SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST_DATA = ROOT / "docs" / "HOST-DATA.md"
 CONTRACT = ROOT / "docs" / "CONTRACT.md"
+OPERATIONS = ROOT / "docs" / "OPERATIONS.md"
 
 
 def test_host_data_reference_is_the_schema_rendered():
@@ -64,6 +66,38 @@ def test_the_generator_writes_the_file_it_is_given(tmp_path: Path):
     out = tmp_path / "HOST-DATA.md"
     assert docs.main([str(out)]) == 0
     assert out.read_text() == docs.host_data_reference()
+
+
+def test_the_metric_list_in_operations_is_the_textfile_the_code_writes():
+    assert OPERATIONS.read_text() == docs.with_metric_list(OPERATIONS.read_text()), (
+        "docs/OPERATIONS.md's metric list is out of date with enforcer/metrics.py; regenerate it: "
+        f".venv/bin/{docs.METRICS_COMMAND}"
+    )
+
+
+def test_the_metric_list_names_every_metric_with_its_labels():
+    listed = docs.metric_list()
+    for metric in (
+        "partition_enforcer_stuck_owners",
+        "partition_enforcer_verdicts{kind,verdict}",
+        "partition_enforcer_source_failed{scope,source,status}",
+        "partition_enforcer_destroys_total{kind}",
+        "partition_enforcer_info{mode,version}",
+    ):
+        assert f"| `{metric}` |" in listed
+
+
+def test_a_metric_added_to_the_code_makes_the_page_out_of_date(monkeypatch):
+    page = OPERATIONS.read_text()
+    render = docs.metrics.render
+
+    def one_more(report, totals=None):
+        extra = "# HELP partition_enforcer_new A new one.\n# TYPE partition_enforcer_new gauge\n"
+        return render(report, totals) + extra + "partition_enforcer_new 1.0\n"
+
+    monkeypatch.setattr(docs.metrics, "render", one_more)
+    assert docs.with_metric_list(page) != page
+    assert "| `partition_enforcer_new` | gauge | A new one. |" in docs.with_metric_list(page)
 
 
 def _functions(path: Path) -> set[str]:
@@ -118,3 +152,27 @@ def test_every_printed_deploy_command_runs_without_stopping_at_the_prompt():
             if DEPLOY.search(command) and "-y" not in words and "--dry" not in words:
                 stops.append(f"{path.relative_to(ROOT)}: {command}")
     assert stops == []
+
+
+# What a wheel user has: the docs and the package print the packaged deploys, never a file of the
+# checkout (the repository's own deploy.py, drain.py... and its fleet harness print theirs).
+WHEEL = ["README.md", "docs/*.md", "enforcer/**/*.py", "operations/**/*.py"]
+CHECKOUT = re.compile(r"^(deploy|drain|undrain|schedule|collect)\.py$")
+
+
+def test_every_printed_deploy_command_names_a_packaged_deploy_and_one_host_per_limit():
+    """pyinfra's --limit takes one pattern (fnmatch) or group per flag: `a,b` matches no host."""
+    wrong = []
+    for path in sorted({f for pattern in WHEEL for f in ROOT.glob(pattern)}):
+        for found in COMMAND.finditer(path.read_text()):
+            command = found[1] or found[2]
+            words = command.split(" #")[0].split()  # a code block's comment is no word of it
+            deploys = [w.split("deploys.")[1] for w in words if "deploys." in w and "<" not in w]
+            limits = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--limit"]
+            if (
+                any(CHECKOUT.match(w) for w in words)
+                or any(d not in fleet.DEPLOYS for d in deploys)
+                or any("," in x for x in limits)
+            ):
+                wrong.append(f"{path.relative_to(ROOT)}: {command}")
+    assert wrong == []

@@ -9,6 +9,7 @@ change that means to change behaviour).
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -54,3 +55,19 @@ def test_the_node_read_golden_copies_destroy_an_orphan_of_every_kind_but_vnpu() 
         assert f"\n# {kind}/" in text, kind
     assert "\n# dcu:0000:3f:00.0: hygon-vdcu/" in text  # a DCU's vDCUs destroyed together
     assert "/tmp/" not in text and str(compare.ROOT) not in text
+
+
+# A dataclass's repr: `PinSelector(kind='ascend-vnpu', id='100', ...)`.
+REPR = re.compile(r"\b[A-Z]\w*\(\w+=|\(kind=|Selector\(")
+
+
+def test_no_reason_in_the_golden_copies_is_a_python_repr() -> None:
+    """What a person reads says what host data or a record says, as an operator writes it."""
+    paths = [*compare.ROOT.joinpath("bench", "golden").glob("*.txt")]
+    found = [f"{p.name}: {m[0]}" for p in paths for m in REPR.finditer(p.read_text())]
+    assert found == []
+    pinned = compare.golden_path(100).read_text()
+    assert (
+        'pinned by host data: enforcer_pinned {\\"kind\\": \\"ascend-vnpu\\", \\"id\\": \\"105\\"}'
+        in pinned
+    )
