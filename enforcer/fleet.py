@@ -22,8 +22,8 @@ name, a report older than the one collect kept.
 
 from __future__ import annotations
 
-import hashlib
 import glob
+import hashlib
 import json
 import shlex
 import shutil
