@@ -735,9 +735,9 @@ def node_registered(
     """
     if not is_node_name(node_name):
         return False, "not a node name (DNS-1123 subdomain)"
-    deadline = time.monotonic() + timeout
     try:
         cfg = _configuration(kubeconfig)
+        deadline = time.monotonic() + timeout  # the API's budget, not the client's import
         what = f"GET {cfg.host}/api/v1/nodes/{node_name}"
         k8s = _k8s()
         with k8s.client.ApiClient(cfg) as api:
