@@ -10,6 +10,8 @@ The `enforcer` command: what the runs said, for people (tables) and machines (`-
     enforcer release PARTITION --reason WHY   on the node: stop keeping a partition that rule 4's
                                               memory keeps (its advertiser gone); audited, applied
                                               by the next run, destroyed after the grace if orphaned
+    enforcer verify --hosts=URL,... [ARG...]  the testinfra checks of converged nodes, from the
+                                              control node (ARG: pytest's; the verify extra)
 
 Exit codes: 0 ok; 1 findings or a failed check (a node that needs a person, a report that cannot
 be read, a corrupt ledger, bad host data, no such partition); 2 usage (bad arguments, a path that
@@ -831,6 +833,11 @@ def _parser() -> argparse.ArgumentParser:
         help="the node lock (enforcer_lock_path under enforcer_rootfs)",
     )
     release.set_defaults(run=_release)
+    sub.add_parser(  # listed here; main() hands its arguments to pytest untouched
+        "verify",
+        help="the testinfra checks of converged nodes (pytest arguments; `verify --help`)",
+        add_help=False,
+    )
     for command in (report, explain, show, validate, audit):
         command.add_argument("--json", action="store_true", help="print JSON, for machines")
     return parser
@@ -838,6 +845,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["verify"]:  # pytest's and testinfra's options, which argparse cannot know
+        from enforcer import verify
+
+        return verify.run(argv[1:])
     try:
         args = _parser().parse_args(argv)
         return int(args.run(args))
