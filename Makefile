@@ -38,7 +38,7 @@ fleet: $(READY)
 	$(BIN)/python tests/fleet/harness.py $(N) fleet
 
 clean:
-	rm -rf $(VENV) $(NODE) $(NODE)-h100 $(NODE)-dra $(NODE)-ppu $(NODE)-dcu $(NODE)-vmhost fleet .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(NODE) $(NODE)-h100 $(NODE)-dra $(NODE)-ppu $(NODE)-dcu $(NODE)-vmhost fleet try .pytest_cache .ruff_cache
 
 # Issue 7: the model-based lifecycle test at scale (in-process driver), with its counts; issue 5:
 # decide() on synthetic nodes, and a converge run's cost over SSH on the fleet (root).
