@@ -40,7 +40,7 @@ fleet: $(READY)
 	$(BIN)/python -m tests.fleet.harness $(N) fleet
 
 clean:
-	rm -rf $(VENV) $(NODE) $(NODE)-h100 $(NODE)-dra $(NODE)-ppu $(NODE)-dcu $(NODE)-vmhost fleet .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(NODE) $(NODE)-h100 $(NODE)-dra $(NODE)-ppu $(NODE)-dcu $(NODE)-vmhost fleet try .pytest_cache .ruff_cache
 
 # Issue 7: the model-based lifecycle test at scale (in-process driver), with its counts; issue 5:
 # decide() on synthetic nodes, and a converge run's cost over SSH on the fleet (root).

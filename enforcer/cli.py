@@ -12,6 +12,8 @@ The `enforcer` command: what the runs said, for people (tables) and machines (`-
                                               by the next run, destroyed after the grace if orphaned
     enforcer alerts [--path]                  the Prometheus alerting rules of this release (for
                                               `rule_files:`), or where the package keeps them
+    enforcer verify --hosts=URL,... [ARG...]  the testinfra checks of converged nodes, from the
+                                              control node (ARG: pytest's; the verify extra)
 
 Exit codes: 0 ok; 1 findings or a failed check (a node that needs a person, a report that cannot
 be read, a corrupt ledger, bad host data, no such partition); 2 usage (bad arguments, a path that
@@ -963,6 +965,11 @@ def _parser() -> argparse.ArgumentParser:
     alerts = sub.add_parser("alerts", help="the Prometheus alerting rules for the textfile")
     alerts.add_argument("--path", action="store_true", help="print the installed file's path")
     alerts.set_defaults(run=_alerts)
+    sub.add_parser(  # listed here; main() hands its arguments to pytest untouched
+        "verify",
+        help="the testinfra checks of converged nodes (pytest arguments; `verify --help`)",
+        add_help=False,
+    )
     for command in (report, explain, show, validate, audit):
         command.add_argument("--json", action="store_true", help="print JSON, for machines")
     return parser
@@ -970,6 +977,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["verify"]:  # pytest's and testinfra's options, which argparse cannot know
+        from enforcer import verify
+
+        return verify.run(argv[1:])
     try:
         args = _parser().parse_args(argv)
         return int(args.run(args))

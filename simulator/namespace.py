@@ -8,7 +8,10 @@ in a namespace of their own: `unshare --pid --fork --mount-proc`, where /proc is
 
 `NodeNamespace` starts an agent inside that runs commands and holder processes for a test, over
 JSON lines on its stdin and stdout; `python -m simulator.namespace -- CMD...` runs one command
-inside a fresh namespace (the demo).
+inside a fresh namespace (the demo; `-- sh`: a shell to try the wheel in, README.md), with the
+folder of the interpreter that runs it first on PATH: `VENV/bin/python -m simulator.namespace --
+sh` from a checkout gives a shell whose `python`, `pyinfra` and `enforcer` are that virtualenv's
+(an installed wheel's), and whose processes are the node's alone.
 
 A holder that is a pod's process says so where kubelet and the runtime put it: the agent
 bind-mounts a file with the pod container's cgroup line (`<node>/cgroups/<pid>`) over the
@@ -377,12 +380,22 @@ def _enter_pod(node: SimNode, pid: int, uid: str) -> None:
         raise OSError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
 
 
+def venv_first_on_path() -> dict[str, str]:
+    """This environment with this interpreter's folder (a virtualenv's bin, unresolved: a venv's
+    python is a symlink) first on PATH, and no PYTHONPATH added: what runs inside imports what it
+    would anywhere else (from an installed wheel, not from the checkout)."""
+    env = dict(os.environ)
+    folder = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in (folder, env.get("PATH")) if p)
+    return env
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--agent"]:
         _agent(Path(argv[1]), argv[2] if len(argv) > 2 else None)
         return 0
     if argv[:1] == ["--"] and len(argv) > 1:
-        return subprocess.call([*unshare_argv(), *argv[1:]])
+        return subprocess.call([*unshare_argv(), *argv[1:]], env=venv_first_on_path())
     sys.stderr.write("usage: python -m simulator.namespace -- COMMAND [ARG...]\n")
     return 2
 

@@ -16,10 +16,6 @@ from simulator.namespace import unshare_argv
 settings.register_profile("any-speed", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("any-speed")
 
-# The testinfra verification users run against their nodes (`pytest tests/verify --hosts=...`),
-# not a test of this project: tests/e2e/test_verify.py runs it against a simulated node.
-collect_ignore = ["verify"]
-
 
 def _namespaces_work() -> str | None:
     try:

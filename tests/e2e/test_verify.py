@@ -1,7 +1,8 @@
 """
-The testinfra verification suite (tests/verify) run as users run it, `pytest tests/verify
---hosts=...`, here over testinfra's local connection against a simulated node the real pyinfra
-CLI converged: it passes on a healthy node and fails, naming the problem, on each kind of trouble.
+The testinfra verification suite (enforcer/verify, in the wheel) run as users run it, `enforcer
+verify --hosts=...`, here over testinfra's local connection against a simulated node the real
+pyinfra CLI converged: it passes on a healthy node and fails, naming the problem, on each kind of
+trouble. tests/e2e/test_wheel.py runs it from the installed wheel.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from e2e.conftest import REPO
 from faults.kit import enforce_with_path, fake_date
@@ -37,20 +39,26 @@ class Verified:
     failed: set[str]
 
 
-def verify(node, *args: str, user: str | None = None) -> Verified:
-    """`pytest tests/verify --hosts=local:// --enforcer-rootfs=<node>/rootfs`, in a process (as
-    `user`, when given)."""
+ENFORCER = Path(sys.executable).with_name("enforcer")
+
+
+def verify(
+    node, *args: str, user: str | None = None, enforcer: Path = ENFORCER, cwd: Path = REPO
+) -> Verified:
+    """`enforcer verify --hosts=local:// --enforcer-rootfs=<node>/rootfs -rA`, in a process (as
+    `user`, when given), from the checkout by default (its configuration must not reach the
+    suite)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "tests/verify"]
+    argv = [str(enforcer), "verify", "-rA"]
     if user:
         gid = pwd.getpwnam(user).pw_gid
         argv = ["setpriv", f"--reuid={user}", f"--regid={gid}", "--clear-groups", *argv]
     argv += ["--hosts=local://", f"--enforcer-rootfs={node.path / 'rootfs'}", *args]
-    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     output = done.stdout + done.stderr
 
     def said(outcome: str) -> set[str]:
-        return set(re.findall(rf"^{outcome} tests/verify/\S+::(\w+)\[", output, re.M))
+        return set(re.findall(rf"^{outcome} \S*test_converged\.py::(\w+)\[", output, re.M))
 
     return Verified(done.returncode, output, said("PASSED"), said("FAILED"))
 

@@ -7,12 +7,20 @@ built by the checkout's (`python -m simulator build`), as its tools run. The whe
 without extras, so the kubernetes client is missing, and the kubernetes-api source must say so,
 not crash.
 
+README.md's "Try it without accelerators, from the wheel" is run as written (issue 31): its
+commands, read from README.md, install the wheel (the virtualenv every test here uses) and try
+it on a simulated node, in a folder that holds the wheel and, of the checkout, only what those
+commands name (simulator/, inventories/). The verification suite (enforcer/verify) runs from the
+installed wheel, after its `verify` extra, which it names when missing.
+
 The node tests need PID namespaces (and systemctl, for the schedule); in CI a missing one fails.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +31,7 @@ import pytest
 from e2e.conftest import REPO, SCENARIOS, write_inventory
 from e2e.test_drain import INFER_A, INFER_B, TRAIN_C, drain_data, marker, pods_leave
 from e2e.test_schedule import NODE_INVENTORY, SERVICE, TIMER, _need
+from e2e.test_verify import CHECKS, verify
 
 from simulator.demo import infer_b_starts
 from simulator.namespace import NodeNamespace
@@ -31,6 +40,9 @@ from simulator.node import SimNode
 PACKAGES = ("enforcer", "facts", "kinds", "operations", "schemas")  # the folders the design names
 SIMULATOR = "simulator"  # the test double: in the checkout, never in the wheel
 INSTALL_HINT = "pip install 'partition-enforcer[kubernetes]'"
+TRY = "Try it without accelerators, from the wheel"  # README.md's section
+TRIED_FROM_THE_CHECKOUT = ("simulator", "inventories")
+VERIFY_HINT = "pip install 'partition-enforcer[verify]'"
 # Where the installed interpreter finds each package.
 WHERE = (
     f"import json, {', '.join(PACKAGES)}; "
@@ -65,21 +77,44 @@ def wheel(tmp_path_factory) -> Path:
     return built
 
 
+def tried() -> list[str]:
+    """The commands of README.md's section TRY, in order (its indented lines)."""
+    text = (REPO / "README.md").read_text()
+    heading = f"\n## {TRY}\n"
+    assert heading in text, f"README.md has no section {TRY!r}"
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    return [line[4:] for line in section.splitlines() if line.startswith("    ")]
+
+
 @pytest.fixture(scope="module")
-def venv(wheel, tmp_path_factory) -> Path:
-    """A fresh virtualenv outside the checkout with the wheel (and its dependencies) only."""
-    path = tmp_path_factory.mktemp("installed") / "venv"
+def checkout(wheel, tmp_path_factory) -> Path:
+    """Where README.md's section runs: the wheel in dist/, and of the checkout only the folders
+    its commands name, so that nothing else of the repository can be imported from there."""
+    path = tmp_path_factory.mktemp("checkout")
     assert not path.is_relative_to(REPO)
-    run([sys.executable, "-m", "venv", str(path)], path.parent)
-    run([str(path / "bin" / "pip"), "install", "--quiet", str(wheel)], path.parent)
+    for folder in TRIED_FROM_THE_CHECKOUT:
+        (path / folder).symlink_to(REPO / folder, target_is_directory=True)
+    (path / "dist").mkdir()
+    shutil.copy2(wheel, path / "dist" / wheel.name)
     return path
+
+
+@pytest.fixture(scope="module")
+def venv(checkout) -> Path:
+    """A fresh virtualenv outside the checkout with the wheel (and its dependencies) only,
+    installed by README.md's first command of TRY."""
+    install = tried()[0]
+    assert install.startswith("python3 -m venv try/venv && "), install
+    run(["sh", "-c", install], checkout)
+    return checkout / "try" / "venv"
 
 
 def test_the_wheel_carries_every_file_of_the_packages_and_nothing_else(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = sources(*PACKAGES)
-    # schemas, templates, the node-side client, the deploys: all of the folders
-    assert {"schemas/ledger.schema.json", "facts/pod_resources_client.py"} <= set(shipped)
+    # schemas, templates, the node-side client, the deploys, the verification: all of the folders
+    samples = {"schemas/ledger.schema.json", "facts/pod_resources_client.py"}
+    assert samples | {"enforcer/verify/read-state.sh"} <= set(shipped)
     assert "enforcer/alerts/partition-enforcer.rules.yml" in shipped  # enforcer alerts
     assert [name for name in shipped if name not in names] == []
     ours = {name for name in names if ".dist-info/" not in name}
@@ -203,3 +238,57 @@ def test_the_installed_schedule_deploy_writes_a_unit_that_converges_with_the_pac
         assert done.returncode == 0, done.stdout + done.stderr
         report = json.loads((node.state_dir / "report.json").read_text())
         assert verdicts(report)["100"] == "held"
+
+
+def test_the_readme_tries_the_installed_wheel_on_a_simulated_node(venv, checkout, namespaces):
+    """README.md's commands after the install: the first opens the shell in the node's PID
+    namespace (the installed venv's bin first on PATH), the rest are typed into it."""
+    enter, *typed = tried()[1:]
+    argv = enter.split("#")[0].split()
+    assert argv == ["try/venv/bin/python", "-m", "simulator.namespace", "--", "sh"], enter
+    # Nothing else on PATH or PYTHONPATH could give a pyinfra or an enforcer: the shell's are the
+    # installed wheel's only because the namespace command puts them first.
+    path = [d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "pyinfra").exists()]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH"))}
+    env |= {"PATH": os.pathsep.join(path), "DEMO_GRACE_SECONDS": "0"}  # the grace in runs only
+    done = subprocess.run(
+        ["sh", "-c", enter],
+        cwd=checkout,
+        env=env,
+        input="set -ex\n" + "\n".join(typed) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+
+    tables = re.findall(r"^  ascend-vnpu npu:0:0 (\d+) +vir02 +([a-z-]+) ", output, re.M)
+    assert tables[:3] == [("100", "held"), ("101", "claimed"), ("102", "claimed")], output
+    assert "cannot be inspected" not in output  # the namespace's /proc: no EPERM holds all
+    assert {v["id"] for v in SimNode(checkout / "try" / "node").state()["vnpus"]} == {100}
+    # The last: why 101 went (the fleet view's report is the third run's: proven, then destroyed).
+    assert typed[-1].startswith("enforcer explain "), typed
+    why = r"^ascend-vnpu npu:0:0 101 .*\n  status: +orphan\n  reason: +proven orphaned\n"
+    assert re.search(why, output, re.M), output
+
+
+def test_the_installed_verification_names_its_extra_then_verifies_a_converged_node(
+    wheel, venv, tmp_path, namespaces
+):
+    enforcer = venv / "bin" / "enforcer"
+    missing = subprocess.run(
+        [str(enforcer), "verify", "--hosts=local://"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert missing.returncode == 2, missing.stdout + missing.stderr
+    assert VERIFY_HINT in missing.stderr
+
+    with NodeNamespace(tmp_path / "node") as ns:
+        node = InstalledNode(ns, venv, tmp_path / "node", tmp_path)
+        node.deploy("converge")
+        node.deploy("converge")
+    run([str(venv / "bin" / "pip"), "install", "--quiet", f"{wheel}[verify]"], tmp_path)
+    result = verify(node, enforcer=enforcer, cwd=tmp_path)
+    assert result.rc == 0 and result.passed == CHECKS, result.output
+    suites = set(re.findall(r"^PASSED (\S*)test_converged\.py::", result.output, re.M))
+    assert [(tmp_path / s).resolve().is_relative_to(venv.resolve()) for s in suites] == [True]

@@ -402,8 +402,8 @@ def commands(root: Path, names: list[str]) -> dict[str, list[str]]:
         "ssh": ["ssh", "-F", config, names[0]],
         # --sudo: a node reached as a non-root user cannot read the state dir (0700 root)
         "verify": [
-            "pytest",
-            "tests/verify",
+            "enforcer",
+            "verify",
             f"--ssh-config={config}",
             "--sudo",
             f"--hosts={hosts}",

@@ -191,11 +191,11 @@ def test_verification_without_sudo_says_permission_denied_on_a_node_reached_as_n
 
 
 def verify(fleet, *args: str, sudo: bool = True) -> subprocess.CompletedProcess[str]:
-    """`pytest tests/verify` as the harness and README.md print it for the fleet (testinfra over
-    ssh, with sudo for the operator), with `args` after it."""
+    """`enforcer verify` as the harness and docs/OPERATIONS.md print it for the fleet (testinfra
+    over ssh, with sudo for the operator), with `args` after it."""
     command = commands(fleet.root, list(fleet.nodes))["verify"]
-    assert command[0] == "pytest"
-    argv = [sys.executable, "-m", *command, "-p", "no:cacheprovider", "-rA", *args]
+    assert command[:2] == ["enforcer", "verify"]
+    argv = [str(ENFORCER), *command[1:], "-rA", *args]
     argv = argv if sudo else [a for a in argv if a != "--sudo"]
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
 

@@ -1,4 +1,4 @@
-# The enforcer's files of one node in one command (tests/verify/conftest.py, Node.files): the
+# The enforcer's files of one node in one command (enforcer/verify/conftest.py, Node.files): the
 # node's clock, who reads, then one line per file: its text (base64), or why this user cannot
 # read it. $1: the state dir; the rest: file names in it.
 #   clock <epoch seconds>

@@ -1,12 +1,13 @@
 """
-The testinfra verification of converged nodes, run by users after a convergence:
+The testinfra verification of converged nodes, run by users after a convergence, from the
+installed package (enforcer/verify/__init__.py says why a command of ours):
 
-    pytest tests/verify --hosts=ssh://node1,ssh://node2 --sudo --enforcer-interval=300
+    enforcer verify --hosts=ssh://node1,ssh://node2 --sudo --enforcer-interval=300
 
-Not part of the project's own test run (tests/conftest.py ignores this folder). One command per
-host reads the enforcer's files and the node's clock over the testinfra connection
-(read-state.sh), for every host at once (`--enforcer-parallel`, threads); each check judges them
-here, with the node's clock:
+Not part of the project's own test run (its testpaths are tests/). One command per host reads
+the enforcer's files and the node's clock over the testinfra connection (read-state.sh), for
+every host at once (`--enforcer-parallel`, threads); each check judges them here, with the
+node's clock:
 
 - `<state_dir>/ledger.json`: enforcer.ledger's format, schemas/ledger.schema.json;
 - `<state_dir>/report.json`: the last recorded run report, schemas/report.schema.json (a run
@@ -23,16 +24,18 @@ import json
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 import jsonschema
 import pytest
 
+import schemas
 from enforcer.policy import DEFAULTS, under
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
-READ_STATE = (Path(__file__).parent / "read-state.sh").read_text()
+READ_STATE = (
+    resources.files("enforcer.verify").joinpath("read-state.sh").read_text()
+)  # package data
 FILES = ("ledger.json", "report.json", "last-read")
 
 
@@ -186,7 +189,7 @@ class Node:
 
     def document(self, name: str) -> dict:
         """A JSON file of the enforcer, valid against its schema (schemas/<name>.schema.json)."""
-        schema = json.loads((SCHEMAS / name.replace(".json", ".schema.json")).read_text())
+        schema = schemas.load(name.removesuffix(".json"))
         data, problem = checked(self.read(name), schema)
         if problem:
             pytest.fail(f"{self.name}: {self.path(name)} {problem}", pytrace=False)

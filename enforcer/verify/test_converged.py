@@ -1,6 +1,6 @@
 """
 A converged node, checked after the enforcer's runs: one check per test, each failure naming the
-host and the partition or owner that is wrong. Options: tests/verify/conftest.py.
+host and the partition or owner that is wrong. Options: enforcer/verify/conftest.py.
 """
 
 from __future__ import annotations
