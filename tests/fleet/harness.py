@@ -398,7 +398,7 @@ def commands(root: Path, names: list[str]) -> dict[str, list[str]]:
     config = str(root / "ssh_config")
     hosts = ",".join(f"ssh://{name}" for name in names)
     return {
-        "converge": ["pyinfra", str(root / "inventory.py"), "deploy.py", "-y"],
+        "converge": ["pyinfra", str(root / "inventory.py"), "enforcer.deploys.converge", "-y"],
         "ssh": ["ssh", "-F", config, names[0]],
         # --sudo: a node reached as a non-root user cannot read the state dir (0700 root)
         "verify": [
