@@ -31,7 +31,7 @@ from enforcer.policy import DEFAULTS, HOST_DATA_KEYS, Policy, PolicyError, polic
 from facts import cri, dra_node, kubeapi, nodename
 from facts.cri import Sandbox
 from facts.errors import ParseError
-from facts.snapshot import NodeSnapshot, Sections, observe
+from facts.snapshot import REFUSED, NodeSnapshot, Sections, observe
 from operations import enforce
 
 NODE_NAME = "node-name"  # the report's word for which node name a run used, and why
@@ -161,6 +161,8 @@ def drain_marker(obs: Observation) -> tuple[dict | None, Observation]:
 
 def converge(host) -> None:
     policy = host_policy(host)
+    if not reports_dir_checked(host):
+        return
     dry = "--dry" in sys.argv  # pyinfra does not tell a deploy
     obs = read_node(host, policy, record=not dry)  # --dry leaves nothing on the node
     for said in (h for h in obs.health if h.source == NODE_NAME):
@@ -172,8 +174,8 @@ def converge(host) -> None:
     mode = "dry" if dry else policy.mode
     report = reports.build(host.name, obs, decision, mode, note, policy=policy, drain=marker)
     print(reports.table(report), flush=True)
-    keep_in_fleet_view(host, report)
-    if any(h.source == "node" and h.status != "ok" for h in obs.health):
+    kept = keep_in_fleet_view(host, report)
+    if not node_read(host, obs):
         return  # no boot id or clock: nothing can be recorded, nothing is destroyed
     # --dry records what a real run would: its report's mode is the policy's, so a run that
     # would change nothing shows no change (a "dry" mode would change the digest every time).
@@ -202,6 +204,44 @@ def converge(host) -> None:
             paths=policy.paths,
             _continue_on_error=True,
         )
+    if not kept:  # after the destroys: the copy on the control node never stops a run
+        enforce.refuse(
+            name="Fail: the fleet view was not updated",
+            message=f"{host.name}: the fleet view was not updated (said above)\n",
+        )
+
+
+def node_read(host, obs: Observation) -> bool:
+    """Whether the node was read (its boot id and clock); if not, this host's run fails,
+    saying why (docs/OPERATIONS.md, exit codes): a node that could not be read is no success."""
+    unread = [h for h in obs.health if h.source == NODE and h.status != "ok"]
+    for h in unread[:1]:
+        enforce.refuse(
+            name="Fail: the node could not be read",
+            message=f"{host.name}: the node could not be read: {h.reason}\n",
+        )
+    return not unread
+
+
+def refused_on_node(obs: Observation) -> bool:
+    """Whether the node read stopped at host data's paths (facts.snapshot): no wait helps."""
+    return any(
+        h.source == NODE and h.reason.startswith(REFUSED) for h in obs.health if h.status != "ok"
+    )
+
+
+def reports_dir_checked(host) -> bool:
+    """Whether the host's reports dir is one a run may write to (reports_dir_problem); if not,
+    this host's run fails before the node is read (a read leaves its heartbeat there)."""
+    directory = host_reports_dir(host)
+    problem = reports_dir_problem(directory)
+    if problem:
+        enforce.refuse(
+            name="Fail: enforcer_reports_dir",
+            message=f"host {host.name}: host data enforcer_reports_dir {directory}: {problem}: "
+            "nothing was read or written\n",
+        )
+    return not problem
 
 
 def written(report: dict, recorded: dict, next_ledger: ledgers.Ledger) -> dict[str, str]:
@@ -218,14 +258,14 @@ def written(report: dict, recorded: dict, next_ledger: ledgers.Ledger) -> dict[s
 # --- the fleet view: every host's run report, kept on the control node ------------------------
 
 
-def keep_in_fleet_view(host, report: dict) -> None:
+def keep_in_fleet_view(host, report: dict) -> bool:
     """
     Keep the run's report as `<enforcer_reports_dir>/<host>.json` on the control node (`enforcer
     report DIR` reads them all), a --dry run's beside it in `dry/` (it never hides the last real
     one), and the run's inventory (enforcer.fleet). A real run's report says the node's drain
     state: a drain's own record is cleared. Local Python while the deploy loads, not an
     operation: pyinfra counts no change for it. A failed write is said, not raised: this copy
-    must never stop a run.
+    must never stop a run; False, and the run fails the host at its end.
     """
     directory = host_reports_dir(host)
     dry = report["mode"] == "dry"
@@ -236,6 +276,8 @@ def keep_in_fleet_view(host, report: dict) -> None:
         record_inventory(host.inventory, directory)
     except OSError as error:
         _not_kept(host.name, error)
+        return False
+    return True
 
 
 def _not_kept(host_name: str, error: OSError) -> None:
@@ -299,6 +341,25 @@ def reports_dir(configured: str, base: Path | None = None) -> Path:
     this run's, or `base` (a node inventory's, for operations.collect)."""
     path = Path(configured).expanduser()
     return path if path.is_absolute() else (base or inventory_dir()) / path
+
+
+def reports_dir_problem(directory: Path) -> str | None:
+    """
+    Why `directory` (an enforcer_reports_dir, resolved) cannot be one, or None: an existing
+    directory, or a new one the run makes in an existing directory (the default `reports`
+    beside the inventory, on the first run). Nothing more is made: a path whose parent is not
+    there is a mistake, never a tree to create. The run and `enforcer validate` check it here.
+    """
+    if directory.is_dir():
+        return None
+    if directory.exists() or directory.is_symlink():
+        return "expected a directory (it is not one)"
+    if not directory.parent.is_dir():
+        return (
+            "expected an existing directory, or a new one in an existing directory "
+            f"({directory.parent} is not one)"
+        )
+    return None
 
 
 @functools.cache

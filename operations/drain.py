@@ -46,8 +46,10 @@ from operations.converge import (
     keep_drain,
     ledger_of,
     read_node,
+    refused_on_node,
+    reports_dir_checked,
 )
-from operations.enforce import b64
+from operations.enforce import b64, refuse
 
 PROGRESS_SECONDS = 30  # while waiting, the blocking partitions are said again this often
 
@@ -56,6 +58,8 @@ def drain(host) -> None:
     policy = host_policy(host)
     settings = drains.settings(host_data(host))
     dry = "--dry" in sys.argv  # pyinfra does not tell a deploy
+    if not reports_dir_checked(host):
+        return
     if policy.mode == "plan":
         refuse(
             name="Fail the drain: this host is in plan mode",
@@ -123,6 +127,8 @@ def undrain(host) -> None:
     policy = host_policy(host)
     settings = drains.settings(host_data(host))
     dry = "--dry" in sys.argv
+    if not reports_dir_checked(host):
+        return
     text = host.get_fact(DrainMarkerFile, paths=policy.paths)
     try:
         marker = drains.load_marker(text)
@@ -163,7 +169,7 @@ def wait_until_free(
         found = decision.verdicts
         waiting = drains.unread(obs, policy) + [drains.line(v) for v in drains.blocking(found)]
         waited = time.monotonic() - started
-        if not waiting or waited >= timeout:
+        if not waiting or waited >= timeout or refused_on_node(obs):
             return first, obs, decision, waiting
         if waiting != said or time.monotonic() - said_at >= PROGRESS_SECONDS:
             print(f"{host.name}: drain: waited {waited:.0f}/{timeout:.0f} s for:", flush=True)
@@ -253,9 +259,3 @@ def record_drain(
         audit_max_bytes=audit_max_bytes,
         audit_keep=audit_keep,
     )
-
-
-@operation(is_idempotent=False)
-def refuse(message: str):
-    """Fail this host's run: ``message`` goes to stderr, where pyinfra shows it."""
-    yield render("refuse.sh.j2", message=b64(message))
