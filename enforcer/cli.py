@@ -572,8 +572,9 @@ def control_node_errors(
     from operations.converge import DEFAULTS, reports_dir, reports_dir_problem
 
     key = "enforcer_reports_dir"
-    directory = reports_dir(data.get(key) or DEFAULTS[key], base)
-    problem = reports_dir_problem(directory)
+    configured = data.get(key) or DEFAULTS[key]
+    directory = reports_dir(configured, base)
+    problem = reports_dir_problem(configured, directory)
     return [(PolicyError(host_name, key, problem, f" {directory}"), False)] if problem else []
 
 

@@ -157,11 +157,11 @@ class NodePaths:
         Host data's own paths the node must have before a run reads or writes anything there
         (operations/templates/host-paths.sh.j2): (what is expected, key, path). The state dir,
         lock and metrics dir are made below rootfs; marker and VM metadata roots may be absent
-        (their sources say so).
+        (their sources say so); a tool named without a path is looked up on the node's PATH.
         """
         dirs = [("enforcer_rootfs", self.rootfs), ("enforcer_procfs", self.procfs)]
         dirs.append(("enforcer_sysfs", self.sysfs))
-        tools = [(f"enforcer_tools.{name}", path) for name, path in self.tools]
+        tools = [(f"enforcer_tools.{name}", path) for name, path in self.tools if path[:1] == "/"]
         return (
             *((DIRECTORY, key, path) for key, path in dirs),
             *((EXECUTABLE, key, path) for key, path in tools),

@@ -20,6 +20,7 @@ from typing import Any
 import click
 import pyinfra
 from pyinfra.api.exceptions import DeployError
+from pyinfra.operations import python
 
 from enforcer import audit, fleet, metrics, streaks
 from enforcer import drain as drains
@@ -34,6 +35,7 @@ from facts.errors import ParseError
 from facts.snapshot import REFUSED, NodeSnapshot, Sections, observe
 from operations import enforce
 
+REPORTS_DIR = "enforcer_reports_dir"
 NODE_NAME = "node-name"  # the report's word for which node name a run used, and why
 
 
@@ -205,9 +207,8 @@ def converge(host) -> None:
             _continue_on_error=True,
         )
     if not kept:  # after the destroys: the copy on the control node never stops a run
-        enforce.refuse(
-            name="Fail: the fleet view was not updated",
-            message=f"{host.name}: the fleet view was not updated (said above)\n",
+        fail_here(
+            "Fail: the fleet view was not updated", f"{host.name}: the fleet view was not updated"
         )
 
 
@@ -216,9 +217,9 @@ def node_read(host, obs: Observation) -> bool:
     saying why (docs/OPERATIONS.md, exit codes): a node that could not be read is no success."""
     unread = [h for h in obs.health if h.source == NODE and h.status != "ok"]
     for h in unread[:1]:
-        enforce.refuse(
-            name="Fail: the node could not be read",
-            message=f"{host.name}: the node could not be read: {h.reason}\n",
+        fail_here(
+            "Fail: the node could not be read",
+            f"{host.name}: the node could not be read: {h.reason}",
         )
     return not unread
 
@@ -233,15 +234,25 @@ def refused_on_node(obs: Observation) -> bool:
 def reports_dir_checked(host) -> bool:
     """Whether the host's reports dir is one a run may write to (reports_dir_problem); if not,
     this host's run fails before the node is read (a read leaves its heartbeat there)."""
-    directory = host_reports_dir(host)
-    problem = reports_dir_problem(directory)
+    configured = host.data.get(REPORTS_DIR) or DEFAULTS[REPORTS_DIR]
+    directory = reports_dir(configured)
+    problem = reports_dir_problem(configured, directory)
     if problem:
-        enforce.refuse(
-            name="Fail: enforcer_reports_dir",
-            message=f"host {host.name}: host data enforcer_reports_dir {directory}: {problem}: "
-            "nothing was read or written\n",
-        )
+        said = f"host {host.name}: host data enforcer_reports_dir {directory}: {problem}"
+        fail_here("Fail: enforcer_reports_dir", f"{said}: nothing was read or written")
     return not problem
+
+
+def fail_here(name: str, message: str) -> None:
+    """Fail this host's run, saying why, with no command on the node: local Python, run in
+    the host's turn (after its operations before it)."""
+    python.call(name=name, function=_failed, message=message)
+
+
+def _failed(state, host, message: str) -> bool:
+    """(pyinfra passes state and host; False fails the operation, and so the host.)"""
+    print(message, file=sys.stderr, flush=True)
+    return False
 
 
 def written(report: dict, recorded: dict, next_ledger: ledgers.Ledger) -> dict[str, str]:
@@ -291,7 +302,7 @@ def _not_kept(host_name: str, error: OSError) -> None:
 
 def host_reports_dir(host) -> Path:
     """The host's `enforcer_reports_dir`, resolved (reports_dir)."""
-    return reports_dir(host.data.get("enforcer_reports_dir") or DEFAULTS["enforcer_reports_dir"])
+    return reports_dir(host.data.get(REPORTS_DIR) or DEFAULTS[REPORTS_DIR])
 
 
 # Inventories whose hosts were recorded, by reports directory: once per run, not once per host.
@@ -343,21 +354,25 @@ def reports_dir(configured: str, base: Path | None = None) -> Path:
     return path if path.is_absolute() else (base or inventory_dir()) / path
 
 
-def reports_dir_problem(directory: Path) -> str | None:
+def reports_dir_problem(configured: str, directory: Path) -> str | None:
     """
-    Why `directory` (an enforcer_reports_dir, resolved) cannot be one, or None: an existing
-    directory, or a new one the run makes in an existing directory (the default `reports`
-    beside the inventory, on the first run). Nothing more is made: a path whose parent is not
-    there is a mistake, never a tree to create. The run and `enforcer validate` check it here.
+    Why `directory` (`configured`, an enforcer_reports_dir, resolved) cannot be one, or None:
+    an existing directory, or one the run makes. A relative one is made below the inventory's
+    directory as needed (the default `reports`, on the first run); an absolute one only in an
+    existing directory: a parent that is not there is a mistake (a typo, a volume not mounted),
+    never a tree to create. The run and `enforcer validate` check it here.
     """
     if directory.is_dir():
         return None
     if directory.exists() or directory.is_symlink():
         return "expected a directory (it is not one)"
-    if not directory.parent.is_dir():
+    nearest = next(p for p in directory.parents if p.exists() or p.is_symlink())
+    if not nearest.is_dir():
+        return f"expected a directory, or a new one made in one ({nearest} is not a directory)"
+    if Path(configured).expanduser().is_absolute() and nearest != directory.parent:
         return (
             "expected an existing directory, or a new one in an existing directory "
-            f"({directory.parent} is not one)"
+            f"({directory.parent} is not there)"
         )
     return None
 

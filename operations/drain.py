@@ -45,11 +45,12 @@ from operations.converge import (
     host_reports_dir,
     keep_drain,
     ledger_of,
+    node_read,
     read_node,
     refused_on_node,
     reports_dir_checked,
 )
-from operations.enforce import b64, refuse
+from operations.enforce import b64
 
 PROGRESS_SECONDS = 30  # while waiting, the blocking partitions are said again this often
 
@@ -71,6 +72,9 @@ def drain(host) -> None:
         return
     timeout = 0 if dry else settings.timeout_seconds  # --dry: one read, what it would do now
     started, obs, decision, waiting = wait_until_free(host, policy, timeout, settings.poll_seconds)
+    if refused_on_node(obs):  # host data's paths: nothing is recorded or destroyed
+        node_read(host, obs)
+        return
     found = decision.verdicts
     previous, obs = drain_marker(obs)
     report = reports.build(
@@ -259,3 +263,9 @@ def record_drain(
         audit_max_bytes=audit_max_bytes,
         audit_keep=audit_keep,
     )
+
+
+@operation(is_idempotent=False)
+def refuse(message: str):
+    """Fail this host's run: ``message`` goes to stderr, where pyinfra shows it."""
+    yield render("refuse.sh.j2", message=b64(message))

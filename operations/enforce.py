@@ -98,9 +98,3 @@ def destroy_command(v: Verdict, obs: Observation, paths: NodePaths) -> str:
     if unit is None:
         raise ValueError(f"no destroy for partition kind {p.kind}")
     return unit.destroy(p, obs, paths)
-
-
-@operation(is_idempotent=False)
-def refuse(message: str):
-    """Fail this host's run: ``message`` goes to stderr, where pyinfra shows it."""
-    yield render("refuse.sh.j2", message=b64(message))

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from e2e.conftest import PYINFRA, REPO
+
 from operations.converge import report_file_name
 
 ENFORCER = str(Path(sys.executable).with_name("enforcer"))
@@ -57,7 +59,7 @@ def test_a_reports_dir_in_a_directory_that_is_not_there_fails_the_host_before_th
     assert run.rc != 0, run.output
     said = (
         f"host @local: host data enforcer_reports_dir {reports}: expected an existing "
-        f"directory, or a new one in an existing directory ({reports.parent} is not one)"
+        f"directory, or a new one in an existing directory ({reports.parent} is not there)"
     )
     assert said in run.output, run.output
     assert not (tmp_path / "nowhere").exists()
@@ -83,3 +85,22 @@ def test_a_node_that_could_not_be_read_fails_the_run_and_the_fleet_view_says_so(
     )
     assert view.returncode == 1, view.stdout + view.stderr  # a person is needed: both say it
     assert "@local" in json.loads(view.stdout)["rows"][0]["host"]
+
+
+def test_a_drain_with_a_rootfs_that_is_not_there_fails_at_once_and_nothing_is_made(
+    seed_node, tmp_path
+):
+    """No wait for the drain's timeout (host data does not change while it waits), no drain
+    marker, no drain record in the fleet view."""
+    missing = tmp_path / "nonexistent"
+    seed_node.configure(
+        enforcer_rootfs=str(missing / "rootfs"), enforcer_drain_timeout_seconds=86400
+    )
+    done = seed_node.ns.run(
+        [PYINFRA, "-y", str(seed_node.inventory), "drain.py"], cwd=str(REPO), timeout=600
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    said = f"host data enforcer_rootfs {missing}/rootfs: expected an existing directory"
+    assert said in output and "@local: the node could not be read" in output, output
+    assert not missing.exists() and not (tmp_path / "reports" / "drain").exists()
