@@ -645,7 +645,7 @@ def load_inventory(path: Path, data: dict[str, Any], group_data: Sequence[str]) 
     return list(inventory)
 
 
-def host_errors(host: Any) -> list[tuple[PolicyError, bool]]:
+def host_errors(host: Any, base: Path | None = None) -> list[tuple[PolicyError, bool]]:
     """
     Every bad key of one host's enforcer_* host data, with its first error, and whether the
     key is one the run sets itself (the node name defaults to the host's name). The checks are
@@ -653,7 +653,9 @@ def host_errors(host: Any) -> list[tuple[PolicyError, bool]]:
     each other (schedule.py: a period the timer can keep, shorter than the observation gap).
     Each stops at the first error: the key it names is set aside and the rest checked again,
     until they pass. Keys the schema does not know are checked too (the run ignores them: a
-    typo, and the error says which key was meant).
+    typo, and the error says which key was meant). Then the control node's own paths, checked
+    as the run checks them (the reports dir, relative to `base`, the inventory's directory);
+    the node's paths are checked on the node, by the run.
     """
     from operations.converge import host_data
     from operations.schedule import schedule_from_host_data
@@ -666,12 +668,25 @@ def host_errors(host: Any) -> list[tuple[PolicyError, bool]]:
         try:
             policy_from_host_data(host.name, data)
             schedule_from_host_data(host.name, data)
-            return errors
+            return errors + control_node_errors(host.name, data, base)
         except PolicyError as error:
             errors.append((error, defaulted and error.key == "enforcer_node_name"))
             if error.key not in data:
                 return errors
             del data[error.key]
+
+
+def control_node_errors(
+    host_name: str, data: dict[str, Any], base: Path | None
+) -> list[tuple[PolicyError, bool]]:
+    """The reports dir (operations.converge.reports_dir_problem), a control-node path."""
+    from operations.converge import DEFAULTS, reports_dir, reports_dir_problem
+
+    key = "enforcer_reports_dir"
+    configured = data.get(key) or DEFAULTS[key]
+    directory = reports_dir(configured, base)
+    problem = reports_dir_problem(configured, directory)
+    return [(PolicyError(host_name, key, problem, f" {directory}"), False)] if problem else []
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -698,7 +713,7 @@ def _validate(args: argparse.Namespace) -> int:
         raise Failed(FINDINGS, f"{path}: pyinfra cannot load it: {error}") from error
     if not hosts:
         raise Failed(FINDINGS, f"{path}: no host in this inventory")
-    results = [(host.name, host_errors(host)) for host in hosts]
+    results = [(host.name, host_errors(host, path.resolve().parent)) for host in hosts]
     bad = sum(1 for _, errors in results if errors)
     if args.json:
         _print_json(

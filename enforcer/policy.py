@@ -156,6 +156,26 @@ class NodePaths:
         """The configured path of a tool, else its bare name, found on the node's PATH."""
         return dict(self.tools).get(name, name)
 
+    @property
+    def host_checks(self) -> tuple[tuple[str, str, str], ...]:
+        """
+        Host data's own paths the node must have before a run reads or writes anything there
+        (operations/templates/host-paths.sh.j2): (what is expected, key, path). The state dir,
+        lock and metrics dir are made below rootfs; marker and VM metadata roots may be absent
+        (their sources say so); a tool named without a path is looked up on the node's PATH.
+        """
+        dirs = [("enforcer_rootfs", self.rootfs), ("enforcer_procfs", self.procfs)]
+        dirs.append(("enforcer_sysfs", self.sysfs))
+        tools = [(f"enforcer_tools.{name}", path) for name, path in self.tools if path[:1] == "/"]
+        return (
+            *((DIRECTORY, key, path) for key, path in dirs),
+            *((EXECUTABLE, key, path) for key, path in tools),
+        )
+
+
+DIRECTORY = "an existing directory"  # what host_checks expects of a path, as people read it
+EXECUTABLE = "an executable file"
+
 
 def under(rootfs: str, path: str) -> str:
     """`path` (absolute) below `rootfs`, without doubling the slash when rootfs is "/"."""

@@ -12,6 +12,7 @@ import base64
 import functools
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from pyinfra.api import FactBase
@@ -57,6 +58,8 @@ from facts.sections import parse_sections as parse_framing
 from kinds import REGISTRY
 from kinds.base import Context, Witness
 
+HOST_DATA = "host-data"  # the read's first section: host data's paths (host-paths.sh.j2)
+REFUSED = "refused on the node: "  # a node read that stopped there, as its problem begins
 ABSENT = "(absent)"  # the ledger and drain sections' value for a file that is not there
 CLIENT = Path(__file__).with_name("pod_resources_client.py")  # runs on the node, stdlib only
 POD_RESOURCES = "kubelet-pod-resources"
@@ -124,6 +127,7 @@ class DrainMarkerFile(FactBase):
 
 # The sections the kinds do not own; every section's command, as its failures name it.
 SHARED = {
+    HOST_DATA: "test host data's paths",
     "boot-id": "cat boot_id",
     "clock": "date +%s",
     "hostname": "cat hostname",
@@ -158,8 +162,15 @@ RELEASED = "released"  # a person's releases (enforcer.releases): unreadable, no
 
 
 def parse_sections(lines: Sequence[str]) -> Sections:
-    """The node read's sections (facts.sections); never raises."""
-    return parse_framing(lines, command_of)
+    """The node read's sections (facts.sections); never raises. Host data's paths refused on
+    the node (section host-data) make the node unreadable: the read stopped there."""
+    sections = parse_framing(lines, command_of)
+    checked = sections.by_name.get(HOST_DATA)
+    if checked is None or checked.rc == "0":  # None: a stored read from before the check
+        return sections
+    said = "; ".join(checked.stderr.splitlines()) or checked.failure()
+    problem = f"{REFUSED}{said}: nothing was read or written"
+    return replace(sections, complete=False, problem=problem)
 
 
 def command_of(name: str) -> str:

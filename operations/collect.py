@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,7 +31,6 @@ from typing import Any
 import jsonschema
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import DeployError
-from pyinfra.operations import python
 
 from enforcer import fleet, shell
 from enforcer.policy import DEFAULTS, PolicyError, under
@@ -41,12 +39,14 @@ from facts import machine_id, nodename
 from facts.errors import ParseError
 from facts.sections import Section
 from operations.converge import (
+    fail_here,
     host_reports_dir,
     keep_report,
     record_inventory,
     report_file_name,
     reports_dir,
     write_atomically,
+    reports_dir_checked,
 )
 from operations.schedule import NODE_HOST, Schedule, host_schedule
 
@@ -190,6 +190,8 @@ def node_report_path(host_name: str, s: Schedule) -> str:
 def collect(host) -> None:
     """collect.py: keep the report this host's node kept in the control node's fleet view."""
     s = host_schedule(host)
+    if not reports_dir_checked(host):
+        return
     directory = host_reports_dir(host)
     try:  # every host of the inventory, so that one with no report shows as missing
         record_inventory(host.inventory, directory)
@@ -341,10 +343,4 @@ def _readable(kept: Kept) -> dict[str, Any]:
 
 def fail(host_name: str, message: str) -> None:
     """Fail this host's run, saying why: local Python, no command on the node."""
-    python.call(name="Fail: the node's report was not collected", function=_failed, message=message)
-
-
-def _failed(state, host, message: str) -> bool:
-    """(pyinfra passes state and host; False fails the operation, and so the host.)"""
-    print(message, file=sys.stderr, flush=True)
-    return False
+    fail_here("Fail: the node's report was not collected", message)

@@ -18,6 +18,7 @@ from typing import Any
 import click
 import pyinfra
 from pyinfra.api.exceptions import DeployError
+from pyinfra.operations import python
 
 from enforcer import audit, fleet, metrics, streaks
 from enforcer import drain as drains
@@ -30,9 +31,10 @@ from enforcer.policy import DEFAULTS, HOST_DATA_KEYS, Policy, PolicyError, polic
 from facts import cri, dra_node, kubeapi, nodename
 from facts.cri import Sandbox
 from facts.errors import ParseError
-from facts.snapshot import NodeSnapshot, Sections, observe
+from facts.snapshot import REFUSED, NodeSnapshot, Sections, observe
 from operations import enforce
 
+REPORTS_DIR = "enforcer_reports_dir"
 NODE_NAME = "node-name"  # the report's word for which node name a run used, and why
 
 
@@ -160,6 +162,8 @@ def drain_marker(obs: Observation) -> tuple[dict | None, Observation]:
 
 def converge(host) -> None:
     policy = host_policy(host)
+    if not reports_dir_checked(host):
+        return
     dry = "--dry" in sys.argv  # pyinfra does not tell a deploy
     obs = read_node(host, policy, record=not dry)  # --dry leaves nothing on the node
     for said in (h for h in obs.health if h.source == NODE_NAME):
@@ -171,8 +175,8 @@ def converge(host) -> None:
     mode = "dry" if dry else policy.mode
     report = reports.build(host.name, obs, decision, mode, note, policy=policy, drain=marker)
     print(reports.table(report, inventory_source()), flush=True)
-    keep_in_fleet_view(host, report)
-    if any(h.source == "node" and h.status != "ok" for h in obs.health):
+    kept = keep_in_fleet_view(host, report)
+    if not node_read(host, obs):
         return  # no boot id or clock: nothing can be recorded, nothing is destroyed
     # --dry records what a real run would: its report's mode is the policy's, so a run that
     # would change nothing shows no change (a "dry" mode would change the digest every time).
@@ -201,6 +205,53 @@ def converge(host) -> None:
             paths=policy.paths,
             _continue_on_error=True,
         )
+    if not kept:  # after the destroys: the copy on the control node never stops a run
+        fail_here(
+            "Fail: the fleet view was not updated", f"{host.name}: the fleet view was not updated"
+        )
+
+
+def node_read(host, obs: Observation) -> bool:
+    """Whether the node was read (its boot id and clock); if not, this host's run fails,
+    saying why (docs/OPERATIONS.md, exit codes): a node that could not be read is no success."""
+    unread = [h for h in obs.health if h.source == NODE and h.status != "ok"]
+    for h in unread[:1]:
+        fail_here(
+            "Fail: the node could not be read",
+            f"{host.name}: the node could not be read: {h.reason}",
+        )
+    return not unread
+
+
+def refused_on_node(obs: Observation) -> bool:
+    """Whether the node read stopped at host data's paths (facts.snapshot): no wait helps."""
+    return any(
+        h.source == NODE and h.reason.startswith(REFUSED) for h in obs.health if h.status != "ok"
+    )
+
+
+def reports_dir_checked(host) -> bool:
+    """Whether the host's reports dir is one a run may write to (reports_dir_problem); if not,
+    this host's run fails before the node is read (a read leaves its heartbeat there)."""
+    configured = host.data.get(REPORTS_DIR) or DEFAULTS[REPORTS_DIR]
+    directory = reports_dir(configured)
+    problem = reports_dir_problem(configured, directory)
+    if problem:
+        said = f"host {host.name}: host data enforcer_reports_dir {directory}: {problem}"
+        fail_here("Fail: enforcer_reports_dir", f"{said}: nothing was read or written")
+    return not problem
+
+
+def fail_here(name: str, message: str) -> None:
+    """Fail this host's run, saying why, with no command on the node: local Python, run in
+    the host's turn (after its operations before it)."""
+    python.call(name=name, function=_failed, message=message)
+
+
+def _failed(state, host, message: str) -> bool:
+    """(pyinfra passes state and host; False fails the operation, and so the host.)"""
+    print(message, file=sys.stderr, flush=True)
+    return False
 
 
 def written(report: dict, recorded: dict, next_ledger: ledgers.Ledger) -> dict[str, str]:
@@ -217,14 +268,14 @@ def written(report: dict, recorded: dict, next_ledger: ledgers.Ledger) -> dict[s
 # --- the fleet view: every host's run report, kept on the control node ------------------------
 
 
-def keep_in_fleet_view(host, report: dict) -> None:
+def keep_in_fleet_view(host, report: dict) -> bool:
     """
     Keep the run's report as `<enforcer_reports_dir>/<host>.json` on the control node (`enforcer
     report DIR` reads them all), a --dry run's beside it in `dry/` (it never hides the last real
     one), and the run's inventory (enforcer.fleet). A real run's report says the node's drain
     state: a drain's own record is cleared. Local Python while the deploy loads, not an
     operation: pyinfra counts no change for it. A failed write is said, not raised: this copy
-    must never stop a run.
+    must never stop a run; False, and the run fails the host at its end.
     """
     directory = host_reports_dir(host)
     dry = report["mode"] == "dry"
@@ -235,6 +286,8 @@ def keep_in_fleet_view(host, report: dict) -> None:
         record_inventory(host.inventory, directory)
     except OSError as error:
         _not_kept(host.name, error)
+        return False
+    return True
 
 
 def _not_kept(host_name: str, error: OSError) -> None:
@@ -248,7 +301,7 @@ def _not_kept(host_name: str, error: OSError) -> None:
 
 def host_reports_dir(host) -> Path:
     """The host's `enforcer_reports_dir`, resolved (reports_dir)."""
-    return reports_dir(host.data.get("enforcer_reports_dir") or DEFAULTS["enforcer_reports_dir"])
+    return reports_dir(host.data.get(REPORTS_DIR) or DEFAULTS[REPORTS_DIR])
 
 
 # Inventories whose hosts were recorded, by reports directory: once per run, not once per host.
@@ -301,6 +354,29 @@ def reports_dir(configured: str, base: Path | None = None) -> Path:
     this run's, or `base` (a node inventory's, for operations.collect)."""
     path = Path(configured).expanduser()
     return path if path.is_absolute() else (base or inventory_dir()) / path
+
+
+def reports_dir_problem(configured: str, directory: Path) -> str | None:
+    """
+    Why `directory` (`configured`, an enforcer_reports_dir, resolved) cannot be one, or None:
+    an existing directory, or one the run makes. A relative one is made below the inventory's
+    directory as needed (the default `reports`, on the first run); an absolute one only in an
+    existing directory: a parent that is not there is a mistake (a typo, a volume not mounted),
+    never a tree to create. The run and `enforcer validate` check it here.
+    """
+    if directory.is_dir():
+        return None
+    if directory.exists() or directory.is_symlink():
+        return "expected a directory (it is not one)"
+    nearest = next(p for p in directory.parents if p.exists() or p.is_symlink())
+    if not nearest.is_dir():
+        return f"expected a directory, or a new one made in one ({nearest} is not a directory)"
+    if Path(configured).expanduser().is_absolute() and nearest != directory.parent:
+        return (
+            "expected an existing directory, or a new one in an existing directory "
+            f"({directory.parent} is not there)"
+        )
+    return None
 
 
 @functools.cache

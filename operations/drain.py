@@ -46,7 +46,10 @@ from operations.converge import (
     inventory_source,
     keep_drain,
     ledger_of,
+    node_read,
     read_node,
+    refused_on_node,
+    reports_dir_checked,
 )
 from operations.enforce import b64
 
@@ -57,6 +60,8 @@ def drain(host) -> None:
     policy = host_policy(host)
     settings = drains.settings(host_data(host))
     dry = "--dry" in sys.argv  # pyinfra does not tell a deploy
+    if not reports_dir_checked(host):
+        return
     if policy.mode == "plan":
         refuse(
             name="Fail the drain: this host is in plan mode",
@@ -68,6 +73,9 @@ def drain(host) -> None:
         return
     timeout = 0 if dry else settings.timeout_seconds  # --dry: one read, what it would do now
     started, obs, decision, waiting = wait_until_free(host, policy, timeout, settings.poll_seconds)
+    if refused_on_node(obs):  # host data's paths: nothing is recorded or destroyed
+        node_read(host, obs)
+        return
     found = decision.verdicts
     previous, obs = drain_marker(obs)
     report = reports.build(
@@ -126,6 +134,8 @@ def undrain(host) -> None:
     policy = host_policy(host)
     settings = drains.settings(host_data(host))
     dry = "--dry" in sys.argv
+    if not reports_dir_checked(host):
+        return
     text = host.get_fact(DrainMarkerFile, paths=policy.paths)
     try:
         marker = drains.load_marker(text)
@@ -166,7 +176,7 @@ def wait_until_free(
         found = decision.verdicts
         waiting = drains.unread(obs, policy) + [drains.line(v) for v in drains.blocking(found)]
         waited = time.monotonic() - started
-        if not waiting or waited >= timeout:
+        if not waiting or waited >= timeout or refused_on_node(obs):
             return first, obs, decision, waiting
         if waiting != said or time.monotonic() - said_at >= PROGRESS_SECONDS:
             print(f"{host.name}: drain: waited {waited:.0f}/{timeout:.0f} s for:", flush=True)

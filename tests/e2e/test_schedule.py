@@ -320,6 +320,27 @@ def test_the_node_inventory_converges_the_node_and_never_lifts_the_breaker(seed_
     assert (seed_node.state_dir / "report.json").exists()
 
 
+def test_the_units_command_fails_when_the_run_fails_as_systemctl_failed_shows_it(
+    seed_node, systemctl
+):
+    """The unit's result is the run's exit code (docs/OPERATIONS.md, exit codes): a node whose
+    npu-smi went away since schedule.py wrote its host data fails the run, naming the key and
+    the path, and the node's state is not touched."""
+    run = run_schedule(seed_node.inventory, "--data", "enforcer_schedule_install=none")
+    assert run.rc == 0, run.output
+    rootfs = seed_node.path / "rootfs"
+    service = _lines(rootfs / "etc" / "systemd" / "system" / SERVICE)
+    argv = next(line.split("=", 1)[1] for line in service if line.startswith("ExecStart=")).split()
+    argv[2] = str(rootfs / NODE_INVENTORY.lstrip("/"))  # the node's path, seen from here
+    tool = seed_node.path / "bin" / "npu-smi"
+    tool.rename(tool.with_name("npu-smi.moved"))
+    done = seed_node.ns.run(argv, cwd="/")
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = f"host data enforcer_tools.npu-smi {tool}: expected an executable file"
+    assert said in done.stdout + done.stderr
+    assert not (seed_node.state_dir / "report.json").exists()
+
+
 HOSTILE = [
     ("enforcer_schedule_period", "5min; reboot"),
     ("enforcer_schedule_period", "5min\nExecStartPre=/bin/sh -c reboot"),

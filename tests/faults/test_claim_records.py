@@ -65,14 +65,18 @@ def _tools(node, crictl: str) -> dict:
 
 
 def test_crictl_is_missing(seed_node):
+    """Its path given in enforcer_tools and not there: the host fails, naming the key and the
+    path, and nothing is read or written (issue 31)."""
     infer_b = armed(seed_node)
-    seed_node.configure(enforcer_tools=_tools(seed_node, str(seed_node.path / "bin/no-crictl")))
+    gone = seed_node.path / "bin/no-crictl"
+    seed_node.configure(enforcer_tools=_tools(seed_node, str(gone)))
+    ledger = (seed_node.state_dir / "ledger.json").read_text()
     for _ in range(2):
         run = seed_node.enforce()
-        assert run.rc == 0, run.output
-        assert run.verdict(101) == "inconclusive" and "cri unavailable" in run.reason(101)
-        assert "command not found" in run.reason(101)
+        said = f"host data enforcer_tools.crictl {gone}: expected an executable file"
+        assert run.rc != 0 and said in run.output, run.output
         nothing_lost(seed_node, infer_b)
+    assert (seed_node.state_dir / "ledger.json").read_text() == ledger
     recovers(seed_node, infer_b)
 
 

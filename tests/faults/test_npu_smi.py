@@ -85,13 +85,18 @@ def test_npu_smi_prints_half_its_output(seed_node, sub, args):
 
 
 def test_npu_smi_is_missing(seed_node):
+    """Its path given in enforcer_tools and not there: the host fails, naming the key and the
+    path, and nothing is read or written (issue 31: it was "command not found" and exit 0)."""
     infer_b = armed(seed_node)
+    gone = seed_node.path / "bin/no-such-npu-smi"
     seed_node.configure(
-        enforcer_tools={
-            "npu-smi": str(seed_node.path / "bin/no-such-npu-smi"),
-            "crictl": str(seed_node.path / "bin/crictl"),
-        }
+        enforcer_tools={"npu-smi": str(gone), "crictl": str(seed_node.path / "bin/crictl")}
     )
-    for run in faulted_runs(seed_node, infer_b):
-        assert "command not found" in run.output and "unavailable" in run.output
+    ledger = (seed_node.state_dir / "ledger.json").read_text()
+    for _ in range(2):
+        run = seed_node.enforce()
+        said = f"host data enforcer_tools.npu-smi {gone}: expected an executable file"
+        assert run.rc != 0 and said in run.output, run.output
+        nothing_lost(seed_node, infer_b)
+    assert (seed_node.state_dir / "ledger.json").read_text() == ledger
     recovers(seed_node, infer_b)

@@ -345,7 +345,7 @@ COMMANDS = {
         "drain-state.sh.j2", paths=paths, marker="e30K", audit="", audit_max_bytes=1, audit_keep=1
     ),
 }
-# Which commands print which node path (rootfs itself is printed by none: the paths under it).
+# Which commands print which node path (rootfs itself only where it is checked to be there).
 USES = {
     "rootfs": ("destroy", "node-read", "write-state", "drain-state"),
     "procfs": ("destroy", "node-read"),

@@ -513,6 +513,36 @@ def test_validate_a_good_inventory_exits_0_and_a_missing_one_2(tmp_path):
     assert broken.returncode == 1 and "pyinfra cannot load it" in broken.stderr
 
 
+def test_validate_refuses_a_reports_dir_the_run_would_refuse(tmp_path):
+    """The control node's own paths, checked as the run checks them: an absolute reports dir
+    in a directory that is not there, or a file, is refused naming host, key, path and what was
+    expected; a new one beside the inventory (the default, on a first run), or below it, is
+    not; nothing is made."""
+    (tmp_path / "a-file").write_text("")
+    hosts = {
+        "n1": {"enforcer_reports_dir": str(tmp_path / "nowhere" / "reports")},
+        "n2": {"enforcer_reports_dir": "a-file"},  # relative: to the inventory's directory
+        "n3": {},  # reports/ beside the inventory, made by the first run
+        "n4": {"enforcer_reports_dir": "fleet/view"},  # made below the inventory's directory
+        "n5": {"enforcer_reports_dir": "a-file/view"},
+    }
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f"hosts = {list(hosts.items())!r}\n")
+    done = enforcer("validate", str(inventory))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [
+        f"host n1: host data enforcer_reports_dir {tmp_path}/nowhere/reports: expected an "
+        f"existing directory, or a new one in an existing directory ({tmp_path}/nowhere is "
+        "not there)",
+        f"host n2: host data enforcer_reports_dir {tmp_path}/a-file: expected a directory (it "
+        "is not one)",
+        f"host n5: host data enforcer_reports_dir {tmp_path}/a-file/view: expected a "
+        f"directory, or a new one made in one ({tmp_path}/a-file is not a directory)",
+        f"{inventory}: 5 host(s), 3 with bad host data",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "inventory.py"]
+
+
 # --- the installed command, usage, sim --------------------------------------------------------
 
 

@@ -222,10 +222,13 @@ def test_a_node_without_hy_smi_is_no_dcu_node_unless_host_data_names_the_kind_or
     assert {(h.source, h.status, h.scope) for h in named.health if h.scope == HYGON} == {
         ("hy-smi", "unavailable", HYGON)
     }
-    # A hy-smi path in host data says the node has DCUs: the tool missing there is unavailable.
-    gone = {**ascend, "hy-smi": str(node.path / "bin" / "hy-smi")}
-    _, _, obs = read_story(tmp_path / "again", node, tools=gone)
-    assert vdcus(obs) == []
-    assert {(h.source, h.status, h.scope) for h in obs.health if h.scope == HYGON} == {
-        ("hy-smi", "unavailable", HYGON)
-    }
+    # A hy-smi path in host data says the node has DCUs: one that is not there stops the read
+    # (host data refused on the node, naming the key and the path: issue 31).
+    gone = node_paths(node, procfs(tmp_path / "again", ()), {**ascend, "hy-smi": "/x/hy-smi"})
+    done = subprocess.run(["sh", "-c", NodeSnapshot().command(paths=gone)], capture_output=True)
+    sections = parse_sections(done.stdout.decode().splitlines())
+    obs = observe(sections, hygon_story.NODE_NAME, gone, SOURCES)
+    assert vdcus(obs) == [] and list(sections.by_name) == ["host-data"]
+    assert [(h.source, h.status) for h in obs.health] == [("node", "unreadable")]
+    said = "host data enforcer_tools.hy-smi /x/hy-smi: expected an executable file"
+    assert said in obs.health[0].reason

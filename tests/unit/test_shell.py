@@ -245,9 +245,10 @@ def test_sh_accepts_the_rendered_guarded_destroy():
     reason="needs Linux, sh and GNU coreutils",
 )
 def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: Path):
+    # Tools named, not given a path (no host data does: a path that is not there is refused,
+    # below): looked up on PATH, not found.
     paths = NodePaths.from_rootfs(
-        str(tmp_path),
-        tools={"npu-smi": str(tmp_path / "no-npu-smi"), "crictl": str(tmp_path / "no-crictl")},
+        str(tmp_path), tools={"npu-smi": "no-npu-smi", "crictl": "no-crictl"}
     )
     done = subprocess.run(
         ["sh", "-c", snapshot(paths)], capture_output=True, text=True, timeout=120
@@ -256,6 +257,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
     sections = parse_sections(done.stdout.splitlines())
     assert sections.complete is True
     assert list(sections.by_name) == [
+        "host-data",
         "boot-id",
         "clock",
         "hostname",
@@ -315,6 +317,33 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
 
 
 @pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shutil.which("sh") and shutil.which("base64")),
+    reason="needs Linux, sh and GNU coreutils",
+)
+def test_the_node_read_stops_at_host_data_paths_that_are_not_there(tmp_path: Path):
+    """Its first section says each (key, path, what was expected); nothing else is read, and
+    the node is unreadable for the run, which fails the host (operations.converge)."""
+    (tmp_path / "not-a-tool").mkdir()
+    paths = NodePaths.from_rootfs(
+        str(tmp_path / "rootfs"),
+        tools={"npu-smi": str(tmp_path / "no-npu-smi"), "crictl": str(tmp_path / "not-a-tool")},
+    )
+    done = subprocess.run(
+        ["sh", "-c", snapshot(paths)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0
+    sections = parse_sections(done.stdout.splitlines())
+    assert list(sections.by_name) == ["host-data"] and not sections.complete
+    assert sections.problem == (
+        f"refused on the node: host data enforcer_rootfs {tmp_path}/rootfs: expected an existing "
+        f"directory; host data enforcer_tools.crictl {tmp_path}/not-a-tool: expected an "
+        f"executable file; host data enforcer_tools.npu-smi {tmp_path}/no-npu-smi: expected an "
+        "executable file: nothing was read or written"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-tool"]
+
+
+@pytest.mark.skipif(
     not (sys.platform.startswith("linux") and shutil.which("sh") and shutil.which("sha256sum")),
     reason="needs Linux, sh and GNU coreutils",
 )
@@ -326,7 +355,7 @@ def test_the_node_read_takes_the_dra_checkpoint_and_cdi_specs_byte_exact_and_dig
     the bytes), its CDI specs are read in both roots, and the claim digest the destroy compares
     is the kubelet checkpoint's (here: absent), then the DRA checkpoint's.
     """
-    paths = NodePaths.from_rootfs(str(tmp_path), tools={"crictl": str(tmp_path / "none")})
+    paths = NodePaths.from_rootfs(str(tmp_path), tools={"crictl": "no-crictl"})
     checkpoint = Path(paths.dra_checkpoint)
     checkpoint.parent.mkdir(parents=True)
     checkpoint.write_bytes(b'{"checksum":1,"v1":{}}')
