@@ -45,8 +45,8 @@ from operations.converge import (
     record_inventory,
     report_file_name,
     reports_dir,
-    write_atomically,
     reports_dir_checked,
+    write_atomically,
 )
 from operations.schedule import NODE_HOST, Schedule, host_schedule
 
