@@ -100,6 +100,7 @@ from enforcer.policy import (
     under,
 )
 from enforcer.wheelhouse import default_cache
+from operations.converge import fail_here
 from operations.put import put_text
 from operations.venv import installed
 
@@ -460,6 +461,12 @@ def runs_systemd(host, s: Schedule) -> bool:
 def schedule(host) -> None:
     """schedule.py: install or remove this host's scheduled convergence."""
     s = host_schedule(host)
+    if s.rootfs != "/" and not host.get_fact(Directory, path=s.rootfs):
+        # As the node read refuses it (host-paths.sh.j2): no unit dir made below a rootfs
+        # that is not there (a typo, an unmounted image).
+        said = f"host {host.name}: host data enforcer_rootfs {s.rootfs}: expected an existing"
+        fail_here("Fail: enforcer_rootfs", f"{said} directory: nothing was written")
+        return
     live = runs_systemd(host, s)
     if s.present:
         _install(s, live)

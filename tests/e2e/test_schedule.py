@@ -54,6 +54,7 @@ class Scheduled:
 
     def __init__(self, tmp_path: Path):
         self.tmp = tmp_path
+        self.rootfs.mkdir(exist_ok=True)  # a node's root is there before schedule.py is run
         self.inventory = tmp_path / "inventory.py"
         self.configure()
 
@@ -184,11 +185,22 @@ def test_control_node_runs_the_inventory_given_and_writes_no_node_inventory(sche
     scheduled.run().assert_no_changes()
 
 
+def test_a_rootfs_that_is_not_there_is_refused_and_nothing_is_made_below_it(scheduled):
+    """Issue 31: `mkdir -p` made <rootfs>/etc/systemd/system below a rootfs that was not there."""
+    missing = scheduled.tmp / "nonexistent" / "rootfs"
+    scheduled.configure(enforcer_rootfs=str(missing))
+    run = scheduled.run()
+    assert run.rc != 0, run.output
+    said = f"host @local: host data enforcer_rootfs {missing}: expected an existing directory"
+    assert said in run.output, run.output
+    assert not missing.parent.exists()
+
+
 def test_a_control_node_without_an_inventory_is_refused_naming_the_key(scheduled):
     run = scheduled.run("--data", "enforcer_schedule_on=control")
     assert run.rc != 0
     assert "host @local: host data enforcer_schedule_inventory: expected" in run.output
-    assert not scheduled.rootfs.exists()
+    assert list(scheduled.rootfs.iterdir()) == []  # nothing written
 
 
 @pytest.mark.parametrize(
@@ -429,7 +441,7 @@ def test_hostile_values_through_the_cli_fail_before_anything_is_written(schedule
         run = scheduled.run()
         assert run.rc != 0
         assert f"host @local: host data {key}: expected" in run.output, run.output
-        assert not scheduled.rootfs.exists()
+        assert list(scheduled.rootfs.iterdir()) == []  # nothing written
 
 
 @pytest.mark.parametrize(
