@@ -48,6 +48,17 @@ def need_tool(tool: str, package: str) -> str:
 
 
 @pytest.fixture(scope="session")
+def systemctl() -> str:
+    return need_tool("systemctl", "systemd")
+
+
+@pytest.fixture(scope="session")
+def analyze() -> str:
+    """systemd-analyze (verify, security --offline, calendar)."""
+    return need_tool("systemd-analyze", "systemd")
+
+
+@pytest.fixture(scope="session")
 def promtool() -> str:
     return need_tool("promtool", "prometheus")
 

@@ -30,25 +30,6 @@ SERVICE, TIMER = "partition-enforcer.service", "partition-enforcer.timer"
 NODE_INVENTORY = "/etc/partition-enforcer/inventory.py"
 
 
-def _need(tool: str) -> str:
-    found = shutil.which(tool)
-    if found is None and os.environ.get("CI") == "true":
-        pytest.fail(f"CI must test the scheduled units: {tool} is missing (Debian: systemd)")
-    if found is None:
-        pytest.skip(f"needs {tool} (Debian: systemd)")
-    return found
-
-
-@pytest.fixture
-def systemctl() -> str:
-    return _need("systemctl")
-
-
-@pytest.fixture
-def analyze() -> str:
-    return _need("systemd-analyze")
-
-
 class Scheduled:
     """An @local host whose rootfs is a temp dir, and schedule.py run against it."""
 

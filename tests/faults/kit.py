@@ -110,3 +110,18 @@ def barrier_at(node, tmp_path: Path, tool: str, subcommand: str) -> Barrier:
     OPEN.append(barrier)
     node.sim.set_fault(tool, subcommand, barrier=str(barrier))
     return barrier
+
+
+def a_tool_not_there_is_refused(node, key: str, gone: Path, tools: dict[str, str]) -> None:
+    """`key`'s path given in enforcer_tools (`tools`) and not there (`gone`): every run fails
+    the host naming key and path, nothing is read or written; then the node recovers."""
+    infer_b = armed(node)
+    node.configure(enforcer_tools=tools)
+    ledger = (node.state_dir / "ledger.json").read_text()
+    for _ in range(2):
+        run = node.enforce()
+        said = f"host data enforcer_tools.{key} {gone}: expected an executable file"
+        assert run.rc != 0 and said in run.output, run.output
+        nothing_lost(node, infer_b)
+    assert (node.state_dir / "ledger.json").read_text() == ledger
+    recovers(node, infer_b)

@@ -8,7 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from faults.kit import FAULT_TIMEOUT, armed, barrier_at, nothing_lost, recovers
+from faults.kit import (
+    FAULT_TIMEOUT,
+    a_tool_not_there_is_refused,
+    armed,
+    barrier_at,
+    nothing_lost,
+    recovers,
+)
 
 
 def checkpoint(node):
@@ -67,17 +74,8 @@ def _tools(node, crictl: str) -> dict:
 def test_crictl_is_missing(seed_node):
     """Its path given in enforcer_tools and not there: the host fails, naming the key and the
     path, and nothing is read or written (issue 31)."""
-    infer_b = armed(seed_node)
     gone = seed_node.path / "bin/no-crictl"
-    seed_node.configure(enforcer_tools=_tools(seed_node, str(gone)))
-    ledger = (seed_node.state_dir / "ledger.json").read_text()
-    for _ in range(2):
-        run = seed_node.enforce()
-        said = f"host data enforcer_tools.crictl {gone}: expected an executable file"
-        assert run.rc != 0 and said in run.output, run.output
-        nothing_lost(seed_node, infer_b)
-    assert (seed_node.state_dir / "ledger.json").read_text() == ledger
-    recovers(seed_node, infer_b)
+    a_tool_not_there_is_refused(seed_node, "crictl", gone, _tools(seed_node, str(gone)))
 
 
 @pytest.mark.parametrize("sub", ["pods", "ps"])

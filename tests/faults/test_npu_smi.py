@@ -5,7 +5,14 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from faults.kit import FAULT_TIMEOUT, armed, barrier_at, nothing_lost, recovers
+from faults.kit import (
+    FAULT_TIMEOUT,
+    a_tool_not_there_is_refused,
+    armed,
+    barrier_at,
+    nothing_lost,
+    recovers,
+)
 
 
 def real(node, *args: str) -> str:
@@ -87,16 +94,6 @@ def test_npu_smi_prints_half_its_output(seed_node, sub, args):
 def test_npu_smi_is_missing(seed_node):
     """Its path given in enforcer_tools and not there: the host fails, naming the key and the
     path, and nothing is read or written (issue 31: it was "command not found" and exit 0)."""
-    infer_b = armed(seed_node)
     gone = seed_node.path / "bin/no-such-npu-smi"
-    seed_node.configure(
-        enforcer_tools={"npu-smi": str(gone), "crictl": str(seed_node.path / "bin/crictl")}
-    )
-    ledger = (seed_node.state_dir / "ledger.json").read_text()
-    for _ in range(2):
-        run = seed_node.enforce()
-        said = f"host data enforcer_tools.npu-smi {gone}: expected an executable file"
-        assert run.rc != 0 and said in run.output, run.output
-        nothing_lost(seed_node, infer_b)
-    assert (seed_node.state_dir / "ledger.json").read_text() == ledger
-    recovers(seed_node, infer_b)
+    tools = {"npu-smi": str(gone), "crictl": str(seed_node.path / "bin/crictl")}
+    a_tool_not_there_is_refused(seed_node, "npu-smi", gone, tools)

@@ -40,9 +40,11 @@ def control(fleet, directory: Path) -> Path:
     return inventory
 
 
-def pyinfra(inventory: Path, deploy: str) -> Run:
+def pyinfra(inventory: Path, deploy: str, timeout: float = 300) -> Run:
     argv = [PYINFRA, "-y", str(inventory), deploy]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
+    )
     return Run(done.returncode, done.stdout + done.stderr)
 
 

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from fleet.conftest import PYINFRA, REPO, Run
+from test_collect_over_ssh import fleet_view, pyinfra
 
 from facts.machine_id import app_specific
 
@@ -73,19 +73,6 @@ def control(fleet, directory: Path) -> Path:
     return inventory
 
 
-def pyinfra(inventory: Path, deploy: str) -> Run:
-    argv = [PYINFRA, "-y", str(inventory), deploy]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900, check=False)
-    return Run(done.returncode, done.stdout + done.stderr)
-
-
-def fleet_view(reports: Path) -> tuple[int, dict]:
-    done = subprocess.run(
-        [ENFORCER, "report", str(reports), "--json"], capture_output=True, text=True, timeout=60
-    )
-    return done.returncode, json.loads(done.stdout)
-
-
 def scheduled_run(node) -> subprocess.CompletedProcess[str]:
     """The node's unit's command (its own ExecStart=), run in the node."""
     service = own(node, SERVICE).read_text()
@@ -101,10 +88,10 @@ def collected(fleet, tmp_path_factory):
     state before and after."""
     before = machine_state()
     inventory = control(fleet, tmp_path_factory.mktemp("identity") / "control")
-    scheduled = pyinfra(inventory, "enforcer.deploys.schedule")
+    scheduled = pyinfra(inventory, "enforcer.deploys.schedule", timeout=900)
     with ThreadPoolExecutor(len(fleet.nodes)) as pool:
         runs = dict(zip(fleet.nodes, pool.map(scheduled_run, fleet.nodes.values()), strict=True))
-    collect = pyinfra(inventory, "enforcer.deploys.collect")
+    collect = pyinfra(inventory, "enforcer.deploys.collect", timeout=900)
     yield inventory, scheduled, runs, collect, before, machine_state()
 
 
@@ -168,7 +155,7 @@ def test_collect_refuses_another_node_s_report_found_on_a_node_naming_both(fleet
     last = (reports / "node3.json").read_bytes()
     try:
         mine.write_bytes(theirs.read_bytes())
-        run = pyinfra(inventory, "enforcer.deploys.collect")
+        run = pyinfra(inventory, "enforcer.deploys.collect", timeout=900)
     finally:
         mine.write_bytes(saved)
     assert run.rc != 0, run.output
