@@ -539,7 +539,7 @@ def _request(what: str, deadline: float, call: Callable[..., Any], *args: Any, *
         failure = _NotFound if error.status == 404 else _Failure
         raise failure(f"{what}: {_api_error(error)}") from error
     except (k8s.http_error, OSError) as error:
-        raise _Failure(f"{what}: {type(error).__name__}: {_oneline(error)}") from error
+        raise _Failure(f"{what}: {_transport(error)}") from error
     finally:
         if response is not None:
             response.release_conn()
@@ -624,6 +624,25 @@ def _status(error: ApiException) -> str:
     except (ValueError, AttributeError):
         return ""
     return f": {_oneline(message)}" if isinstance(message, str) else ""
+
+
+def _transport(error: BaseException) -> str:
+    """
+    A failure to reach the server, as a person reads it: the system's own error under the
+    client's (`NewConnectionError: connection refused [Errno 111]`), since urllib3's text holds
+    its connection object's repr (`HTTPConnection(host=..., port=...)`) and `what` names the URL.
+    """
+    cause: BaseException | None = error
+    for _ in range(8):  # a chain is short; never follow a cycle
+        if cause is None or (isinstance(cause, OSError) and cause.strerror):
+            break
+        cause = cause.__cause__ or cause.__context__
+    if not (isinstance(cause, OSError) and cause.strerror):
+        cause = None
+    if cause is None:
+        return f"{type(error).__name__}: {_oneline(error)}"
+    said = f"{cause.strerror[:1].lower()}{cause.strerror[1:]} [Errno {cause.errno}]"
+    return said if cause is error else f"{type(error).__name__}: {said}"
 
 
 def _oneline(value: object, limit: int = 300) -> str:

@@ -92,11 +92,22 @@ def test_a_dry_run_of_a_settled_node_counts_no_change_and_keeps_its_report_besid
     assert not (tmp_path / "reports").exists()
 
 
+BOOT_RETIRED = "0d5e7a1c-3b2f-4e6d-9a8b-7c6d5e4f3a2b"
+
+
 def test_a_host_pyinfra_cannot_reach_and_a_retired_hosts_report_need_a_person(seed_node, tmp_path):
     assert seed_node.enforce().rc == 0
     reports = tmp_path / "reports"
     retired = json.loads((reports / report_file_name("@local")).read_text())
-    (reports / "node-retired.json").write_text(json.dumps({**retired, "host": "node-retired"}))
+    other = {
+        "node": "node-retired",
+        "boot_id": BOOT_RETIRED,
+        "machine_id": "9" * 32,
+        "machine_id_why": None,
+    }
+    (reports / "node-retired.json").write_text(
+        json.dumps({**retired, **other, "host": "node-retired"})  # another machine's (issue 31)
+    )
     inventory = seed_node.inventory.read_text()  # @local, and a node whose sshd is not there
     unreachable = "('node-down', {'ssh_hostname': '127.0.0.1', 'ssh_port': 1})"
     seed_node.inventory.write_text(inventory.replace("hosts = [", f"hosts = [{unreachable}, "))

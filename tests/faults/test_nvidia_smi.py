@@ -82,11 +82,16 @@ def test_nvidia_smi_hangs_past_its_timeout(mig_node, tmp_path):
 
 
 def test_nvidia_smi_is_missing(mig_node):
-    """The path host data gives is not there: MIG is unavailable, not "no MIG here"."""
-    tools = {**mig_story.tools(mig_node.path), "nvidia-smi": str(mig_node.path / "bin/none")}
+    """The path host data gives is not there: the host fails naming the key and the path, and
+    nothing is read or destroyed (issue 31: it was "command not found" and exit 0)."""
+    gone = mig_node.path / "bin/none"
+    tools = {**mig_story.tools(mig_node.path), "nvidia-smi": str(gone)}
     mig_node.configure(enforcer_tools=tools, **mig_story.HOST_DATA)
-    for run in kept(mig_node):
-        assert "command not found" in run.output and "unavailable" in run.output
+    for _ in range(2):
+        run = mig_node.enforce()
+        said = f"host data enforcer_tools.nvidia-smi {gone}: expected an executable file"
+        assert run.rc != 0 and said in run.output, run.output
+        assert mig_node.instances() == set(mig_node.gis.values())
     recovers(mig_node)
 
 

@@ -305,6 +305,8 @@ def test_server_down_is_unavailable_with_reason(tmp_path: Path):
     listed = list_pods(kubeconfig(tmp_path, f"http://127.0.0.1:{port}"), timeout=BUDGET)
     assert not listed.ok
     assert f"127.0.0.1:{port}" in listed.reason and "refused" in listed.reason
+    # The system's error, not urllib3's text with its connection's repr (issue 31).
+    assert listed.reason.endswith(": NewConnectionError: connection refused [Errno 111]")
     pods, records, health = for_node(listed, "n1")
     assert (pods, records) == ((), ())
     assert health.status == "unavailable" and health.reason == listed.reason

@@ -261,6 +261,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "boot-id",
         "clock",
         "hostname",
+        "machine-id",
         "npu-smi-m",
         "npu-smi-info",
         "nvidia-smi-list",
