@@ -39,6 +39,7 @@ from facts import machine_id, nodename
 from facts.errors import ParseError
 from facts.sections import Section
 from operations.converge import (
+    REPORTS_DIR,
     fail_here,
     host_reports_dir,
     keep_report,
@@ -50,7 +51,6 @@ from operations.converge import (
 )
 from operations.schedule import NODE_HOST, Schedule, host_schedule
 
-REPORTS_DIR = "enforcer_reports_dir"
 MACHINE_ID = "/etc/machine-id"
 
 
