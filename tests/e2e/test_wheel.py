@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from e2e.conftest import REPO, SCENARIOS, write_inventory
 from e2e.test_drain import INFER_A, INFER_B, TRAIN_C, drain_data, marker, pods_leave
-from e2e.test_schedule import NODE_INVENTORY, SERVICE, TIMER, _need
+from e2e.test_schedule import NODE_INVENTORY, SERVICE, TIMER
 from e2e.test_verify import CHECKS, verify
 
 from simulator.demo import infer_b_starts
@@ -216,9 +216,8 @@ def test_the_installed_deploys_converge_drain_and_undrain_a_simulated_node(
 
 
 def test_the_installed_schedule_deploy_writes_a_unit_that_converges_with_the_package(
-    venv, tmp_path, namespaces
+    venv, tmp_path, namespaces, systemctl
 ):
-    _need("systemctl")
     with NodeNamespace(tmp_path / "node") as ns:
         # rootfs <node>/rootfs: the unit runs this venv's pyinfra, nothing is installed
         node = InstalledNode(
