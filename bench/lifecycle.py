@@ -9,7 +9,8 @@ records not understood, NVIDIA's DRA chart preparing and unpreparing claims, its
 plugin) — and prints, per machine, the count of histories, enforcer runs, destroys and
 violations, what the histories went through (the machine's `events`: allocations by strategy,
 advertisers gone and back, GIs and vNPUs kept by rule 4's memory, DRA claims prepared,
-unprepared half way, leaked, reclaimed...), and the wall time. `--machine ascend|mig` runs one.
+unprepared half way, leaked, reclaimed...), and the wall time. `--machine <kind>` runs one
+(each kind's machine is on the model core, tests/model/core.py).
 Exit 1 on any violation.
 
 What differs from `make test`'s node-level run, for speed: the node read's sections are built by
@@ -44,7 +45,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from hypothesis import HealthCheck, Phase, settings  # noqa: E402
 from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
-from model.lifecycle_machine import Counts, InProcessDriver, LifecycleMachine  # noqa: E402
+from model.core import Counts, machine_class  # noqa: E402
+from model.lifecycle_machine import InProcessDriver, LifecycleMachine  # noqa: E402
 from model.mig_machine import MigInProcessDriver, MigLifecycle  # noqa: E402
 
 MACHINES = {
@@ -56,15 +58,8 @@ MACHINES = {
 def histories(n: int, steps: int, which: str = "ascend") -> Counts:
     """Run at least `n` histories of machine `which` in this process; their counts."""
     base, driver = MACHINES[which]
-    machine = type(
-        "BenchLifecycle",
-        (base,),
-        {
-            "driver_class": driver,
-            "raise_on_violation": False,
-            "ledger_in_memory": True,
-            "counts": Counts(),
-        },
+    machine = machine_class(
+        base, driver, "BenchLifecycle", raise_on_violation=False, ledger_in_memory=True
     )
     c = machine.counts
     while c.histories < n:
@@ -106,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--histories", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=40, help="rules drawn per history, at most")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--machine", choices=["both", *MACHINES], default="both")
+    parser.add_argument("--machine", choices=["all", *MACHINES], default="all")
     args = parser.parse_args(argv)
-    which = list(MACHINES) if args.machine == "both" else [args.machine]
+    which = list(MACHINES) if args.machine == "all" else [args.machine]
     violations = 0
     for n, name in enumerate(which):
         print(("\n" if n else "") + f"machine     {name}")

@@ -1,7 +1,8 @@
 """
-Model-based lifecycle testing (issue 7 part 1): one Hypothesis state machine over the simulated
-node (simulator) and the real decision code (facts.snapshot.observe, enforcer.contract.decide,
-enforcer.ledger), driven two ways:
+Model-based lifecycle testing (issue 7 part 1), the Ascend machine: one Hypothesis state machine
+over the simulated node (simulator) and the real decision code (facts.snapshot.observe,
+enforcer.contract.decide, enforcer.ledger), on the model core (tests/model/core.py: the drivers,
+the run, the reference's streak, grace, memory and breaker, the invariants), driven two ways:
 
 - `NamespaceDriver` (`make test`): the real node read (NodeSnapshot's shell, `sh -c` inside a
   NodeNamespace, so /proc is the node's) and the real guarded destroy (destroy_command's shell).
@@ -11,20 +12,22 @@ enforcer.ledger), driven two ways:
 
 The model knows the truth: which vNPU is which pod's (the one the runtime made at its container
 create), which are zombies (left by a failed container create) or leaks (a deleted pod's, not
-cleaned up). It also carries `Contract`, an independent reference of what DESIGN.md's contract
-decides with these sources (kubelet checkpoint + CRI, HAMi template-mode records): count-aware
-protection (an owner short of its vNPU keeps every one of its template not listed before its
-container appeared, runs counted); the streak and its restarts; the circuit breaker.
-Invariants, checked after every run:
+cleaned up). Its reference, `Contract`, says what DESIGN.md's contract decides with these sources
+(kubelet checkpoint + CRI, HAMi template-mode records, Huawei's static and Volcano's dynamic
+vNPUs): count-aware protection (an owner short of its vNPU keeps every one of its template not
+listed before its container appeared, runs counted), exact claims, the advertised pool pinned;
+the core adds the streak and its restarts, rule 4's memory and the circuit breaker.
+Invariants (the core's), checked after every run:
 
 - safety: no vNPU that a live pod owns (Pending/ContainerCreating/Running/Terminating, opened or
-  not) or that a process holds is ever destroyed;
+  not) or that a process holds is ever destroyed, nor one Huawei's plugin advertises or a
+  checkpoint entry names;
 - conformance: the vNPUs decide() proves orphaned are exactly those the contract proves (and the
   breaker trips exactly when the contract says), so a true orphan survives past its grace window
   only where the contract says it may (a live claim covers it, a stale checkpoint entry, a
   restarted streak, a breaker trip);
 - liveness: every vNPU the contract proves orphaned is gone after the run, unless its destroy was
-  made to fail (fail_ids) or something raced the destroy (then the guard must keep it, and the
+  made to fail (fail_keys) or something raced the destroy (then the guard must keep it, and the
   next runs decide again: conformance holds them to the contract).
 
 A safety violation that the contract reference also predicts is a flaw of the contract itself
@@ -33,35 +36,31 @@ A safety violation that the contract reference also predicts is a flaw of the co
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import hashlib
-import os
-import pickle
-import shutil
-import stat as statmod
-import tempfile
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import initialize, precondition, rule
+from model import core
+from model.core import (
+    LIVE,
+    STEPS,
+    Counts,
+    Machine,
+    Reference,
+    _line,
+)
 
-from enforcer import ledger as ledgers
-from enforcer.contract import decide
 from enforcer.model import NO_CONTAINER, Observation, Verdict
-from enforcer.policy import Policy, policy_from_host_data
-from facts.snapshot import NodeSnapshot, Sections, observe, parse_sections
-from operations.enforce import destroy_command
-from simulator import crictl as sim_crictl
+from enforcer.policy import Policy
+from facts.snapshot import Sections, observe, parse_sections
 from simulator import mindcluster
 from simulator import npu_smi as sim_npu_smi
-from simulator.namespace import pod_cgroup
 from simulator.node import SimNode
-from simulator.state import ToolError, checkpoint_text
+from simulator.state import ToolError
 
 NODE = "k3s-310p"
 RESOURCE = "huawei.com/Ascend310P"
@@ -79,111 +78,35 @@ CHIP = {
 }
 ACCELERATOR = "npu:0:0"
 CORES = {"vir01": 1, "vir02": 2, "vir04": 4}  # AI cores of each template (kubelet's picks)
-GRACE_SECONDS, GRACE_RUNS, MAX_GAP = 900, 3, 3600
-LIVE = ("Pending", "ContainerCreating", "Running", "Terminating")
-START = 1_767_000_000.0
 # Tool faults the machine injects (SimNode.set_fault): what each makes unreadable.
 FAULTS = {
     ("crictl", "pods"): "cri unreadable (node)",
     ("npu-smi", "info"): "npu-smi process table unreadable (node)",
     ("npu-smi", "info-vnpu"): "npu-smi vNPU table unreadable (chip)",
 }
-SHM = "/dev/shm"
 
 
 def node_policy(node_dir: Path) -> Policy:
-    return policy_from_host_data(
-        NODE,
-        {
-            "enforcer_node_name": NODE,
-            "enforcer_rootfs": str(node_dir / "rootfs"),
-            "enforcer_tools": {
-                "npu-smi": str(node_dir / "bin" / "npu-smi"),
-                "crictl": str(node_dir / "bin" / "crictl"),
-            },
-            "enforcer_grace_seconds": GRACE_SECONDS,
-            "enforcer_grace_runs": GRACE_RUNS,
-            "enforcer_max_observation_gap_seconds": MAX_GAP,
-        },
-    )
+    return core.node_policy(NODE, node_dir, ("npu-smi", "crictl"))
 
 
 # --- drivers: how the node is read and a destroy is done ----------------------------------------
 
 
-class Driver:
-    """A fresh simulated node; subclasses read it and destroy on it."""
-
-    def __init__(self, root: Path):
-        self.dir = root / "node"
-        self.sim, self.policy = self.make_node(self.dir)
-        self.paths = self.policy.paths
-
+class AscendNode(core.Driver):
     def make_node(self, path: Path) -> tuple[SimNode, Policy]:
         """
-        The node a machine runs on (the MIG machine overrides it): one 310P3 chip, HAMi's slots
-        advertised, and Huawei's plugin's AI-core tokens of dynamic mode (Volcano's vNPUs).
+        One 310P3 chip, HAMi's slots advertised, and Huawei's plugin's AI-core tokens of dynamic
+        mode (Volcano's vNPUs).
         """
         sim = SimNode.create(path, [CHIP])
         sim.register(RESOURCE, [f"{VDIE}-{i}" for i in range(7)])
         mindcluster.register_dynamic(sim, cores_per_chip=CHIP["aicore_total"])
         return sim, node_policy(path)
 
-    def read(self) -> Sections:
-        raise NotImplementedError
 
-    def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
-        """('destroyed' | 'kept' | 'failed', what the node said)."""
-        raise NotImplementedError
-
-    def hold(self, vnpu: int, pod_uid: str | None = None) -> Any:
-        """A process holding the vNPU open; with `pod_uid`, in that pod's container cgroup."""
-        raise NotImplementedError
-
-    def unhold(self, handle: Any) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-
-class NamespaceDriver(Driver):
-    """Real shell: the node read and the guarded destroy, `sh -c` in the node's namespace."""
-
-    def __init__(self, root: Path):
-        from simulator.namespace import NodeNamespace
-
-        super().__init__(root)
-        self.ns = NodeNamespace(self.dir).__enter__()
-        self.real_boot = ""
-
-    def read(self) -> Sections:
-        done = self.ns.run(["sh", "-c", NodeSnapshot().command(paths=self.paths)], timeout=120)
-        sections = parse_sections(done.stdout.splitlines())
-        boot = sections.by_name.get("boot-id")
-        if boot is not None:
-            # The simulated node shares the host's kernel: its boot id is the simulator's, which a
-            # reboot changes. The guard re-reads the kernel's, so destroys compare that one.
-            self.real_boot = boot.stdout.strip()
-            sim_boot = self.sim.state()["boot_id"]
-            sections.by_name["boot-id"] = replace(boot, stdout=sim_boot + "\n")
-            record = sections.by_name.get("destroyed")
-            if record is not None:  # the guard recorded the kernel's boot id: the sim's here
-                text = record.stdout.replace(f" {self.real_boot}\n", f" {sim_boot}\n")
-                text = "".join(
-                    _reboot_identity(line, self.real_boot, sim_boot)
-                    for line in text.splitlines(True)
-                )
-                sections.by_name["destroyed"] = replace(record, stdout=text)
-        return sections
-
-    def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
-        command = destroy_command(v, replace(obs, boot_id=self.real_boot), self.paths)
-        done = self.ns.run(["sh", "-c", command], timeout=120)
-        out = done.stdout + done.stderr
-        if done.returncode == 0 and out.rstrip().endswith("destroyed"):
-            return "destroyed", out
-        return ("kept" if done.returncode == 0 else "failed"), out
+class NamespaceDriver(AscendNode, core.NamespaceDriver):
+    """Real shell: the node read and destroy-vnpu.sh.j2, `sh -c` in the node's namespace."""
 
     def hold(self, vnpu: int, pod_uid: str | None = None) -> int:
         return self.ns.hold(vnpu, pod_uid)
@@ -191,100 +114,17 @@ class NamespaceDriver(Driver):
     def unhold(self, handle: int) -> None:
         self.ns.unhold(handle)
 
-    def close(self) -> None:
-        self.ns.__exit__(None, None, None)
 
-
-def _reboot_identity(line: str, real: str, sim: str) -> str:
-    """An `identity <base64>` record (not a vNPU's) with the sim's boot id for the kernel's."""
-    words = line.split()
-    if len(words) != 2 or words[0] != "identity":
-        return line
-    identity = base64.b64decode(words[1]).decode()
-    if identity.endswith(f"@{real}"):
-        identity = identity.removesuffix(f"@{real}") + f"@{sim}"
-    return f"identity {base64.b64encode(identity.encode()).decode()}\n"
-
-
-def _line(name: str, rc: str, out: str, err: str) -> str:
-    def b64(text: str) -> str:
-        return base64.b64encode(text.encode()).decode() if text else "-"
-
-    return f"PE1 {name} {rc} {b64(out)} {b64(err)}"
-
-
-class MemorySimNode(SimNode):
-    """
-    The same SimNode, its state kept in memory instead of state.json (the bench's many small
-    mutations made the JSON file the cost): every method and its semantics are SimNode's; a
-    mutation that raises leaves the state as it was; the checkpoint is rendered when read. Device
-    files under rootfs/dev are still made and removed (the node read stats them).
-    """
-
-    @classmethod
-    def adopt(cls, node: SimNode) -> MemorySimNode:
-        mem = cls(node.path)
-        mem._mem = node.state()
-        mem._checkpoint = None
-        return mem
-
-    def _locked(self, mode: int):  # one process, no tool subprocess: nothing to lock against
-        return contextlib.nullcontext()
-
-    def _load(self) -> dict:
-        return self._mem
-
-    def state(self) -> dict:
-        return pickle.loads(pickle.dumps(self._mem))
-
-    @contextlib.contextmanager
-    def _mutate(self):
-        before = pickle.dumps(self._mem)
-        try:
-            yield self._mem
-        except BaseException:
-            self._mem = pickle.loads(before)
-            raise
-        self._checkpoint = None
-
-    def checkpoint_text(self) -> str:
-        if self._checkpoint is None:
-            self._checkpoint = checkpoint_text(self._mem)
-        return self._checkpoint
-
-
-class InProcessDriver(Driver):
+class InProcessDriver(AscendNode, core.InProcessDriver):
     """
     The node read's sections built from the simulator's state with its own renderers (the same
     text its npu-smi and crictl print, faults included), parsed by parse_sections; holders are
     process rows plus the fd-scan lines a /proc scan of the node's namespace would print.
     """
 
-    def __init__(self, root: Path):
-        super().__init__(root)
-        self.sim = MemorySimNode.adopt(self.sim)
-        self.holders: dict[int, int] = {}  # pid -> vNPU id
-        self.cgroups: dict[int, str] = {}  # pid -> its /proc/<pid>/cgroup
-        self.next_pid = 4000
-
-    def _tool(self, state: dict, tool: str, sub: str, produce: Callable[[], str]) -> tuple:
-        fault = state["faults"]["tools"].get(tool, {}).get(sub)
-        if fault and fault.keys() & {"exit", "stdout", "stderr"}:
-            return str(fault.get("exit", 0)), fault.get("stdout", ""), fault.get("stderr", "")
-        return "0", produce(), ""
-
-    def _stat(self, path: Path) -> str:
-        st_ = os.stat(path)
-        kind = "regular empty file" if st_.st_size == 0 else "regular file"
-        if statmod.S_ISCHR(st_.st_mode):
-            kind = "character special file"
-        rdev = f"{os.major(st_.st_rdev):x}:{os.minor(st_.st_rdev):x}"
-        return f"{path}|{st_.st_dev}:{st_.st_ino}:{rdev}|{kind}"
-
     def read(self) -> Sections:
         state = self.sim.state()
-        lines = ["PE1 begin 1", _line("boot-id", "0", state["boot_id"] + "\n", "")]
-        lines.append(_line("clock", "0", f"{int(START)}\n", ""))
+        lines = self._head(state)
         rc, out, err = self._tool(
             state, "npu-smi", "info-m", lambda: sim_npu_smi.render_chip_map(state)
         )
@@ -308,34 +148,9 @@ class InProcessDriver(Driver):
         lines.append(_line("npu-smi-info", rc, out, err))
         devs = sorted(Path(self.paths.dev_dir).glob("vdavinci*"), key=lambda p: p.name)
         lines.append(_line("devnodes", "0", "".join(self._stat(d) + "\n" for d in devs), ""))
-        scan = "".join(
-            f"{self.paths.procfs}/{pid}/fd/0|{self._stat(self.sim.devfile(v)).split('|')[1]}"
-            f"|regular empty file\n"
-            for pid, v in sorted(self.holders.items())
-        )
-        lines.append(_line("fd-scan", "0", scan, ""))
-        # The shell's `grep -H ''` over the holders' cgroup files, in `sort -u` order.
-        files = sorted((f"{self.paths.procfs}/{pid}/cgroup", pid) for pid in self.holders)
-        cgroups = "".join(f"{path}:{self.cgroups[pid]}" for path, pid in files)
-        lines.append(_line("holder-cgroups", "0", cgroups, ""))
-        lines.append(_line("checkpoint", "0", self.sim.checkpoint_text(), ""))
-        for name, sub, render in (
-            ("crictl-pods", "pods", lambda: sim_crictl.render_pods(state)),
-            ("crictl-ps", "ps", lambda: sim_crictl.render_containers(state, True)),
-        ):
-            lines.append(_line(name, *self._tool(state, "crictl", sub, render)))
-        ledger = Path(self.paths.state_dir) / "ledger.json"
-        if ledger.exists():
-            lines.append(_line("ledger", "0", ledger.read_text(), ""))
-        else:
-            lines.append("PE1 ledger absent - -")
-        record = Path(self.paths.state_dir) / "destroyed"
-        if record.exists():
-            lines.append(_line("destroyed", "0", record.read_text(), ""))
-        else:
-            lines.append("PE1 destroyed absent - -")
-        lines.append("PE1 released absent - -")  # no person releases anything here
-        lines.append("PE1 drain absent - -")  # never drained
+        lines += self._holder_sections(0, self.sim.devfile)
+        lines += self._kubelet_sections(state)
+        lines += self._state_sections()
         lines.append(_line("dra-drivers", "0", "", ""))
         lines.append("PE1 dra-checkpoint absent - -")
         lines.append(_line("dra-cdi", "0", "", ""))
@@ -395,24 +210,13 @@ class InProcessDriver(Driver):
         return "destroyed", "destroyed"
 
     def hold(self, vnpu: int, pod_uid: str | None = None) -> int:
-        cgroup = "0::/user.slice/user-0.slice/session-1.scope\n"  # a host process: no pod's
-        if pod_uid is not None:
-            container = self.sim.container_id(pod_uid)
-            if container is None:  # as NodeNamespace.hold refuses it
-                raise ValueError(f"pod {pod_uid} has no container yet: no cgroup to put it in")
-            cgroup = pod_cgroup(pod_uid, container)
-        self.next_pid += 1
-        self.sim.add_process(0, 0, self.next_pid, "infer", 512)
-        self.holders[self.next_pid] = vnpu
-        self.cgroups[self.next_pid] = cgroup
-        return self.next_pid
+        pid = self._new_holder(vnpu, pod_uid)
+        self.sim.add_process(0, 0, pid, "infer", 512)
+        return pid
 
     def unhold(self, handle: int) -> None:
         self.holders.pop(handle, None)
         self.sim.remove_process(handle)
-
-    def reboot_done(self) -> None:
-        self.holders.clear()
 
 
 def _numeric_row(words: list[str]) -> bool:
@@ -456,67 +260,37 @@ class VnpuM:
     def identity(self) -> tuple:
         return (self.id, self.vgroup, self.template, self.boot, self.made)
 
+    @property
+    def key(self) -> int:
+        return self.id
 
-@dataclass
-class RefEntry:
-    first_seen: float
-    last_observed: float
-    first_run: int
-    streak_start: float | None = None
-    streak_runs: int = 0
-    attempts: int = 0
-
-    def restarted(self) -> RefEntry:
-        return replace(self, streak_start=None, streak_runs=0)
+    @property
+    def accelerator(self) -> str:
+        return ACCELERATOR  # every vNPU here is on the one chip
 
 
 @dataclass
-class Expected:
-    orphans: set[int]
-    trip: bool
-
-
-@dataclass
-class Contract:
+class Contract(Reference):
     """
-    The contract's own bookkeeping, kept from the model's truth (never from decide's output): a
-    ledger mirror (first seen, streaks, destroy attempts, live owners per claim source; runs
-    numbered, and the first run each container may have existed in).
+    The reference on the 310P3 (the core's streak, memory and breaker), kept from the model's
+    truth: what is listed and what fails (npu-smi, the CRI), what is kept (held, protected by a
+    live record, pinned by Huawei's plugin's advertisement), runs numbered and the first run each
+    container may have existed in.
     """
 
-    boot: str = ""
-    last_run: float | None = None
-    run_no: int = 0
     cri_run: int | None = None
     # (pod uid, attempt) -> the first run its container may have existed in
     containers: dict[tuple[str, int], int] = field(default_factory=dict)
-    live: dict[str, int] = field(default_factory=dict)
-    entries: dict[tuple, RefEntry] = field(default_factory=dict)
-    verified: set[tuple] = field(default_factory=set)  # destroyed by the enforcer since last run
-    # Rule 4's memory: vNPU identity -> (the resource that advertised it, seen gone since)
-    remembered: dict[tuple, tuple[str, bool]] = field(default_factory=dict)
 
-    def run(self, m: LifecycleMachine, now: float, breaker: bool = True) -> Expected:
-        faults = set(m.faults)
-        cri_ok = ("crictl", "pods") not in faults
-        listed = [] if ("npu-smi", "info-vnpu") in faults else list(m.vnpus.values())
-        node_wide_failure = not cri_ok or ("npu-smi", "info") in faults
-        chip_failure = node_wide_failure or ("npu-smi", "info-vnpu") in faults
-        boot = m.boot
-        comparable = self.entries
-        if self.boot != boot:
-            comparable = {}  # a new boot (or no ledger): nothing continues
-        elif self.last_run is not None and now < self.last_run:
-            # The clock went backwards: every streak restarts and every identity counts as first
-            # seen now; its destroy attempts are kept.
-            comparable = {
-                i: RefEntry(now, now, e.first_run, attempts=e.attempts)
-                for i, e in self.entries.items()
-            }
-        # The guarded destroy recorded these gone: a successor with the same fields starts anew.
-        comparable = {i: e for i, e in comparable.items() if i not in self.verified}
-        self.verified = set()
-        self.run_no += 1
+    def listed(self, m: LifecycleMachine) -> list[VnpuM]:  # type: ignore[override]
+        return [] if ("npu-smi", "info-vnpu") in m.faults else list(m.vnpus.values())
+
+    def failure(self, m: LifecycleMachine) -> bool:  # type: ignore[override]
+        """The CRI or npu-smi's process table (the node), or the chip's vNPU table."""
+        return bool(m.faults & {("crictl", "pods"), ("npu-smi", "info"), ("npu-smi", "info-vnpu")})
+
+    def kept(self, m: LifecycleMachine, listed: list, comparable: dict) -> set:  # type: ignore[override]
+        cri_ok = ("crictl", "pods") not in m.faults
         run = self.run_no
         first_run = {
             v.id: (comparable[v.identity()].first_run if v.identity() in comparable else run)
@@ -533,86 +307,30 @@ class Contract:
         held |= set(m.stray)
         protected = self._protect(m, listed, held, first_run, appeared, cri_ok)
         protected |= {v.id for v in listed if v.id in m.advertised_ids()}  # pinned (rule 4)
-        protected |= self._remember(m, listed, not chip_failure)
+        return held | protected
 
-        entries: dict[tuple, RefEntry] = {}
-        proven: set[int] = set()
-        for v in listed:
-            e = comparable.get(v.identity())
-            if e is None:
-                e = RefEntry(now, now, run)
-            elif now - e.last_observed > MAX_GAP:
-                e = e.restarted()
-            if node_wide_failure or v.id in held or v.id in protected:
-                e = e.restarted()
-            else:
-                if e.streak_start is None:
-                    e = replace(e, streak_start=now, streak_runs=1)
-                else:
-                    e = replace(e, streak_runs=e.streak_runs + 1)
-                if e.streak_runs >= GRACE_RUNS and now - e.streak_start >= GRACE_SECONDS:
-                    proven.add(v.id)
-            entries[v.identity()] = replace(e, last_observed=now)
-
-        live = {}
-        if True:  # the checkpoint is never faulted: every entry's owner may still be coming
-            live["kubelet-checkpoint"] = len({p.uid for p in m.pods.values() if p.in_checkpoint})
-        if cri_ok:
+    def live_sources(self, m: LifecycleMachine) -> dict[str, int]:  # type: ignore[override]
+        # The checkpoint is never faulted: every entry's owner may still be coming.
+        live = {"kubelet-checkpoint": len({p.uid for p in m.pods.values() if p.in_checkpoint})}
+        if ("crictl", "pods") not in m.faults:
             live["cri"] = len({p.uid for p in m.pods.values() if m.cri_alive(p)})
-        silent = [s for s, n in sorted(self.live.items()) if n > 0 and live.get(s) == 0]
-        # Rule 6: the node's share (more than half, more than 4), or one accelerator's (more
-        # than half, more than 2): every vNPU here is on the one chip.
-        trip = breaker and bool(proven)
-        trip = trip and (bool(silent) or (len(proven) > 0.5 * len(listed) and len(proven) > 2))
-        if not trip:
-            for v in listed:
-                if v.id in proven:
-                    e = entries[v.identity()]
-                    entries[v.identity()] = replace(e, attempts=e.attempts + 1)
-        listed_ids = {v.identity() for v in listed}
-        for identity, e in comparable.items():
-            if identity not in listed_ids and e.attempts and chip_failure:
-                entries[identity] = e.restarted()
-        kept = {s: n for s, n in self.live.items() if s not in live}
-        kept |= {s: self.live[s] for s in silent} if breaker else {}
-        self.boot, self.last_run, self.entries = boot, now, entries
-        self.live = {**live, **kept}
-        return Expected(set() if trip else proven, trip)
+        return live
 
-    def _remember(self, m: LifecycleMachine, listed: list[VnpuM], read_whole: bool) -> set[int]:
+    def advertisement(self, m: LifecycleMachine, listed: list) -> tuple:  # type: ignore[override]
         """
-        Rule 4's memory (enforcer.memory), from the model's truth: a vNPU Huawei's plugin
-        advertises (by its name, `<type>-<cores>-<vnpu>-<phy>`, under its resource) is
-        remembered by that resource; one remembered and not advertised now is kept while its
-        resource lists nothing (the plugin gone: seen gone) or lists others without having been
-        seen gone since (it calls it unhealthy); the plugin back (its resource lists devices)
-        without it, seen gone since, ends it. One not listed is forgotten once the listing was
-        read whole. (A vNPU's identity holds its device node, new in each boot: nothing carries
-        over a reboot.)
+        Huawei's plugin advertises a static vNPU by its name, `<type>-<cores>-<vnpu>-<phy>`,
+        under its resource, which lists nothing while the plugin is gone. (A vNPU's identity
+        holds its device node, new in each boot: nothing carries over a reboot.)
         """
         advertised = m.advertised_ids()
-        remembered: dict[tuple, tuple[str, bool]] = {}
-        kept: set[int] = set()
-        for v in listed:
-            i = v.identity()
-            if v.id in advertised:
-                remembered[i] = (advertised[v.id], False)
-            elif i in self.remembered:
-                resource, gone = self.remembered[i]
-                there = bool(m.advertised.get(resource))
-                if there and gone:
-                    m.event("memory: a vNPU released, its plugin back without it")
-                    continue
-                remembered[i] = (resource, gone or not there)
-                kept.add(v.id)
-                why = "unhealthy" if there else "gone"
-                m.event(f"memory: a static vNPU kept, its plugin {why}")
-        listed_ids = {v.identity() for v in listed}
-        for i, said in self.remembered.items():
-            if i not in listed_ids and not read_whole:
-                remembered[i] = said
-        self.remembered = remembered
-        return kept
+        by = {v.id: advertised[v.id] for v in listed if v.id in advertised}
+        return by, lambda resource: bool(m.advertised.get(resource))
+
+    def released_event(self) -> str:
+        return "memory: a vNPU released, its plugin back without it"
+
+    def kept_event(self, why: str, advertiser: str) -> str:
+        return f"memory: a static vNPU kept, its plugin {why}"
 
     @staticmethod
     def _protect(
@@ -667,59 +385,20 @@ class Contract:
 # --- the machine
 
 
-@dataclass
-class Counts:
-    histories: int = 0
-    steps: int = 0
-    runs: int = 0
-    destroys: int = 0
-    kept_by_guard: int = 0
-    failed_destroys: int = 0
-    violations: int = 0
-    hazards: int = 0
-    verdicts: Counter = field(default_factory=Counter)
-    examples: list[str] = field(default_factory=list)
-    events: Counter = field(default_factory=Counter)  # what a machine's histories went through
-
-    def summary(self) -> str:
-        statuses = ", ".join(f"{k} {n}" for k, n in sorted(self.verdicts.items()))
-        events = "".join(f"; {k} {n}" for k, n in sorted(self.events.items()))
-        return (
-            f"histories {self.histories}, steps {self.steps}, runs {self.runs}, "
-            f"destroys {self.destroys} (failed {self.failed_destroys}, kept by the guard "
-            f"{self.kept_by_guard}), violations {self.violations}, contract hazards "
-            f"{self.hazards}; verdicts: {statuses}{events}"
-        )
-
-
-class LifecycleMachine(RuleBasedStateMachine):
+class LifecycleMachine(Machine):
     """Pods, vNPUs and enforcer runs on one simulated 310P3 (8 AI cores, vir01/vir02/vir04)."""
 
-    driver_class: type[Driver] = InProcessDriver
-    raise_on_violation = True  # the bench counts instead
-    # The bench keeps the ledger object between runs instead of its file (decide() gets the same
-    # Ledger either way; the file round trip through dump/load is the test's, and costs).
-    ledger_in_memory = False
+    driver_class: type[core.Driver] = InProcessDriver
+    reference_class = Contract
     counts = Counts()
+    noun = "vNPU"
+    prefix = "pe-lifecycle-"
 
     def __init__(self) -> None:
         super().__init__()
-        base = SHM if os.path.isdir(SHM) and os.access(SHM, os.W_OK) else None
-        self.tmp = Path(tempfile.mkdtemp(prefix="pe-lifecycle-", dir=base))
-        self.driver = self.driver_class(self.tmp)
-        self.sim = self.driver.sim
-        self.boot = self.sim.state()["boot_id"]
-        self.now = START
         self.pods: dict[str, PodM] = {}
         self.vnpus: dict[int, VnpuM] = {}
         self.freed: set[int] = set()
-        self.faults: set[tuple[str, str]] = set()
-        self.fail_ids: set[int] = set()
-        self.contract = Contract()
-        self.ledger: ledgers.Ledger | None = None
-        self.stray: dict[int, Any] = {}  # vNPUs a process outside any pod holds (races)
-        self.log: list[str] = []
-        self.n = 0
         self.n_made = 0
         # Huawei's static vNPUs (-presetVirtualDevice=true): the pool the operator made, and
         # what kubelet's file lists of each of its resources (healthy only; a resource the plugin
@@ -727,23 +406,47 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.pool: set[int] = set()
         self.advertised: dict[str, list[int]] = {}
         self.plugin_away = False
-        type(self).counts.histories += 1
 
-    def teardown(self) -> None:
-        try:
-            self.driver.close()
-        finally:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+    # --- the core's hooks -----------------------------------------------------------------------
+
+    @property
+    def partitions(self) -> dict[int, VnpuM]:
+        return self.vnpus
+
+    def key_of(self, v: Verdict) -> int:
+        return int(v.partition.id)
+
+    def check_tracking(self) -> None:
+        listed = {x["id"] for x in self.sim.state()["vnpus"]}
+        assert listed == set(self.vnpus), f"model lost track: sim {listed} model {set(self.vnpus)}"
+
+    def before_read(self) -> None:
+        self._stack_run_events()
+
+    def read(self) -> Observation:
+        obs = observe(self.driver.read(), NODE, self.driver.paths, self.driver.policy.claim_sources)
+        return replace(obs, now=self.now)
+
+    def health_as_expected(self, obs: Observation) -> bool:
+        return bool([h for h in obs.health if h.status != "ok"]) == bool(self.faults)
+
+    def keepers(self, key: int, item: VnpuM) -> Iterator[str]:
+        if key in self.advertised_ids():
+            yield f"vNPU {key} was destroyed while Huawei's plugin advertised it"
+        named = [p for p in self.pods.values() if p.named == key and p.in_checkpoint]
+        if named:
+            yield f"vNPU {key} was destroyed while {named[0].name}'s checkpoint entry names it"
+
+    def pod_partition(self, p: PodM) -> int | None:
+        return p.vnpu
+
+    def refuse_destroy(self, key: int) -> None:
+        self.sim.set_fault("npu-smi", "destroy-vnpu", fail_ids=[key])
+
+    def refuse_destroys(self) -> None:
+        self.sim.set_fault("npu-smi", "destroy-vnpu", fail_ids=sorted(self.fail_keys))
 
     # --- helpers --------------------------------------------------------------------------------
-
-    def note(self, text: str) -> None:
-        type(self).counts.steps += 1
-        self.log.append(f"t={self.now - START:+.0f}s {text}")
-
-    def event(self, what: str) -> None:
-        """Count one thing a history went through (the bench's `events`)."""
-        type(self).counts.events[what] += 1
 
     def advertised_ids(self) -> dict[int, str]:
         """vNPU id -> the resource advertising it (the first in kubelet's file, by resource)."""
@@ -758,30 +461,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         names = [mindcluster.vnpu_name(self.sim, v) for v in self.advertised[resource]]
         self.sim.register(resource, names)
 
-    def violation(self, kind: str, text: str) -> None:
-        message = f"{kind}: {text}\nhistory:\n  " + "\n  ".join(self.log)
-        c = type(self).counts
-        c.violations += 1
-        c.hazards += kind == "contract-hazard"
-        if len(c.examples) < 6:
-            c.examples.append(message)
-        if self.raise_on_violation:
-            raise AssertionError(message)
-
     def has_container(self, p: PodM) -> bool:
         """The CRI lists its container (`ps -a`): kubelet made its sandbox and container."""
         return p.in_cri and p.phase not in ("Pending", "Deleted")
-
-    def cri_alive(self, p: PodM) -> bool:
-        """The CRI lists a ready sandbox (kubelet gives every phase but Pending and ended ones)."""
-        return p.in_cri and p.phase in ("ContainerCreating", "Running", "Terminating")
-
-    def _pick(self, ok: Callable[[PodM], bool], i: int) -> PodM:
-        eligible = [p for p in self.pods.values() if ok(p)]
-        return eligible[i % len(eligible)]
-
-    def _has(self, ok: Callable[[PodM], bool]) -> bool:
-        return any(ok(p) for p in self.pods.values())
 
     def _new_vnpu(self, p: PodM, at: int | None = None) -> None:
         try:
@@ -1099,14 +781,6 @@ class LifecycleMachine(RuleBasedStateMachine):
         p.in_checkpoint = False
         self.note(f"{p.name}: its checkpoint entry is lost while it is {p.phase}")
 
-    @precondition(lambda self: self._has(lambda p: p.phase == "Deleted" and p.in_checkpoint))
-    @rule(i=st.integers(0, 7))
-    def kubelet_prunes(self, i: int) -> None:
-        p = self._pick(lambda p: p.phase == "Deleted" and p.in_checkpoint, i)
-        self.sim.release(p.uid)
-        p.in_checkpoint = False
-        self.note(f"{p.name}: kubelet prunes its stale checkpoint entry")
-
     # --- node and enforcer events ----------------------------------------------------------------
 
     # Node and enforcer events are two rules with a drawn kind, so that runs are drawn often
@@ -1115,15 +789,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         event=st.sampled_from(
             ["device_plugin_restarts", "ledger_wiped", "run_skipped", "clock_jumps", "reboot"]
         ),
-        dt=st.sampled_from([-7200, -600, -1, 60, 300, 600, 1800, 4000, 90000]),
+        dt=st.sampled_from(STEPS),
     )
     def node_event(self, event: str, dt: int) -> None:
-        if event == "run_skipped":
-            self.run_skipped(abs(dt) if abs(dt) <= 600 else 300)
-        elif event == "clock_jumps":
-            self.clock_jumps(dt)
-        else:
-            getattr(self, event)()
+        super().node_event(event, dt)
 
     @rule(
         fault=st.sampled_from(["source", "destroy_will_fail", "destroys_work_again"]),
@@ -1132,7 +801,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     )
     def fault(self, fault: str, which: tuple[str, str], i: int) -> None:
         if fault == "source":
-            self.enforcer_run_with_a_source_unreadable(which, 300)
+            self.source_unreadable(which, FAULTS[which])
         elif fault == "destroy_will_fail":
             self.destroy_will_fail(i)
         else:
@@ -1187,20 +856,6 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.plugin_away = False
             self.note(f"Huawei's plugin restarts: advertises vNPUs {pool}")
 
-    def ledger_wiped(self) -> None:
-        (Path(self.driver.paths.state_dir) / "ledger.json").unlink(missing_ok=True)
-        self.ledger = None
-        self.contract = Contract()
-        self.note("enforcer ledger wiped")
-
-    def run_skipped(self, dt: int) -> None:
-        self.now += dt
-        self.note(f"a run is skipped (+{dt}s)")
-
-    def clock_jumps(self, dt: int) -> None:
-        self.now += dt
-        self.note(f"node clock jumps {dt:+d}s")
-
     def reboot(self) -> None:
         """New boot id, every vNPU lost; kubelet recreates the live pods' sandboxes."""
         for p in self.pods.values():
@@ -1211,8 +866,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.driver.unhold(handle)
         self.stray.clear()
         self.boot = self.sim.reboot()
-        if isinstance(self.driver, InProcessDriver):
-            self.driver.reboot_done()
+        self.driver.reboot_done()
         for vid in list(self.vnpus):
             self._gone(vid)
         self.freed.clear()
@@ -1227,54 +881,6 @@ class LifecycleMachine(RuleBasedStateMachine):
                 p.phase = "Succeeded"
                 self.sim.set_pod_state(p.uid, "Succeeded")
         self.note("node reboots: vNPUs lost (static ones too), live pods back to ContainerCreating")
-
-    def enforcer_run_with_a_source_unreadable(self, which: tuple[str, str], dt: int) -> None:
-        """A tool fails for one run (SimNode.set_fault), then answers again."""
-        tool, sub = which
-        self.sim.set_fault(tool, sub, exit=1, stderr=f"{tool} {sub}: simulated failure\n")
-        self.faults.add(which)
-        self.note(f"fault: {FAULTS[which]}")
-        self.now += dt
-        self.enforce()
-        self.faults.clear()
-        self.sim.clear_faults()
-        if self.fail_ids:
-            self.sim.set_fault("npu-smi", "destroy-vnpu", fail_ids=sorted(self.fail_ids))
-        self.note("the source answers again")
-
-    def destroys_work_again(self) -> None:
-        if not self.fail_ids:
-            return
-        self.sim.clear_faults()
-        self.fail_ids.clear()
-        self.note("destroys work again")
-
-    def destroy_will_fail(self, i: int) -> None:
-        if not self.vnpus:
-            return
-        vid = sorted(self.vnpus)[i % len(self.vnpus)]
-        self.sim.set_fault("npu-smi", "destroy-vnpu", fail_ids=[vid])
-        self.fail_ids.add(vid)
-        self.note(f"fault: destroy of vNPU {vid} will be refused")
-
-    @rule(dt=st.sampled_from([60, 300, 300, 600]))
-    def enforcer_run(self, dt: int) -> None:
-        self.now += dt
-        self.enforce()
-
-    @rule(dt=st.sampled_from([300, 600]))
-    def enforcer_run_breaker_lifted(self, dt: int) -> None:
-        """An operator lifts the circuit breaker for one run (`--data enforcer_breaker=off`)."""
-        self.now += dt
-        self.note("an operator lifts the circuit breaker for one run")
-        self.enforce(breaker=False)
-
-    @rule(k=st.integers(2, 4), dt=st.sampled_from([300, 450]))
-    def enforcer_runs_on_schedule(self, k: int, dt: int) -> None:
-        """Several runs, one every dt seconds (the systemd timer), nothing else happening."""
-        for _ in range(k):
-            self.now += dt
-            self.enforce()
 
     # --- one enforcer run
 
@@ -1302,83 +908,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 self.note("race: the node reboots before the destroys")
                 self.reboot()
 
-        self.now += 300
-        self.enforce(race=happen)
-        for vid, handle in self.stray.items():
-            if vid in self.vnpus:
-                self.driver.unhold(handle)
-                self.note(f"the process holding vNPU {vid} ends")
-        self.stray.clear()
-
-    def enforce(
-        self, race: Callable[[list[Verdict]], None] | None = None, breaker: bool = True
-    ) -> None:
-        c = type(self).counts
-        c.runs += 1
-        listed = {x["id"] for x in self.sim.state()["vnpus"]}
-        assert listed == set(self.vnpus), f"model lost track: sim {listed} model {set(self.vnpus)}"
-        self._stack_run_events()
-        obs = observe(self.driver.read(), NODE, self.driver.paths, self.driver.policy.claim_sources)
-        obs = replace(obs, now=self.now)
-        bad = [h for h in obs.health if h.status != "ok"]
-        expected_bad = bool(self.faults)
-        if bool(bad) != expected_bad:
-            self.violation("model", f"source health {bad} with faults {self.faults}")
-        if self.ledger_in_memory:
-            ledger = self.ledger or ledgers.Ledger()
-        else:
-            try:
-                ledger = ledgers.load(obs.ledger_text)
-            except ledgers.LedgerError as error:
-                self.violation("model", f"the ledger written last run cannot be read: {error}")
-                ledger = ledgers.Ledger()
-        policy = self.driver.policy if breaker else replace(self.driver.policy, breaker=False)
-        decision = decide(obs, ledger, policy, self.now)
-        verdicts, next_ledger = decision.verdicts, decision.ledger
-        expected = self.contract.run(self, self.now, breaker)
-        orphans = [v for v in verdicts if v.is_orphan]
-        got = {int(v.partition.id) for v in orphans}
-        tripped = any(v.status == "breaker" for v in verdicts)
-        c.verdicts.update(v.status for v in verdicts)
-        table = ", ".join(f"{v.partition.id}:{v.status}" for v in verdicts)
-        self.note(f"enforcer run: {table or 'no vNPU'}")
-        if got != expected.orphans or tripped != expected.trip:
-            self.violation(
-                "conformance",
-                f"decide proved {sorted(got)} orphaned (breaker {tripped}); the contract proves "
-                f"{sorted(expected.orphans)} (breaker {expected.trip})\n"
-                + "\n".join(f"  {v.partition.id} {v.status}: {v.reason}" for v in verdicts),
-            )
-        record = Path(self.driver.paths.state_dir) / "destroyed"
-        if obs.destroyed:  # what write-state.sh.j2 does: the records read are consumed
-            record.write_text("".join(record.read_text().splitlines(True)[len(obs.destroyed) :]))
-        if self.ledger_in_memory:
-            self.ledger = next_ledger
-        else:
-            (Path(self.driver.paths.state_dir) / "ledger.json").write_text(
-                ledgers.dump(next_ledger)
-            )
-        raced = bool(race and orphans)
-        if race and orphans:
-            race(orphans)
-        for v in orphans:
-            vid = int(v.partition.id)
-            outcome, said = self.driver.destroy(v, obs)
-            if outcome == "destroyed":
-                c.destroys += 1
-                self.contract.verified.add(self.vnpus[vid].identity())
-                self._check_safe(vid, vid in expected.orphans)
-                self.note(f"enforcer destroys vNPU {vid} ({self.vnpus[vid].story})")
-                self._gone(vid)
-            elif outcome == "failed":
-                c.failed_destroys += 1
-                self.note(f"destroy of vNPU {vid} failed: {said.strip()[:80]}")
-            else:
-                c.kept_by_guard += 1
-                self.note(f"guard keeps vNPU {vid}: {said.strip()[:80]}")
-        for vid in expected.orphans:
-            if vid in self.vnpus and vid not in self.fail_ids and not raced:
-                self.violation("liveness", f"vNPU {vid} was proven orphaned and survived the run")
+        self.racing_run(happen)
 
     def _stack_run_events(self) -> None:
         """What of issue 30's Ascend stacks this run reads (the bench's events)."""
@@ -1390,28 +920,3 @@ class LifecycleMachine(RuleBasedStateMachine):
                 break
         if any(v in self.vnpus for v in self.advertised_ids()):
             self.event("runs: static vNPUs advertised by Huawei's plugin")
-
-    def _check_safe(self, vid: int, contract_says: bool) -> None:
-        owners = [
-            p
-            for p in self.pods.values()
-            if p.vnpu == vid and (p.phase in LIVE or p.opened is not None)
-        ]
-        kind = "contract-hazard" if contract_says else "safety"
-        if vid in self.stray:
-            self.violation("safety", f"vNPU {vid} was destroyed while a process held it")
-        if vid in self.advertised_ids():
-            self.violation(kind, f"vNPU {vid} was destroyed while Huawei's plugin advertised it")
-        if self.vnpus[vid].identity() in self.contract.remembered:
-            self.violation(kind, f"vNPU {vid} was destroyed while desired (remembered, rule 4)")
-        named = [p for p in self.pods.values() if p.named == vid and p.in_checkpoint]
-        if named:
-            why = f"vNPU {vid} was destroyed while {named[0].name}'s checkpoint entry names it"
-            self.violation(kind, why)
-        if owners:
-            p = owners[0]
-            kind = "contract-hazard" if contract_says else "safety"
-            self.violation(
-                kind,
-                f"vNPU {vid} of live pod {p.name} ({p.phase}, opened: {p.opened}) was destroyed",
-            )

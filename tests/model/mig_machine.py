@@ -1,7 +1,8 @@
 """
-Model-based lifecycle testing on MIG (issue 18): the lifecycle machine's method (a Hypothesis
-state machine over the simulated node and the real decision code, beside an independent
-reference of the contract) on a node with two simulated H100s, and the rules that fail closed:
+Model-based lifecycle testing on MIG (issue 18), on the model core (tests/model/core.py: the
+drivers, the run, the reference's streak, grace, memory and breaker, the invariants): a Hypothesis
+state machine over the simulated node and the real decision code, beside an independent reference
+of the contract, on a node with two simulated H100s, and the rules that fail closed:
 
 - a static geometry: 1g.10gb GPU instances made at the start (mig-manager), advertised by
   NVIDIA's plugin in the checkpoint's RegisteredDevices under `nvidia.com/mig-1g.10gb`, by MIG UUID;
@@ -43,7 +44,7 @@ The reference (`MigContract`) decides from the model's truth: node-wide failure 
 failure (an nvidia-smi output; or, while GIs are listed, the DRA driver's claims not read whole:
 its folder without a checkpoint, a checkpoint of another boot, one that does not parse), pinned
 (advertised by MIG UUID, or any GI while ids not understood are advertised; or remembered so,
-`MigContract._remember`), held (a process in a
+the core's `Reference._remember`), held (a process in a
 pod or a stray one has its capability device open), claimed (a live record names its MIG UUID; a
 GPU's UUID in a live record, gpustack's slot, claims one GI on that GPU: while its MIG UUID names
 none there and its pod holds none, every one there; a live record not understood, whose pod
@@ -52,9 +53,8 @@ PrepareCompleted and whatever its pod, claims what its device's name names (the 
 profile and placement; a whole GPU's, every GI on it) and, PrepareCompleted, its recorded GI id
 and MIG UUID; a claim the API allocated to a pod alive or coming claims what its device's name
 names), then the streak, the breaker (the node's share or one GPU's; an operator lifts it for a
-run now and then) and the
-destroy attempts exactly as lifecycle_machine.Contract. A GI nothing names, the DRA state read
-whole, is an ordinary candidate.
+run now and then) and the destroy attempts as the core's `Reference.run` does them for every
+kind. A GI nothing names, the DRA state read whole, is an ordinary candidate.
 
 Invariants, after every run: safety (no GI destroyed while advertised or desired by the memory
 of an advertisement, while a live pod is
@@ -70,42 +70,30 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import re
 import shutil
-import tempfile
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
-from model.lifecycle_machine import (
-    GRACE_RUNS,
-    GRACE_SECONDS,
+from hypothesis.stateful import initialize, precondition, rule
+from model import core
+from model.core import (
     LIVE,
-    MAX_GAP,
-    SHM,
-    START,
+    STEPS,
     Counts,
-    Driver,
-    Expected,
-    InProcessDriver,
-    NamespaceDriver,
-    RefEntry,
+    Machine,
+    Reference,
     _line,
 )
 
-from enforcer import ledger as ledgers
-from enforcer.contract import decide
 from enforcer.model import Observation, Verdict
-from enforcer.policy import Policy, policy_from_host_data
+from enforcer.policy import Policy
 from facts import cri, dra_node, hami, kubeapi
 from facts.errors import ParseError
 from facts.snapshot import Sections, observe, parse_sections
-from simulator import crictl as sim_crictl
 from simulator import device_plugins as dp
 from simulator import dra as sim_dra
 from simulator import dra_cd as sim_dra_cd
@@ -115,7 +103,6 @@ from simulator import nvidia_smi as sim_smi
 from simulator.dra import DraError
 from simulator.mig import MigError
 from simulator.mig_model import H100
-from simulator.namespace import pod_cgroup
 from simulator.node import SimNode
 from simulator.plugin_story import write_mig_config
 from simulator.state import PROC_DRIVER, ToolError
@@ -162,27 +149,18 @@ DRA_FAULT = ("dra", "checkpoint")  # not a tool's: the machine writes the file, 
 
 
 def mig_policy(node_dir: Path) -> Policy:
-    return policy_from_host_data(
+    return core.node_policy(
         NODE,
-        {
-            "enforcer_node_name": NODE,
-            "enforcer_rootfs": str(node_dir / "rootfs"),
-            "enforcer_tools": {
-                "nvidia-smi": str(node_dir / "bin" / "nvidia-smi"),
-                "crictl": str(node_dir / "bin" / "crictl"),
-            },
-            "enforcer_grace_seconds": GRACE_SECONDS,
-            "enforcer_grace_runs": GRACE_RUNS,
-            "enforcer_max_observation_gap_seconds": MAX_GAP,
-            # The API's word counts (an owner it lists ended, or does not list, ended) only while
-            # it agrees with the node (MigLifecycle.api_source). Required, as by default: its
-            # Pending pods' requests keep what their plugins make before kubelet records it, so
-            # a run that cannot see them destroys nothing.
-            "enforcer_claim_sources": ["kubelet-checkpoint", "cri", kubeapi.SOURCE],
-            # The machine's DRA driver runs DynamicMIG (contract.dra_capacity: static MIG through
-            # the driver is tests/unit/test_dra_source.py's and tests/e2e/test_dra.py's).
-            "enforcer_dra_dynamic_mig": True,
-        },
+        node_dir,
+        ("nvidia-smi", "crictl"),
+        # The API's word counts (an owner it lists ended, or does not list, ended) only while
+        # it agrees with the node (MigLifecycle.api_source). Required, as by default: its
+        # Pending pods' requests keep what their plugins make before kubelet records it, so
+        # a run that cannot see them destroys nothing.
+        claim_sources=["kubelet-checkpoint", "cri", kubeapi.SOURCE],
+        # The machine's DRA driver runs DynamicMIG (contract.dra_capacity: static MIG through
+        # the driver is tests/unit/test_dra_source.py's and tests/e2e/test_dra.py's).
+        dra_dynamic_mig=True,
     )
 
 
@@ -196,7 +174,7 @@ def _make_mig_node(path: Path, gpus: tuple[dict, ...]) -> tuple[SimNode, Policy]
 # --- drivers --------------------------------------------------------------------------------------
 
 
-class MigNamespaceDriver(NamespaceDriver):
+class MigNamespaceDriver(core.NamespaceDriver):
     """The real node read and the real destroy-mig.sh.j2, `sh -c` in the node's namespace."""
 
     gpus = GPUS
@@ -207,23 +185,22 @@ class MigNamespaceDriver(NamespaceDriver):
     def hold(self, gi: tuple[int, int], pod_uid: str | None = None) -> int:
         return self.ns.hold_mig(gi[0], gi[1], 0, pod_uid)
 
-    def reboot_done(self) -> None:
-        pass  # the machine ended its holders before the reboot
+    def unhold(self, handle: int) -> None:
+        self.ns.unhold(handle)
 
 
-class MigInProcessDriver(InProcessDriver):
+class MigInProcessDriver(core.InProcessDriver):
     """
     The node read's sections from the simulator in memory: nvidia-smi's outputs by its own
     command code (faults honoured), mig-minors and the GPUs' information files as the node has
     them, the capability devices stat'ed, holders as nvidia-smi process rows plus the fd-scan
     and cgroup lines a /proc scan would print, the DRA driver's plugin entries, checkpoint and
     CDI specs as its files are (snapshot.sh.j2's `dra-drivers`, `dra-checkpoint`, `dra-cdi`),
-    the claim digest as node.sh.j2's claim_digest makes it; the rest as InProcessDriver's.
+    the claim digest as node.sh.j2's claim_digest makes it; the rest as core.InProcessDriver's.
     """
 
     def __init__(self, root: Path):
         super().__init__(root)
-        self.mig_holders: dict[int, tuple[int, int]] = {}  # pid -> (GPU, GI)
         proc = self.sim.path / PROC_DRIVER
         # The node's mig-minors lists all 32 GPU minors; parsing 4,320 lines each run was the
         # bench's cost: the lines of this node's GPUs (and config, monitor) mean the same.
@@ -255,8 +232,7 @@ class MigInProcessDriver(InProcessDriver):
 
     def read(self) -> Sections:
         state = self.sim.state()
-        lines = ["PE1 begin 1", _line("boot-id", "0", state["boot_id"] + "\n", "")]
-        lines.append(_line("clock", "0", f"{int(START)}\n", ""))
+        lines = self._head(state)
         lines += ["PE1 npu-smi-m missing - -", "PE1 npu-smi-info missing - -"]
         for name, args in (
             ("nvidia-smi-list", ("-L",)),
@@ -270,15 +246,7 @@ class MigInProcessDriver(InProcessDriver):
         lines.append(self._file("hami-mig-config", self.sim.rootfs / "tmp" / "migconfig.yaml"))
         caps = self._caps()
         lines.append(_line("devnodes", "0", "".join(self._stat(c) + "\n" for c in caps), ""))
-        scan = "".join(
-            f"{self.paths.procfs}/{pid}/fd/3|{self._stat(self._cap(gi)).split('|')[1]}"
-            f"|regular empty file\n"
-            for pid, gi in sorted(self.mig_holders.items())
-        )
-        lines.append(_line("fd-scan", "0", scan, ""))
-        files = sorted((f"{self.paths.procfs}/{pid}/cgroup", pid) for pid in self.mig_holders)
-        cgroups = "".join(f"{path}:{self.cgroups[pid]}" for path, pid in files)
-        lines.append(_line("holder-cgroups", "0", cgroups, ""))
+        lines += self._holder_sections(3, self._cap)
         kubelet = Path(self.paths.kubelet_dir)
         dra = [
             str(f)
@@ -289,20 +257,8 @@ class MigInProcessDriver(InProcessDriver):
         lines.append(self._dra_checkpoint())
         lines.append(self._file("dra-cd-checkpoint", self.sim.dra_cd.checkpoint_path))
         lines.append(_line("dra-cdi", "0", self._dra_cdi(), ""))
-        lines.append(_line("checkpoint", "0", self.sim.checkpoint_text(), ""))
-        for name, sub, render in (
-            ("crictl-pods", "pods", lambda: sim_crictl.render_pods(state)),
-            ("crictl-ps", "ps", lambda: sim_crictl.render_containers(state, True)),
-        ):
-            lines.append(_line(name, *self._tool(state, "crictl", sub, render)))
-        for name in ("ledger", "destroyed"):
-            path = Path(self.paths.state_dir) / ("ledger.json" if name == "ledger" else name)
-            if path.exists():
-                lines.append(_line(name, "0", path.read_text(), ""))
-            else:
-                lines.append(f"PE1 {name} absent - -")
-        lines.append("PE1 released absent - -")  # no person releases anything here
-        lines.append("PE1 drain absent - -")  # never drained
+        lines += self._kubelet_sections(state)
+        lines += self._state_sections()
         lines.append(_line("claim-digest", "0", self._digest() + "\n", ""))
         lines.append("PE1 end")
         return parse_sections(lines)
@@ -346,7 +302,7 @@ class MigInProcessDriver(InProcessDriver):
         ]
         if users:
             return "kept", f"nvidia-smi lists pid(s) {users} on it"
-        if (index, gi) in self.mig_holders.values():
+        if (index, gi) in self.holders.values():
             return "kept", "a process has its capability devices open"
         try:
             for c in rows[0]["cis"]:
@@ -362,25 +318,14 @@ class MigInProcessDriver(InProcessDriver):
         return "destroyed", "destroyed"
 
     def hold(self, gi: tuple[int, int], pod_uid: str | None = None) -> int:
-        cgroup = "0::/user.slice/user-0.slice/session-1.scope\n"
-        if pod_uid is not None:
-            container = self.sim.container_id(pod_uid)
-            if container is None:
-                raise ValueError(f"pod {pod_uid} has no container yet: no cgroup to put it in")
-            cgroup = pod_cgroup(pod_uid, container)
-        self.next_pid += 1
-        self.sim.add_gpu_process(gi[0], gi[1], 0, self.next_pid, "python3", 2048)
-        self.mig_holders[self.next_pid] = gi
-        self.cgroups[self.next_pid] = cgroup
-        return self.next_pid
+        pid = self._new_holder(gi, pod_uid)
+        self.sim.add_gpu_process(gi[0], gi[1], 0, pid, "python3", 2048)
+        return pid
 
     def unhold(self, handle: int) -> None:
-        self.mig_holders.pop(handle, None)
+        self.holders.pop(handle, None)
         with self.sim._mutate() as state:
             state["gpu_processes"] = [p for p in state["gpu_processes"] if p["pid"] != handle]
-
-    def reboot_done(self) -> None:
-        self.mig_holders.clear()
 
     def _dra_checkpoint(self) -> str:
         """The `dra-checkpoint` section: the DRA driver's checkpoint.json as it is, or absent."""
@@ -465,6 +410,14 @@ class GiM:
     def names(self) -> str | None:
         return self.uuid if self.ci else None
 
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.gpu, self.id)
+
+    @property
+    def accelerator(self) -> int:
+        return self.gpu
+
 
 @dataclass
 class ClaimM:
@@ -524,137 +477,62 @@ class ClaimM:
 
 
 @dataclass
-class MigContract:
-    """The contract's bookkeeping on the MIG node, kept from the model's truth."""
+class MigContract(Reference):
+    """
+    The reference on the MIG node (the core's streak, memory and breaker), kept from the model's
+    truth: listed by nvidia-smi; failed with the node (the CRI, the API disagreeing), nvidia-smi,
+    or, while GIs are listed, the DRA driver's claims not read whole; kept (`_kept`); advertised
+    by MIG UUID under STATIC, by HAMi's template cache, or by the opaque plugin's ids not
+    understood (every GI); a GI of the boot before whose every field a GI of this boot has is
+    carried onto it (its advertiser restarted with the node).
+    """
 
-    boot: str = ""
-    last_run: float | None = None
-    live: dict[str, int] = field(default_factory=dict)
-    entries: dict[tuple, RefEntry] = field(default_factory=dict)
-    verified: set[tuple] = field(default_factory=set)
-    run_no: int = 0
-    # Rule 4's memory: GI identity -> (the advertiser's resource, seen gone since it listed it)
-    remembered: dict[tuple, tuple[str, bool]] = field(default_factory=dict)
+    carries_over_boots: ClassVar[bool] = True
 
-    def run(self, m: MigLifecycle, now: float, breaker: bool = True) -> Expected:
-        faults = set(m.faults)
-        cri_ok = ("crictl", "pods") not in faults
-        smi_ok = not any(tool == "nvidia-smi" for tool, _ in faults)
-        listed = list(m.gis.values()) if smi_ok else []
-        node_wide_failure = not cri_ok or not m.api_agrees()
-        dra_fail = m.dra_unread() and bool(listed)
-        mig_failure = node_wide_failure or not smi_ok or dra_fail
-        comparable = self.entries
-        if self.boot != m.boot:
-            comparable = {}
-        elif self.last_run is not None and now < self.last_run:
-            comparable = {
-                i: RefEntry(now, now, e.first_run, attempts=e.attempts)
-                for i, e in self.entries.items()
-            }
-        comparable = {i: e for i, e in comparable.items() if i not in self.verified}
-        self.verified = set()
-        self.run_no += 1
-        kept = self._kept(m, listed)
-        kept |= self._remember(m, listed, not mig_failure)
+    def listed(self, m: MigLifecycle) -> list[GiM]:  # type: ignore[override]
+        smi_ok = not any(tool == "nvidia-smi" for tool, _ in m.faults)
+        return list(m.gis.values()) if smi_ok else []
 
-        entries: dict[tuple, RefEntry] = {}
-        proven: set[tuple[int, int]] = set()
-        for g in listed:
-            e = comparable.get(g.identity())
-            if e is None:
-                e = RefEntry(now, now, self.run_no)
-            elif now - e.last_observed > MAX_GAP:
-                e = e.restarted()
-            if mig_failure or (g.gpu, g.id) in kept:
-                e = e.restarted()
-            else:
-                if e.streak_start is None:
-                    e = replace(e, streak_start=now, streak_runs=1)
-                else:
-                    e = replace(e, streak_runs=e.streak_runs + 1)
-                if e.streak_runs >= GRACE_RUNS and now - e.streak_start >= GRACE_SECONDS:
-                    proven.add((g.gpu, g.id))
-            entries[g.identity()] = replace(e, last_observed=now)
+    def failure(self, m: MigLifecycle) -> bool:  # type: ignore[override]
+        node_wide_failure = ("crictl", "pods") in m.faults or not m.api_agrees()
+        smi_ok = not any(tool == "nvidia-smi" for tool, _ in m.faults)
+        dra_fail = m.dra_unread() and bool(self.listed(m))
+        return node_wide_failure or not smi_ok or dra_fail
 
+    def kept(self, m: MigLifecycle, listed: list, comparable: dict) -> set:  # type: ignore[override]
+        return self._kept(m, listed)
+
+    def live_sources(self, m: MigLifecycle) -> dict[str, int]:  # type: ignore[override]
         live = {"kubelet-checkpoint": len({p.uid for p in m.pods.values() if m.claims(p)})}
-        if cri_ok:
+        if ("crictl", "pods") not in m.faults:
             live["cri"] = len({p.uid for p in m.pods.values() if m.cri_alive(p)})
         if m.api_agrees():  # its listed pods, alive by any source: those in a live phase
             live[kubeapi.SOURCE] = len({p.uid for p in m.pods.values() if p.phase in LIVE})
-        silent = [s for s, n in sorted(self.live.items()) if n > 0 and live.get(s) == 0]
-        # Rule 6: the node's share (more than half, more than 4) or one GPU's (half, 2).
-        on = Counter(g.gpu for g in listed)
-        going = Counter(gpu for gpu, _ in proven)
-        one = any(n > 0.5 * on[gpu] and n > 2 for gpu, n in going.items())
-        trip = breaker and bool(proven)
-        node = len(proven) > 0.5 * len(listed) and len(proven) > 4
-        trip = trip and (bool(silent) or node or one)
-        if not trip:
-            for g in listed:
-                if (g.gpu, g.id) in proven:
-                    e = entries[g.identity()]
-                    entries[g.identity()] = replace(e, attempts=e.attempts + 1)
-        listed_ids = {g.identity() for g in listed}
-        for identity, e in comparable.items():
-            if identity not in listed_ids and e.attempts and mig_failure:
-                entries[identity] = e.restarted()
-        carried = {s: n for s, n in self.live.items() if s not in live}
-        carried |= {s: self.live[s] for s in silent} if breaker else {}
-        self.boot, self.last_run, self.entries = m.boot, now, entries
-        self.live = {**live, **carried}
-        return Expected(set() if trip else proven, trip)
+        return live
 
-    def _remember(
-        self, m: MigLifecycle, listed: list[GiM], read_whole: bool
-    ) -> set[tuple[int, int]]:
-        """
-        Rule 4's memory, from the model's truth: a GI advertised (by MIG UUID under STATIC, by
-        HAMi's template cache, or by the opaque plugin's ids not understood: every GI) is
-        remembered by that advertiser;
-        one remembered and not advertised now is kept while its advertiser is gone (its
-        resource lists nothing: seen gone) or lists others without ever having been seen gone
-        since (it calls it unhealthy); the advertiser back without it, seen gone since, ends it.
-        A GI of the boot before whose every field a GI of this boot has is carried onto it (its
-        advertiser restarted with the node); one not listed is forgotten once read whole.
-        """
+    def advertisement(self, m: MigLifecycle, listed: list) -> tuple:  # type: ignore[override]
+        """The first advertisement of each GI: the checkpoint's, then HAMi's cache
+        (enforcer.advertised: understood ids first, those not understood after)."""
         cached = m.cached(listed)
         there = {STATIC: bool(m.advertised), OPAQUE: m.opaque_advertised, HAMI_CACHE: bool(cached)}
-        stems = {g.identity()[:-1]: g.identity() for g in listed}
-        previous: dict[tuple, tuple[str, bool]] = {}
-        order = sorted(self.remembered.items(), key=lambda e: (e[0][-1] != m.boot, repr(e)))
-        for i, (resource, _gone) in order:  # this boot's first: never replaced by one carried
-            if i[-1] != m.boot and i[:-1] in stems:
-                i, _gone = stems[i[:-1]], True
-                m.event("memory: a GI made again after a reboot, remembered on")
-            previous.setdefault(i, (resource, _gone))
-        remembered: dict[tuple, tuple[str, bool]] = {}
-        kept: set[tuple[int, int]] = set()
+        by = {}
         for g in listed:
-            i = g.identity()
-            # The first advertisement of it is remembered: the checkpoint's, then HAMi's
-            # cache (enforcer.advertised: understood ids first, those not understood after).
             if g.names is not None and g.names in m.advertised:
-                remembered[i] = (STATIC, False)
-            elif (g.gpu, g.id) in cached:
-                remembered[i] = (HAMI_CACHE, False)
+                by[g.key] = STATIC
+            elif g.key in cached:
+                by[g.key] = HAMI_CACHE
             elif m.opaque_advertised:
-                remembered[i] = (OPAQUE, False)
-            elif i in previous:
-                resource, gone = previous[i]
-                if there[resource] and gone:
-                    m.event("memory: a GI released, its advertiser back without it")
-                    continue
-                remembered[i] = (resource, gone or not there[resource])
-                kept.add((g.gpu, g.id))
-                why = "unhealthy" if there[resource] else "gone"
-                m.event(f"memory: a GI kept, its advertiser {why} ({resource})")
-        listed_ids = {g.identity() for g in listed}
-        for i, said in previous.items():
-            if i not in listed_ids and not read_whole:
-                remembered[i] = said
-        self.remembered = remembered
-        return kept
+                by[g.key] = OPAQUE
+        return by, there.__getitem__
+
+    def released_event(self) -> str:
+        return "memory: a GI released, its advertiser back without it"
+
+    def kept_event(self, why: str, advertiser: str) -> str:
+        return f"memory: a GI kept, its advertiser {why} ({advertiser})"
+
+    def carried_event(self) -> str:
+        return "memory: a GI made again after a reboot, remembered on"
 
     @staticmethod
     def _kept(m: MigLifecycle, listed: list[GiM]) -> set[tuple[int, int]]:
@@ -704,12 +582,13 @@ class MigContract:
 # --- the machine
 
 
-class MigLifecycle(RuleBasedStateMachine):
+class MigLifecycle(Machine):
     """Pods, GPU instances, device plugins, a DRA driver and enforcer runs on two H100s."""
 
-    driver_class: type[Driver] = MigInProcessDriver
-    raise_on_violation = True
-    ledger_in_memory = False
+    driver_class: type[core.Driver] = MigInProcessDriver
+    reference_class = MigContract
+    noun = "GI"
+    prefix = "pe-mig-lifecycle-"
     # Runs may read the node between a plugin's Allocate (its GI made) and kubelet's checkpoint
     # write (`checkpoint_written`): the window of issue 18's "Allocate before the checkpoint
     # write". Off, an admission writes its record at once.
@@ -718,13 +597,7 @@ class MigLifecycle(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        base = SHM if os.path.isdir(SHM) and os.access(SHM, os.W_OK) else None
-        self.tmp = Path(tempfile.mkdtemp(prefix="pe-mig-lifecycle-", dir=base))
-        self.driver = self.driver_class(self.tmp)
         self.gpus = self.driver.gpus
-        self.sim = self.driver.sim
-        self.boot = self.sim.state()["boot_id"]
-        self.now = START
         self.pods: dict[str, MigPodM] = {}
         self.gis: dict[tuple[int, int], GiM] = {}
         self.static: list[tuple[int, str, int]] = []  # the geometry: (GPU, profile, start)
@@ -752,44 +625,91 @@ class MigLifecycle(RuleBasedStateMachine):
         self.profiles = self.sim.state()["gpus"][0]  # both H100s: the GI profiles to look up
         self.wrong_name = False  # the API is asked about WRONG_NAME: it disagrees
         self.plugin_away = False  # NVIDIA's plugin went away and has not advertised since
-        self.faults: set[tuple[str, str]] = set()
-        self.fail_gis: set[tuple[int, int]] = set()
-        self.contract = MigContract()
-        self.ledger: ledgers.Ledger | None = None
-        self.stray: dict[tuple[int, int], Any] = {}
-        self.log: list[str] = []
-        self.verdicts: dict[tuple[int, int], Verdict] = {}  # the last run's, by GI (stories)
-        self.n = 0
-        type(self).counts.histories += 1
+        self.unread = False  # the DRA driver's state was not read whole at this run's read
 
-    def teardown(self) -> None:
-        try:
-            self.driver.close()
-        finally:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+    # --- the core's hooks -----------------------------------------------------------------------
+
+    @property
+    def partitions(self) -> dict[tuple[int, int], GiM]:
+        return self.gis
+
+    def key_of(self, v: Verdict) -> tuple[int, int]:
+        f = dict(v.partition.identity_fields)
+        return next(i for i, g in enumerate(self.gpus) if g["uuid"] == f["gpu"]), int(f["gi"])
+
+    def check_tracking(self) -> None:
+        listed = {(i, g["id"]) for i in range(len(self.gpus)) for g in self.sim.gpu_instances(i)}
+        assert listed == set(self.gis), f"model lost track: sim {listed} model {set(self.gis)}"
+        if self.dra == "installed":
+            held = {u: c["checkpointState"] for u, c in self.sim.dra.dra_state()["claims"].items()}
+            ours = {c.uid: c.state for c in self.dra_claims.values() if c.state}
+            assert held == ours, f"model lost track of the DRA checkpoint: {held} model {ours}"
+        if self.cd:
+            held_cd = set(self.sim.state()["dra_cd"]["claims"])
+            ours_cd = {c.uid for c in self.dra_claims.values() if c.cd} | set(self.imex)
+            assert held_cd == ours_cd, f"model lost track of {CD_DRIVER}: {held_cd} {ours_cd}"
+
+    def before_read(self) -> None:
+        self.unread = self.dra_unread()  # the DRA state at the read (for the safety invariant)
+        self._dra_run_events()
+        self._stack_run_events()
+
+    def read(self) -> Observation:
+        sections = self.driver.read()
+        obs = observe(sections, NODE, self.driver.paths, self.driver.policy.claim_sources)
+        return self.api_source(replace(obs, now=self.now), sections)
+
+    def health_as_expected(self, obs: Observation) -> bool:
+        bad = {h.source for h in obs.health if h.status != "ok"}
+        expected_bad = {"cri" if f[0] == "crictl" else f[0] for f in self.faults}
+        if not self.api_agrees():
+            expected_bad.add(kubeapi.SOURCE)
+        smi_ok = not any(tool == "nvidia-smi" for tool, _ in self.faults)
+        if self.unread and self.gis and smi_ok:  # its failure is the MIG kind's: GIs listed
+            expected_bad.add("dra")
+        return bad == expected_bad
+
+    def label(self, v: Verdict) -> str:
+        return f"{v.partition.accelerator[-4:]}/{v.partition.id}:{v.status}"
+
+    def pod_partition(self, p: MigPodM) -> tuple[int, int] | None:
+        return p.gi
+
+    def destroyed(self, item: GiM) -> None:
+        if item.story.startswith(DRA_LEAK):
+            self.event("dra: a GI the driver leaked, destroyed by the enforcer")
+
+    def destroy_failed(self, key: tuple[int, int]) -> None:
+        self._refresh(key)
+
+    def after_run(self) -> None:
+        for p in self.pods.values():  # kubelet writes it milliseconds after the Allocate:
+            if p.allocating is not None:  # one run's read at most falls in between
+                self._write_record(p)
+                self.note(f"{p.name}: kubelet writes its checkpoint entry")
+
+    def refuse_destroy(self, key: tuple[int, int]) -> None:
+        self.refuse_destroys()
+
+    def refuse_destroys(self) -> None:
+        self.sim.set_fault("nvidia-smi", "dgi", fail_gis=[list(g) for g in self.fail_keys])
+
+    def keepers(self, key: tuple[int, int], item: GiM) -> Iterator[str]:
+        """A destroyed GI: its keepers of MIG (`unread`: the DRA state at the read)."""
+        if item.names in self.advertised or self.opaque_advertised:
+            yield f"GI {key} was destroyed while a device plugin advertised it"
+        if key in self.cached(list(self.gis.values())):
+            yield f"GI {key} was destroyed while HAMi's template file cached it"
+        for c in self.dra_claims.values():
+            if c.cd and c.allocation_names(item):
+                yield f"GI {key} was destroyed while {CD_DRIVER}'s claim {c.uid} names it"
+        for c in self.dra_claims.values():
+            if c.names(item):
+                yield f"GI {key} was destroyed while DRA claim {c.uid} ({c.state}) names it"
+        if self.unread or self.dra_unread():
+            yield f"GI {key} was destroyed while the DRA driver's state was not read whole"
 
     # --- helpers --------------------------------------------------------------------------------
-
-    def note(self, text: str) -> None:
-        type(self).counts.steps += 1
-        self.log.append(f"t={self.now - START:+.0f}s {text}")
-
-    def event(self, what: str) -> None:
-        """Count one thing a history went through (the bench's `events`)."""
-        type(self).counts.events[what] += 1
-
-    def violation(self, kind: str, text: str) -> None:
-        message = f"{kind}: {text}\nhistory:\n  " + "\n  ".join(self.log)
-        c = type(self).counts
-        c.violations += 1
-        c.hazards += kind == "contract-hazard"
-        if len(c.examples) < 6:
-            c.examples.append(message)
-        if self.raise_on_violation:
-            raise AssertionError(message)
-
-    def cri_alive(self, p: MigPodM) -> bool:
-        return p.in_cri and p.phase in ("ContainerCreating", "Running", "Terminating")
 
     def api_agrees(self) -> bool:
         """The Node exists under the name asked, and the CRI's sandboxes could be checked."""
@@ -889,13 +809,6 @@ class MigLifecycle(RuleBasedStateMachine):
         if self.dra == "starting":
             return True
         return self.dra == "installed" and (self.dra_boot != self.boot or self.dra_corrupt)
-
-    def _pick(self, ok: Callable[[MigPodM], bool], i: int) -> MigPodM:
-        eligible = [p for p in self.pods.values() if ok(p)]
-        return eligible[i % len(eligible)]
-
-    def _has(self, ok: Callable[[MigPodM], bool]) -> bool:
-        return any(ok(p) for p in self.pods.values())
 
     def _new_gi(self, gpu: int, profile: str, story: str, start: int | None = None) -> GiM | None:
         gpu %= len(self.gpus)
@@ -1523,14 +1436,6 @@ class MigLifecycle(RuleBasedStateMachine):
             p.in_checkpoint = False
         self.note(f"{p.name}: deleted, {what}, checkpoint entry {'pruned' if prune else 'stale'}")
 
-    @precondition(lambda self: self._has(lambda p: p.phase == "Deleted" and p.in_checkpoint))
-    @rule(i=st.integers(0, 7))
-    def kubelet_prunes(self, i: int) -> None:
-        p = self._pick(lambda p: p.phase == "Deleted" and p.in_checkpoint, i)
-        self.sim.release(p.uid)
-        p.in_checkpoint = False
-        self.note(f"{p.name}: kubelet prunes its stale checkpoint entry")
-
     # --- plugins and drivers
 
     @rule(
@@ -1676,26 +1581,15 @@ class MigLifecycle(RuleBasedStateMachine):
         event=st.sampled_from(
             ["ledger_wiped", "run_skipped", "clock_jumps", "reboot", "inventory_renamed"]
         ),
-        dt=st.sampled_from([-7200, -600, -1, 60, 300, 600, 1800, 4000, 90000]),
+        dt=st.sampled_from(STEPS),
     )
     def node_event(self, event: str, dt: int) -> None:
-        if event == "run_skipped":
-            self.now += abs(dt) if abs(dt) <= 600 else 300
-            self.note("a run is skipped")
-        elif event == "inventory_renamed":
+        if event == "inventory_renamed":
             self.wrong_name = not self.wrong_name
             name = WRONG_NAME if self.wrong_name else NODE
             self.note(f"the inventory now names the node {name}: the API is asked about it")
-        elif event == "clock_jumps":
-            self.now += dt
-            self.note(f"node clock jumps {dt:+d}s")
-        elif event == "ledger_wiped":
-            (Path(self.driver.paths.state_dir) / "ledger.json").unlink(missing_ok=True)
-            self.ledger = None
-            self.contract = MigContract()
-            self.note("enforcer ledger wiped")
         else:
-            self.reboot()
+            super().node_event(event, dt)
 
     def reboot(self) -> None:
         """
@@ -1756,47 +1650,11 @@ class MigLifecycle(RuleBasedStateMachine):
             self.dra_corrupt = False
             self.note("the DRA checkpoint reads whole again")
         elif fault == "source":
-            tool, sub = which
-            self.sim.set_fault(tool, sub, exit=1, stderr=f"{tool} {sub}: simulated failure\n")
-            self.faults.add(which)
-            self.note(f"fault: {FAULTS[which]}")
-            self.now += 300
-            self.enforce()
-            self.faults.clear()
-            self.sim.clear_faults()
-            self._fail_destroys()
-            self.note("the source answers again")
-        elif fault == "destroy_will_fail" and self.gis:
-            place = sorted(self.gis)[i % len(self.gis)]
-            self.fail_gis.add(place)
-            self._fail_destroys()
-            self.note(f"fault: destroy of GI {place} will be refused")
-        elif fault == "destroys_work_again" and self.fail_gis:
-            self.fail_gis.clear()
-            self.sim.clear_faults()
-            self.note("destroys work again")
-
-    def _fail_destroys(self) -> None:
-        if self.fail_gis:
-            self.sim.set_fault("nvidia-smi", "dgi", fail_gis=[list(g) for g in self.fail_gis])
-
-    @rule(dt=st.sampled_from([60, 300, 300, 600]))
-    def enforcer_run(self, dt: int) -> None:
-        self.now += dt
-        self.enforce()
-
-    @rule(dt=st.sampled_from([300, 600]))
-    def enforcer_run_breaker_lifted(self, dt: int) -> None:
-        """An operator lifts the circuit breaker for one run (`--data enforcer_breaker=off`)."""
-        self.now += dt
-        self.note("an operator lifts the circuit breaker for one run")
-        self.enforce(breaker=False)
-
-    @rule(k=st.integers(2, 4), dt=st.sampled_from([300, 450]))
-    def enforcer_runs_on_schedule(self, k: int, dt: int) -> None:
-        for _ in range(k):
-            self.now += dt
-            self.enforce()
+            self.source_unreadable(which, FAULTS[which])
+        elif fault == "destroy_will_fail":
+            self.destroy_will_fail(i)
+        elif fault == "destroys_work_again":
+            self.destroys_work_again()
 
     @rule(
         race=st.sampled_from(["hold", "admit", "reboot", "prepare", "restart"]),
@@ -1811,7 +1669,7 @@ class MigLifecycle(RuleBasedStateMachine):
 
         def happen(orphans: list[Verdict]) -> None:
             if race == "hold":
-                places = [self._place(v) for v in orphans]
+                places = [self.key_of(v) for v in orphans]
                 whole = [x for x in places if self.gis[x].ci]  # a CI to open
                 if not whole:
                     return
@@ -1821,7 +1679,7 @@ class MigLifecycle(RuleBasedStateMachine):
                 self.note("race: a pod is admitted before the destroys")
                 self.admit_dynamic("gpustack", gpu, "1g.10gb", False)
             elif race == "prepare":
-                g = self.gis[self._place(orphans[0])]
+                g = self.gis[self.key_of(orphans[0])]
                 counted = [c for c in self.dra_claims.values() if c.driver_counts]
                 spans = [
                     self._span(c.profile, c.start)
@@ -1844,114 +1702,7 @@ class MigLifecycle(RuleBasedStateMachine):
                 self.note("race: the node reboots before the destroys")
                 self.reboot()
 
-        self.now += 300
-        self.enforce(race=happen)
-        for place, handle in self.stray.items():
-            if place in self.gis:
-                self.driver.unhold(handle)
-                self.note(f"the process holding GI {place} ends")
-        self.stray.clear()
-
-    def _place(self, v: Verdict) -> tuple[int, int]:
-        f = dict(v.partition.identity_fields)
-        return next(i for i, g in enumerate(self.gpus) if g["uuid"] == f["gpu"]), int(f["gi"])
-
-    def enforce(
-        self, race: Callable[[list[Verdict]], None] | None = None, breaker: bool = True
-    ) -> None:
-        c = type(self).counts
-        c.runs += 1
-        listed = {(i, g["id"]) for i in range(len(self.gpus)) for g in self.sim.gpu_instances(i)}
-        assert listed == set(self.gis), f"model lost track: sim {listed} model {set(self.gis)}"
-        if self.dra == "installed":
-            held = {u: c["checkpointState"] for u, c in self.sim.dra.dra_state()["claims"].items()}
-            ours = {c.uid: c.state for c in self.dra_claims.values() if c.state}
-            assert held == ours, f"model lost track of the DRA checkpoint: {held} model {ours}"
-        if self.cd:
-            held_cd = set(self.sim.state()["dra_cd"]["claims"])
-            ours_cd = {c.uid for c in self.dra_claims.values() if c.cd} | set(self.imex)
-            assert held_cd == ours_cd, f"model lost track of {CD_DRIVER}: {held_cd} {ours_cd}"
-        unread = self.dra_unread()
-        self._dra_run_events()
-        self._stack_run_events()
-        sections = self.driver.read()
-        obs = observe(sections, NODE, self.driver.paths, self.driver.policy.claim_sources)
-        obs = self.api_source(replace(obs, now=self.now), sections)
-        bad = {h.source for h in obs.health if h.status != "ok"}
-        expected_bad = {"cri" if f[0] == "crictl" else f[0] for f in self.faults}
-        if not self.api_agrees():
-            expected_bad.add(kubeapi.SOURCE)
-        smi_ok = not any(tool == "nvidia-smi" for tool, _ in self.faults)
-        if unread and self.gis and smi_ok:  # its failure is the MIG kind's: GIs listed
-            expected_bad.add("dra")
-        if bad != expected_bad:
-            self.violation("model", f"source health {obs.health} with faults {self.faults}")
-        if self.ledger_in_memory:
-            ledger = self.ledger or ledgers.Ledger()
-        else:
-            try:
-                ledger = ledgers.load(obs.ledger_text)
-            except ledgers.LedgerError as error:
-                self.violation("model", f"the ledger written last run cannot be read: {error}")
-                ledger = ledgers.Ledger()
-        policy = self.driver.policy if breaker else replace(self.driver.policy, breaker=False)
-        decision = decide(obs, ledger, policy, self.now)
-        verdicts, next_ledger = decision.verdicts, decision.ledger
-        self.verdicts = {self._place(v): v for v in verdicts if v.status != "destroyed"}
-        expected = self.contract.run(self, self.now, breaker)
-        orphans = [v for v in verdicts if v.is_orphan]
-        got = {self._place(v) for v in orphans}
-        tripped = any(v.status == "breaker" for v in verdicts)
-        c.verdicts.update(v.status for v in verdicts)
-        table = ", ".join(
-            f"{v.partition.accelerator[-4:]}/{v.partition.id}:{v.status}" for v in verdicts
-        )
-        self.note(f"enforcer run: {table or 'no GI'}")
-        if got != expected.orphans or tripped != expected.trip:
-            self.violation(
-                "conformance",
-                f"decide proved {sorted(got)} orphaned (breaker {tripped}); the contract proves "
-                f"{sorted(expected.orphans)} (breaker {expected.trip})\n"
-                + "\n".join(f"  {v.partition.key} {v.status}: {v.reason}" for v in verdicts),
-            )
-        record = Path(self.driver.paths.state_dir) / "destroyed"
-        if obs.destroyed:
-            record.write_text("".join(record.read_text().splitlines(True)[len(obs.destroyed) :]))
-        if self.ledger_in_memory:
-            self.ledger = next_ledger
-        else:
-            (Path(self.driver.paths.state_dir) / "ledger.json").write_text(
-                ledgers.dump(next_ledger)
-            )
-        raced = bool(race and orphans)
-        if race and orphans:
-            race(orphans)
-        for v in orphans:
-            place = self._place(v)
-            outcome, said = self.driver.destroy(v, obs)
-            if outcome == "destroyed":
-                c.destroys += 1
-                g = self.gis[place]
-                self.contract.verified.add(g.identity())
-                self._check_safe(place, place in expected.orphans, unread)
-                self.note(f"enforcer destroys GI {place} ({g.story})")
-                if g.story.startswith(DRA_LEAK):
-                    self.event("dra: a GI the driver leaked, destroyed by the enforcer")
-                self._gone(place)
-            elif outcome == "failed":
-                c.failed_destroys += 1
-                self._refresh(place)
-                self.note(f"destroy of GI {place} failed: {said.strip()[:80]}")
-            else:
-                c.kept_by_guard += 1
-                self.note(f"guard keeps GI {place}: {said.strip()[:80]}")
-        for place in expected.orphans:
-            if place in self.gis and place not in self.fail_gis and not raced:
-                self.violation("liveness", f"GI {place} was proven orphaned and survived the run")
-        for p in self.pods.values():  # kubelet writes it milliseconds after the Allocate:
-            if p.allocating is not None:  # one run's read at most falls in between
-                self._write_record(p)
-                self.note(f"{p.name}: kubelet writes its checkpoint entry")
+        self.racing_run(happen)
 
     def _dra_run_events(self) -> None:
         """What of the DRA driver's this run reads (the bench's events)."""
@@ -2002,35 +1753,3 @@ class MigLifecycle(RuleBasedStateMachine):
         others += [g for c in alive for g in gis if c.allocation_names(g)]
         if any(g not in others for g in named):
             self.event("runs: only a compute-domain claim names a GI")
-
-    def _check_safe(self, place: tuple[int, int], contract_says: bool, unread: bool) -> None:
-        """A destroyed GI: none of its keepers was there (`unread`: the DRA state at the read)."""
-        g = self.gis[place]
-        kind = "contract-hazard" if contract_says else "safety"
-        if place in self.stray:
-            self.violation("safety", f"GI {place} was destroyed while a process held it")
-        if g.names in self.advertised or self.opaque_advertised:
-            self.violation(kind, f"GI {place} was destroyed while a device plugin advertised it")
-        if place in self.cached(list(self.gis.values())):
-            self.violation(kind, f"GI {place} was destroyed while HAMi's template file cached it")
-        if g.identity() in self.contract.remembered:
-            self.violation(kind, f"GI {place} was destroyed while desired (remembered, rule 4)")
-        for c in self.dra_claims.values():
-            if c.cd and c.allocation_names(g):
-                why = f"GI {place} was destroyed while {CD_DRIVER}'s claim {c.uid} names it"
-                self.violation(kind, why)
-        for c in self.dra_claims.values():
-            if c.names(g):
-                why = f"GI {place} was destroyed while DRA claim {c.uid} ({c.state}) names it"
-                self.violation(kind, why)
-        if unread or self.dra_unread():
-            why = f"GI {place} was destroyed while the DRA driver's state was not read whole"
-            self.violation(kind, why)
-        owners = [p for p in self.pods.values() if p.gi == place and (p.phase in LIVE or p.opened)]
-        if owners:
-            p = owners[0]
-            self.violation(
-                kind,
-                f"GI {place} of live pod {p.name} ({p.style}, {p.phase}, opened: {p.opened}) "
-                "was destroyed",
-            )

@@ -20,28 +20,18 @@ kept as stories below (`test_a_newer_zombie_...`, `test_a_successor_...`).
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import run_state_machine_as_test
-from model.lifecycle_machine import Counts, InProcessDriver, LifecycleMachine, NamespaceDriver
+from model.core import machine_class, run_histories
+from model.lifecycle_machine import InProcessDriver, LifecycleMachine, NamespaceDriver
 
 
 def _machine(driver: type, name: str) -> type[LifecycleMachine]:
-    return type(name, (LifecycleMachine,), {"driver_class": driver, "counts": Counts()})
+    return machine_class(LifecycleMachine, driver, name)
 
 
 def test_lifecycle_on_the_node(namespaces):
-    machine = _machine(NamespaceDriver, "NodeLifecycle")
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=4,
-            stateful_step_count=12,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
-    assert machine.counts.runs > 0
-    print(machine.counts.summary())
+    counts = run_histories(_machine(NamespaceDriver, "NodeLifecycle"), 4, 12)
+    assert counts.runs > 0
+    print(counts.summary())
 
 
 def test_a_story_on_the_node_zombies_go_the_starting_pods_vnpu_stays_a_racing_holder_wins(
@@ -63,18 +53,9 @@ def test_a_story_on_the_node_zombies_go_the_starting_pods_vnpu_stays_a_racing_ho
 
 
 def test_lifecycle_in_process():
-    machine = _machine(InProcessDriver, "InProcessLifecycle")
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=20,
-            stateful_step_count=30,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
-    assert machine.counts.runs > 0
-    print(machine.counts.summary())
+    counts = run_histories(_machine(InProcessDriver, "InProcessLifecycle"), 20, 30)
+    assert counts.runs > 0
+    print(counts.summary())
 
 
 def test_a_newer_zombie_of_another_pod_does_not_cost_a_running_pod_its_vnpu():

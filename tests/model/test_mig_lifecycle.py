@@ -17,30 +17,19 @@ kubernetes-api source agreeing or not) against the real decision code.
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import run_state_machine_as_test
-from model.lifecycle_machine import Counts
+from model.core import machine_class, run_histories
 from model.mig_machine import MigInProcessDriver, MigLifecycle, MigNamespaceDriver
 
 
 def _mig(driver: type, name: str) -> type[MigLifecycle]:
-    return type(name, (MigLifecycle,), {"driver_class": driver, "counts": Counts()})
+    return machine_class(MigLifecycle, driver, name)
 
 
 def test_mig_lifecycle_on_the_node(namespaces):
     """The MIG machine through the real node read and destroy-mig.sh.j2 (two H100s)."""
-    machine = _mig(MigNamespaceDriver, "MigNodeLifecycle")
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=3,
-            stateful_step_count=12,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
-    assert machine.counts.runs > 0
-    print(machine.counts.summary())
+    counts = run_histories(_mig(MigNamespaceDriver, "MigNodeLifecycle"), 3, 12)
+    assert counts.runs > 0
+    print(counts.summary())
 
 
 def test_a_mig_story_on_the_node_static_pool_kept_leak_goes_a_racing_holder_wins(namespaces):
@@ -88,18 +77,9 @@ def test_a_dra_story_on_the_node_leaks_go_a_racing_prepare_is_kept_by_the_digest
 
 
 def test_mig_lifecycle_in_process():
-    machine = _mig(MigInProcessDriver, "MigInProcessLifecycle")
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=20,
-            stateful_step_count=30,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
-    assert machine.counts.runs > 0
-    print(machine.counts.summary())
+    counts = run_histories(_mig(MigInProcessDriver, "MigInProcessLifecycle"), 20, 30)
+    assert counts.runs > 0
+    print(counts.summary())
 
 
 def test_an_advertised_gi_is_kept_while_unhealthy_and_gone_and_goes_once_back_without_it():

@@ -1,0 +1,911 @@
+"""
+The model core (issue 32): what every kind's lifecycle machine shares, written once. A machine
+(tests/model/lifecycle_machine.py for Ascend, mig_machine.py for MIG) adds its node, its events
+and its records; the core gives it:
+
+- the state store and the driver seam: `Driver` makes the simulated node (SimNode, the one state
+  store of every vendor's model); `NamespaceDriver` (`make test`) reads it with the real node read
+  (NodeSnapshot's shell, `sh -c` inside a NodeNamespace) and destroys with the real guarded
+  destroy; `InProcessDriver` (`make bench`) keeps the state in memory (`MemorySimNode`), builds
+  the node read's sections with the simulator's own renderers, and destroys only where the
+  destroy template's re-checks hold (each kind's `destroy`).
+- the run (`Machine.enforce`): read, observe, decide, the ledger written, the destroys (a race
+  between the read and the destroys drawn by the machine), each outcome counted.
+- the reference's common parts (`Reference`): "what a perfect enforcer may destroy" decided from
+  the model's truth, never from decide's output: identities compared across runs (a new boot
+  starts anew, a clock gone backwards restarts every streak and keeps destroy attempts, a
+  destroyed identity's successor starts anew), the streak and its grace (runs and seconds, an
+  observation gap restarts it), rule 4's memory of what an advertiser listed, the circuit
+  breaker (a claim source gone silent, the node's share or one accelerator's), destroy attempts.
+  Each kind says what is listed, what fails, what is kept (pinned, held, claimed), who advertises
+  what and which sources count owners.
+- the invariants, checked after every run: safety (no partition destroyed while a process holds
+  it, a keeper of the kind names it, rule 4's memory desires it, or a live pod owns it),
+  conformance (decide proves orphaned exactly what the reference proves; the breaker trips
+  exactly when it says), liveness (what the reference proves orphaned is gone after the run unless
+  its destroy was made to fail or something raced it); a safety violation the reference itself
+  predicts is a `contract-hazard`: the contract is wrong, not only the code.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import pickle
+import shutil
+import stat as statmod
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from enforcer import ledger as ledgers
+from enforcer.contract import decide
+from enforcer.model import Observation, Verdict
+from enforcer.policy import Policy, policy_from_host_data
+from facts.snapshot import NodeSnapshot, Sections, parse_sections
+from operations.enforce import destroy_command
+from simulator.namespace import pod_cgroup
+from simulator.node import SimNode
+from simulator.state import checkpoint_text
+
+GRACE_SECONDS, GRACE_RUNS, MAX_GAP = 900, 3, 3600
+LIVE = ("Pending", "ContainerCreating", "Running", "Terminating")
+START = 1_767_000_000.0
+SHM = "/dev/shm"
+HOST_CGROUP = "0::/user.slice/user-0.slice/session-1.scope\n"  # a host process: no pod's
+# How far a node event moves the clock (a skipped run takes at most 600 s of it; a clock jump
+# all of it, backwards too).
+STEPS = [-7200, -600, -1, 60, 300, 600, 1800, 4000, 90000]
+
+
+def node_policy(node: str, node_dir: Path, tools: Iterable[str], **more: Any) -> Policy:
+    """The enforcer's policy for a simulated node: its tools in its bin/, the machine's grace."""
+    return policy_from_host_data(
+        node,
+        {
+            "enforcer_node_name": node,
+            "enforcer_rootfs": str(node_dir / "rootfs"),
+            "enforcer_tools": {tool: str(node_dir / "bin" / tool) for tool in tools},
+            "enforcer_grace_seconds": GRACE_SECONDS,
+            "enforcer_grace_runs": GRACE_RUNS,
+            "enforcer_max_observation_gap_seconds": MAX_GAP,
+            **{f"enforcer_{name}": value for name, value in more.items()},
+        },
+    )
+
+
+def _line(name: str, rc: str, out: str, err: str) -> str:
+    def b64(text: str) -> str:
+        return base64.b64encode(text.encode()).decode() if text else "-"
+
+    return f"PE1 {name} {rc} {b64(out)} {b64(err)}"
+
+
+# --- drivers: how the node is read and a destroy is done ----------------------------------------
+
+
+class Driver:
+    """A fresh simulated node; subclasses read it and destroy on it."""
+
+    def __init__(self, root: Path):
+        self.dir = root / "node"
+        self.sim, self.policy = self.make_node(self.dir)
+        self.paths = self.policy.paths
+
+    def make_node(self, path: Path) -> tuple[SimNode, Policy]:
+        """The node a machine runs on: its SimNode and the enforcer's policy for it."""
+        raise NotImplementedError
+
+    def read(self) -> Sections:
+        raise NotImplementedError
+
+    def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
+        """('destroyed' | 'kept' | 'failed', what the node said)."""
+        raise NotImplementedError
+
+    def hold(self, partition: Any, pod_uid: str | None = None) -> Any:
+        """A process holding the partition open; with `pod_uid`, in that pod's container cgroup."""
+        raise NotImplementedError
+
+    def unhold(self, handle: Any) -> None:
+        raise NotImplementedError
+
+    def reboot_done(self) -> None:
+        """The node rebooted: the machine ended its holders before."""
+
+    def close(self) -> None:
+        pass
+
+
+class NamespaceDriver(Driver):
+    """Real shell: the node read and the guarded destroy, `sh -c` in the node's namespace."""
+
+    def __init__(self, root: Path):
+        from simulator.namespace import NodeNamespace
+
+        super().__init__(root)
+        self.ns = NodeNamespace(self.dir).__enter__()
+        self.real_boot = ""
+
+    def read(self) -> Sections:
+        done = self.ns.run(["sh", "-c", NodeSnapshot().command(paths=self.paths)], timeout=120)
+        sections = parse_sections(done.stdout.splitlines())
+        boot = sections.by_name.get("boot-id")
+        if boot is not None:
+            # The simulated node shares the host's kernel: its boot id is the simulator's, which a
+            # reboot changes. The guard re-reads the kernel's, so destroys compare that one.
+            self.real_boot = boot.stdout.strip()
+            sim_boot = self.sim.state()["boot_id"]
+            sections.by_name["boot-id"] = replace(boot, stdout=sim_boot + "\n")
+            record = sections.by_name.get("destroyed")
+            if record is not None:  # the guard recorded the kernel's boot id: the sim's here
+                text = record.stdout.replace(f" {self.real_boot}\n", f" {sim_boot}\n")
+                text = "".join(
+                    _reboot_identity(line, self.real_boot, sim_boot)
+                    for line in text.splitlines(True)
+                )
+                sections.by_name["destroyed"] = replace(record, stdout=text)
+        return sections
+
+    def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
+        command = destroy_command(v, replace(obs, boot_id=self.real_boot), self.paths)
+        done = self.ns.run(["sh", "-c", command], timeout=120)
+        out = done.stdout + done.stderr
+        if done.returncode == 0 and out.rstrip().endswith("destroyed"):
+            return "destroyed", out
+        return ("kept" if done.returncode == 0 else "failed"), out
+
+    def close(self) -> None:
+        self.ns.__exit__(None, None, None)
+
+
+def _reboot_identity(line: str, real: str, sim: str) -> str:
+    """An `identity <base64>` record (not a vNPU's) with the sim's boot id for the kernel's."""
+    words = line.split()
+    if len(words) != 2 or words[0] != "identity":
+        return line
+    identity = base64.b64decode(words[1]).decode()
+    if identity.endswith(f"@{real}"):
+        identity = identity.removesuffix(f"@{real}") + f"@{sim}"
+    return f"identity {base64.b64encode(identity.encode()).decode()}\n"
+
+
+class MemorySimNode(SimNode):
+    """
+    The same SimNode, its state kept in memory instead of state.json (the bench's many small
+    mutations made the JSON file the cost): every method and its semantics are SimNode's; a
+    mutation that raises leaves the state as it was; the checkpoint is rendered when read. Device
+    files under rootfs/dev are still made and removed (the node read stats them).
+    """
+
+    @classmethod
+    def adopt(cls, node: SimNode) -> MemorySimNode:
+        mem = cls(node.path)
+        mem._mem = node.state()
+        mem._checkpoint = None
+        return mem
+
+    def _locked(self, mode: int):  # one process, no tool subprocess: nothing to lock against
+        return contextlib.nullcontext()
+
+    def _load(self) -> dict:
+        return self._mem
+
+    def state(self) -> dict:
+        return pickle.loads(pickle.dumps(self._mem))
+
+    @contextlib.contextmanager
+    def _mutate(self):
+        before = pickle.dumps(self._mem)
+        try:
+            yield self._mem
+        except BaseException:
+            self._mem = pickle.loads(before)
+            raise
+        self._checkpoint = None
+
+    def checkpoint_text(self) -> str:
+        if self._checkpoint is None:
+            self._checkpoint = checkpoint_text(self._mem)
+        return self._checkpoint
+
+
+class InProcessDriver(Driver):
+    """
+    The node read's sections built from the simulator's state with its own renderers (each kind's
+    `read`: the same text its tools print, faults included), parsed by parse_sections; holders are
+    process rows plus the fd-scan and cgroup lines a /proc scan of the node's namespace would
+    print. What every kind's read has in common is here: the head, the holders, the kubelet's
+    files and the CRI, the enforcer's own state files.
+    """
+
+    def __init__(self, root: Path):
+        super().__init__(root)
+        self.sim = MemorySimNode.adopt(self.sim)
+        self.holders: dict[int, Any] = {}  # pid -> the partition it holds
+        self.cgroups: dict[int, str] = {}  # pid -> its /proc/<pid>/cgroup
+        self.next_pid = 4000
+
+    def _tool(self, state: dict, tool: str, sub: str, produce: Callable[[], str]) -> tuple:
+        fault = state["faults"]["tools"].get(tool, {}).get(sub)
+        if fault and fault.keys() & {"exit", "stdout", "stderr"}:
+            return str(fault.get("exit", 0)), fault.get("stdout", ""), fault.get("stderr", "")
+        return "0", produce(), ""
+
+    def _stat(self, path: Path) -> str:
+        st_ = os.stat(path)
+        kind = "regular empty file" if st_.st_size == 0 else "regular file"
+        if statmod.S_ISCHR(st_.st_mode):
+            kind = "character special file"
+        rdev = f"{os.major(st_.st_rdev):x}:{os.minor(st_.st_rdev):x}"
+        return f"{path}|{st_.st_dev}:{st_.st_ino}:{rdev}|{kind}"
+
+    @staticmethod
+    def _head(state: dict) -> list[str]:
+        """The read's first lines: its begin, the boot id, the node's clock."""
+        return [
+            "PE1 begin 1",
+            _line("boot-id", "0", state["boot_id"] + "\n", ""),
+            _line("clock", "0", f"{int(START)}\n", ""),
+        ]
+
+    def _holder_sections(self, fd: int, device: Callable[[Any], Path]) -> list[str]:
+        """`fd-scan` (each holder's fd `fd` on its partition's device) and `holder-cgroups`."""
+        scan = "".join(
+            f"{self.paths.procfs}/{pid}/fd/{fd}|{self._stat(device(held)).split('|')[1]}"
+            f"|regular empty file\n"
+            for pid, held in sorted(self.holders.items())
+        )
+        # The shell's `grep -H ''` over the holders' cgroup files, in `sort -u` order.
+        files = sorted((f"{self.paths.procfs}/{pid}/cgroup", pid) for pid in self.holders)
+        cgroups = "".join(f"{path}:{self.cgroups[pid]}" for path, pid in files)
+        return [_line("fd-scan", "0", scan, ""), _line("holder-cgroups", "0", cgroups, "")]
+
+    def _kubelet_sections(self, state: dict) -> list[str]:
+        """The kubelet's checkpoint and the CRI's pods and containers (`crictl`, faults too)."""
+        from simulator import crictl as sim_crictl
+
+        lines = [_line("checkpoint", "0", self.sim.checkpoint_text(), "")]
+        for name, sub, render in (
+            ("crictl-pods", "pods", lambda: sim_crictl.render_pods(state)),
+            ("crictl-ps", "ps", lambda: sim_crictl.render_containers(state, True)),
+        ):
+            lines.append(_line(name, *self._tool(state, "crictl", sub, render)))
+        return lines
+
+    def _state_sections(self) -> list[str]:
+        """The enforcer's ledger and destroy records; nothing released, never drained."""
+        lines = []
+        for name in ("ledger", "destroyed"):
+            path = Path(self.paths.state_dir) / ("ledger.json" if name == "ledger" else name)
+            if path.exists():
+                lines.append(_line(name, "0", path.read_text(), ""))
+            else:
+                lines.append(f"PE1 {name} absent - -")
+        lines.append("PE1 released absent - -")  # no person releases anything here
+        lines.append("PE1 drain absent - -")  # never drained
+        return lines
+
+    def _new_holder(self, held: Any, pod_uid: str | None) -> int:
+        """A new pid holding `held`, in the pod's container cgroup (or a host process's)."""
+        cgroup = HOST_CGROUP
+        if pod_uid is not None:
+            container = self.sim.container_id(pod_uid)
+            if container is None:  # as NodeNamespace.hold refuses it
+                raise ValueError(f"pod {pod_uid} has no container yet: no cgroup to put it in")
+            cgroup = pod_cgroup(pod_uid, container)
+        self.next_pid += 1
+        self.holders[self.next_pid] = held
+        self.cgroups[self.next_pid] = cgroup
+        return self.next_pid
+
+    def reboot_done(self) -> None:
+        self.holders.clear()
+
+
+# --- the reference: what a perfect enforcer may destroy -----------------------------------------
+
+
+class Item(Protocol):
+    """A partition of the model's truth."""
+
+    story: str
+
+    @property
+    def key(self) -> Hashable: ...
+
+    @property
+    def accelerator(self) -> Hashable: ...
+
+    def identity(self) -> tuple: ...
+
+
+@dataclass
+class RefEntry:
+    first_seen: float
+    last_observed: float
+    first_run: int
+    streak_start: float | None = None
+    streak_runs: int = 0
+    attempts: int = 0
+
+    def restarted(self) -> RefEntry:
+        return replace(self, streak_start=None, streak_runs=0)
+
+
+@dataclass
+class Expected:
+    orphans: set
+    trip: bool
+
+
+@dataclass
+class Reference:
+    """
+    The contract's own bookkeeping, kept from the model's truth (never from decide's output): a
+    ledger mirror (first seen, streaks, destroy attempts, live owners per claim source; runs
+    numbered) and rule 4's memory. A kind's reference says, by its hooks, what is listed, what
+    failed, what is kept and by whom it is advertised; `run` does the rest, as the contract does
+    for every kind.
+    """
+
+    boot: str = ""
+    last_run: float | None = None
+    run_no: int = 0
+    live: dict[str, int] = field(default_factory=dict)
+    entries: dict[tuple, RefEntry] = field(default_factory=dict)
+    verified: set[tuple] = field(default_factory=set)  # destroyed by the enforcer since last run
+    # Rule 4's memory: identity -> (the advertiser that listed it, seen gone since)
+    remembered: dict[tuple, tuple[str, bool]] = field(default_factory=dict)
+
+    # A partition of the boot before whose every other field one of this boot has is carried onto
+    # it (an advertiser that restarted with the node); off where identities hold a device node.
+    carries_over_boots: ClassVar[bool] = False
+
+    # --- what each kind says
+
+    def listed(self, m: Machine) -> list[Item]:
+        """The partitions the kind's listing shows this run (none while it is unreadable)."""
+        raise NotImplementedError
+
+    def failure(self, m: Machine) -> bool:
+        """The kind (or the node) failed this run: every streak restarts, memory is not ended."""
+        raise NotImplementedError
+
+    def kept(self, m: Machine, listed: list[Item], comparable: dict[tuple, RefEntry]) -> set:
+        """The keys pinned, held or claimed this run (rule 4's memory apart)."""
+        raise NotImplementedError
+
+    def live_sources(self, m: Machine) -> dict[str, int]:
+        """The live owners each claim source read this run counts."""
+        raise NotImplementedError
+
+    def advertisement(
+        self, m: Machine, listed: list[Item]
+    ) -> tuple[dict[Hashable, str], Callable[[str], bool]]:
+        """The advertiser listing each partition now (by key), and whether an advertiser lists
+        any device now (its resource not empty)."""
+        raise NotImplementedError
+
+    def released_event(self) -> str:
+        raise NotImplementedError
+
+    def kept_event(self, why: str, advertiser: str) -> str:
+        raise NotImplementedError
+
+    def carried_event(self) -> str:
+        return "memory: a partition made again after a reboot, remembered on"
+
+    # --- the run
+
+    def run(self, m: Machine, now: float, breaker: bool = True) -> Expected:
+        listed = self.listed(m)
+        failure = self.failure(m)
+        comparable = self.entries
+        if self.boot != m.boot:
+            comparable = {}  # a new boot (or no ledger): nothing continues
+        elif self.last_run is not None and now < self.last_run:
+            # The clock went backwards: every streak restarts and every identity counts as first
+            # seen now; its destroy attempts are kept.
+            comparable = {
+                i: RefEntry(now, now, e.first_run, attempts=e.attempts)
+                for i, e in self.entries.items()
+            }
+        # The guarded destroy recorded these gone: a successor with the same fields starts anew.
+        comparable = {i: e for i, e in comparable.items() if i not in self.verified}
+        self.verified = set()
+        self.run_no += 1
+        kept = self.kept(m, listed, comparable)
+        kept |= self._remember(m, listed, not failure)
+
+        entries: dict[tuple, RefEntry] = {}
+        proven: set = set()
+        for g in listed:
+            e = comparable.get(g.identity())
+            if e is None:
+                e = RefEntry(now, now, self.run_no)
+            elif now - e.last_observed > MAX_GAP:
+                e = e.restarted()
+            if failure or g.key in kept:
+                e = e.restarted()
+            else:
+                if e.streak_start is None:
+                    e = replace(e, streak_start=now, streak_runs=1)
+                else:
+                    e = replace(e, streak_runs=e.streak_runs + 1)
+                if e.streak_runs >= GRACE_RUNS and now - e.streak_start >= GRACE_SECONDS:
+                    proven.add(g.key)
+            entries[g.identity()] = replace(e, last_observed=now)
+
+        live = self.live_sources(m)
+        silent = [s for s, n in sorted(self.live.items()) if n > 0 and live.get(s) == 0]
+        trip = breaker and bool(proven) and (bool(silent) or _share(listed, proven))
+        if not trip:
+            for g in listed:
+                if g.key in proven:
+                    e = entries[g.identity()]
+                    entries[g.identity()] = replace(e, attempts=e.attempts + 1)
+        listed_ids = {g.identity() for g in listed}
+        for identity, e in comparable.items():
+            if identity not in listed_ids and e.attempts and failure:
+                entries[identity] = e.restarted()
+        carried = {s: n for s, n in self.live.items() if s not in live}
+        carried |= {s: self.live[s] for s in silent} if breaker else {}
+        self.boot, self.last_run, self.entries = m.boot, now, entries
+        self.live = {**live, **carried}
+        return Expected(set() if trip else proven, trip)
+
+    def _remember(self, m: Machine, listed: list[Item], read_whole: bool) -> set:
+        """
+        Rule 4's memory (enforcer.memory), from the model's truth: a partition an advertiser
+        lists is remembered by that advertiser; one remembered and not listed now is kept while
+        its advertiser is gone (lists nothing: seen gone) or lists others without having been
+        seen gone since (it calls it unhealthy); the advertiser back without it, seen gone since,
+        ends it. One not listed is forgotten once the listing was read whole.
+        """
+        by, there = self.advertisement(m, listed)
+        previous = self._previous(m, listed)
+        remembered: dict[tuple, tuple[str, bool]] = {}
+        kept: set = set()
+        for g in listed:
+            i = g.identity()
+            if g.key in by:
+                remembered[i] = (by[g.key], False)
+            elif i in previous:
+                advertiser, gone = previous[i]
+                if there(advertiser) and gone:
+                    m.event(self.released_event())
+                    continue
+                remembered[i] = (advertiser, gone or not there(advertiser))
+                kept.add(g.key)
+                m.event(self.kept_event("unhealthy" if there(advertiser) else "gone", advertiser))
+        listed_ids = {g.identity() for g in listed}
+        for i, said in previous.items():
+            if i not in listed_ids and not read_whole:
+                remembered[i] = said
+        self.remembered = remembered
+        return kept
+
+    def _previous(self, m: Machine, listed: list[Item]) -> dict[tuple, tuple[str, bool]]:
+        """What was remembered, a partition of the boot before carried onto this boot's twin
+        (identities end with their boot: `carries_over_boots`)."""
+        if not self.carries_over_boots:
+            return dict(self.remembered)
+        stems = {g.identity()[:-1]: g.identity() for g in listed}
+        previous: dict[tuple, tuple[str, bool]] = {}
+        order = sorted(self.remembered.items(), key=lambda e: (e[0][-1] != m.boot, repr(e)))
+        for i, (advertiser, gone) in order:  # this boot's first: never replaced by one carried
+            if i[-1] != m.boot and i[:-1] in stems:
+                i, gone = stems[i[:-1]], True
+                m.event(self.carried_event())
+            previous.setdefault(i, (advertiser, gone))
+        return previous
+
+
+def _share(listed: list[Item], proven: set) -> bool:
+    """Rule 6's shares: the node's (more than half, more than 4) or one accelerator's (more than
+    half of it, more than 2)."""
+    on = Counter(g.accelerator for g in listed)
+    going = Counter(g.accelerator for g in listed if g.key in proven)
+    node = len(proven) > 0.5 * len(listed) and len(proven) > 4
+    return node or any(n > 0.5 * on[a] and n > 2 for a, n in going.items())
+
+
+# --- the machine ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Counts:
+    histories: int = 0
+    steps: int = 0
+    runs: int = 0
+    destroys: int = 0
+    kept_by_guard: int = 0
+    failed_destroys: int = 0
+    violations: int = 0
+    hazards: int = 0
+    verdicts: Counter = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)
+    events: Counter = field(default_factory=Counter)  # what a machine's histories went through
+
+    def summary(self) -> str:
+        statuses = ", ".join(f"{k} {n}" for k, n in sorted(self.verdicts.items()))
+        events = "".join(f"; {k} {n}" for k, n in sorted(self.events.items()))
+        return (
+            f"histories {self.histories}, steps {self.steps}, runs {self.runs}, "
+            f"destroys {self.destroys} (failed {self.failed_destroys}, kept by the guard "
+            f"{self.kept_by_guard}), violations {self.violations}, contract hazards "
+            f"{self.hazards}; verdicts: {statuses}{events}"
+        )
+
+
+class Machine(RuleBasedStateMachine):
+    """
+    One kind's lifecycle over one simulated node: the kind's rules (its events), the run and the
+    invariants (here). A kind sets its driver, its reference, the noun of its partitions, and
+    answers the hooks below. Its pods have a uid, a name, a style, a phase, `opened`, and
+    `in_checkpoint` and `in_cri` (the kubelet's and the runtime's records of them).
+    """
+
+    driver_class: type[Driver] = InProcessDriver
+    reference_class: type[Reference] = Reference
+    raise_on_violation = True  # the bench counts instead
+    # The bench keeps the ledger object between runs instead of its file (decide() gets the same
+    # Ledger either way; the file round trip through dump/load is the test's, and costs).
+    ledger_in_memory = False
+    counts = Counts()
+    noun = "partition"  # how the history log names one
+    prefix = "pe-lifecycle-"  # of the machine's temporary folder
+
+    def __init__(self) -> None:
+        super().__init__()
+        base = SHM if os.path.isdir(SHM) and os.access(SHM, os.W_OK) else None
+        self.tmp = Path(tempfile.mkdtemp(prefix=self.prefix, dir=base))
+        self.driver = self.driver_class(self.tmp)
+        self.sim = self.driver.sim
+        self.boot = self.sim.state()["boot_id"]
+        self.now = START
+        self.pods: dict[str, Any] = {}
+        self.faults: set[tuple[str, str]] = set()
+        self.fail_keys: set = set()  # partitions whose destroy the tool will refuse
+        self.contract = self.reference_class()
+        self.ledger: ledgers.Ledger | None = None
+        self.stray: dict[Any, Any] = {}  # partitions a process outside any pod holds (races)
+        self.log: list[str] = []
+        self.verdicts: dict[Any, Verdict] = {}  # the last run's, by key (stories)
+        self.n = 0
+        type(self).counts.histories += 1
+
+    def teardown(self) -> None:
+        try:
+            self.driver.close()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # --- what each kind says
+
+    @property
+    def partitions(self) -> dict[Any, Any]:
+        """The model's partitions by key (what the kind's listing must show)."""
+        raise NotImplementedError
+
+    def key_of(self, v: Verdict) -> Hashable:
+        raise NotImplementedError
+
+    def check_tracking(self) -> None:
+        """Before every run: the model's bookkeeping is the simulator's."""
+        raise NotImplementedError
+
+    def before_read(self) -> None:
+        """What this run reads (the bench's events), before the read."""
+
+    def read(self) -> Observation:
+        """The node read, observed (the kind adds its other sources)."""
+        raise NotImplementedError
+
+    def health_as_expected(self, obs: Observation) -> bool:
+        """The sources unreadable are exactly those the machine made so."""
+        raise NotImplementedError
+
+    def keepers(self, key: Hashable, item: Any) -> Iterator[str]:
+        """Why a partition just destroyed should have been kept, by the kind's keepers."""
+        return iter(())
+
+    def pod_partition(self, p: Any) -> Hashable | None:
+        raise NotImplementedError
+
+    def label(self, v: Verdict) -> str:
+        """A verdict in the run's line of the history log."""
+        return f"{v.partition.id}:{v.status}"
+
+    def destroyed(self, item: Any) -> None:
+        """The enforcer destroyed it (before the model forgets it)."""
+
+    def destroy_failed(self, key: Hashable) -> None:
+        """The tool refused its destroy (part of it may have gone)."""
+
+    def after_run(self) -> None:
+        """What follows a run at once."""
+
+    def refuse_destroy(self, key: Hashable) -> None:
+        """The tool will refuse this partition's destroy (a simulator fault)."""
+        raise NotImplementedError
+
+    def refuse_destroys(self) -> None:
+        """The tool will refuse every destroy in `fail_keys` again (faults were cleared)."""
+        raise NotImplementedError
+
+    def _gone(self, key: Hashable) -> None:
+        raise NotImplementedError
+
+    # --- helpers
+
+    def note(self, text: str) -> None:
+        type(self).counts.steps += 1
+        self.log.append(f"t={self.now - START:+.0f}s {text}")
+
+    def event(self, what: str) -> None:
+        """Count one thing a history went through (the bench's `events`)."""
+        type(self).counts.events[what] += 1
+
+    def violation(self, kind: str, text: str) -> None:
+        message = f"{kind}: {text}\nhistory:\n  " + "\n  ".join(self.log)
+        c = type(self).counts
+        c.violations += 1
+        c.hazards += kind == "contract-hazard"
+        if len(c.examples) < 6:
+            c.examples.append(message)
+        if self.raise_on_violation:
+            raise AssertionError(message)
+
+    def cri_alive(self, p: Any) -> bool:
+        """The CRI lists a ready sandbox (kubelet gives every phase but Pending and ended ones)."""
+        return p.in_cri and p.phase in ("ContainerCreating", "Running", "Terminating")
+
+    def _pick(self, ok: Callable[[Any], bool], i: int) -> Any:
+        eligible = [p for p in self.pods.values() if ok(p)]
+        return eligible[i % len(eligible)]
+
+    def _has(self, ok: Callable[[Any], bool]) -> bool:
+        return any(ok(p) for p in self.pods.values())
+
+    # --- node and enforcer events every kind has
+
+    def node_event(self, event: str, dt: int) -> None:
+        """A node event of the kind's rule (`event` a method of the machine; `dt` of STEPS)."""
+        if event == "run_skipped":
+            self.run_skipped(abs(dt) if abs(dt) <= 600 else 300)
+        elif event == "clock_jumps":
+            self.clock_jumps(dt)
+        else:
+            getattr(self, event)()
+
+    @precondition(lambda self: self._has(lambda p: p.phase == "Deleted" and p.in_checkpoint))
+    @rule(i=st.integers(0, 7))
+    def kubelet_prunes(self, i: int) -> None:
+        p = self._pick(lambda p: p.phase == "Deleted" and p.in_checkpoint, i)
+        self.sim.release(p.uid)
+        p.in_checkpoint = False
+        self.note(f"{p.name}: kubelet prunes its stale checkpoint entry")
+
+    def ledger_wiped(self) -> None:
+        (Path(self.driver.paths.state_dir) / "ledger.json").unlink(missing_ok=True)
+        self.ledger = None
+        self.contract = self.reference_class()
+        self.note("enforcer ledger wiped")
+
+    def run_skipped(self, dt: int) -> None:
+        self.now += dt
+        self.note(f"a run is skipped (+{dt}s)")
+
+    def clock_jumps(self, dt: int) -> None:
+        self.now += dt
+        self.note(f"node clock jumps {dt:+d}s")
+
+    def source_unreadable(self, which: tuple[str, str], why: str, dt: int = 300) -> None:
+        """A tool fails for one run (SimNode.set_fault), then answers again."""
+        tool, sub = which
+        self.sim.set_fault(tool, sub, exit=1, stderr=f"{tool} {sub}: simulated failure\n")
+        self.faults.add(which)
+        self.note(f"fault: {why}")
+        self.now += dt
+        self.enforce()
+        self.faults.clear()
+        self.sim.clear_faults()
+        if self.fail_keys:
+            self.refuse_destroys()
+        self.note("the source answers again")
+
+    def destroy_will_fail(self, i: int) -> None:
+        if not self.partitions:
+            return
+        key = sorted(self.partitions)[i % len(self.partitions)]
+        self.fail_keys.add(key)
+        self.refuse_destroy(key)
+        self.note(f"fault: destroy of {self.noun} {key} will be refused")
+
+    def destroys_work_again(self) -> None:
+        if not self.fail_keys:
+            return
+        self.sim.clear_faults()
+        self.fail_keys.clear()
+        self.note("destroys work again")
+
+    @rule(dt=st.sampled_from([60, 300, 300, 600]))
+    def enforcer_run(self, dt: int) -> None:
+        self.now += dt
+        self.enforce()
+
+    @rule(dt=st.sampled_from([300, 600]))
+    def enforcer_run_breaker_lifted(self, dt: int) -> None:
+        """An operator lifts the circuit breaker for one run (`--data enforcer_breaker=off`)."""
+        self.now += dt
+        self.note("an operator lifts the circuit breaker for one run")
+        self.enforce(breaker=False)
+
+    @rule(k=st.integers(2, 4), dt=st.sampled_from([300, 450]))
+    def enforcer_runs_on_schedule(self, k: int, dt: int) -> None:
+        """Several runs, one every dt seconds (the systemd timer), nothing else happening."""
+        for _ in range(k):
+            self.now += dt
+            self.enforce()
+
+    def racing_run(self, happen: Callable[[list[Verdict]], None]) -> None:
+        """
+        A run where something happens between its read and its destroys (`happen`, given the
+        orphans): the guarded destroy must re-prove each partition and keep it (rule 7); a stray
+        holder ends after the run.
+        """
+        self.now += 300
+        self.enforce(race=happen)
+        for key, handle in self.stray.items():
+            if key in self.partitions:
+                self.driver.unhold(handle)
+                self.note(f"the process holding {self.noun} {key} ends")
+        self.stray.clear()
+
+    # --- one enforcer run, and the invariants
+
+    def enforce(
+        self, race: Callable[[list[Verdict]], None] | None = None, breaker: bool = True
+    ) -> None:
+        c = type(self).counts
+        c.runs += 1
+        self.check_tracking()
+        self.before_read()
+        obs = self.read()
+        if not self.health_as_expected(obs):
+            self.violation("model", f"source health {obs.health} with faults {self.faults}")
+        ledger = self._ledger(obs)
+        policy = self.driver.policy if breaker else replace(self.driver.policy, breaker=False)
+        decision = decide(obs, ledger, policy, self.now)
+        verdicts = decision.verdicts
+        self.verdicts = {self.key_of(v): v for v in verdicts if v.status != "destroyed"}
+        expected = self.contract.run(self, self.now, breaker)
+        orphans = [v for v in verdicts if v.is_orphan]
+        got = {self.key_of(v) for v in orphans}
+        tripped = any(v.status == "breaker" for v in verdicts)
+        c.verdicts.update(v.status for v in verdicts)
+        table = ", ".join(self.label(v) for v in verdicts)
+        self.note(f"enforcer run: {table or 'no ' + self.noun}")
+        if got != expected.orphans or tripped != expected.trip:
+            self.violation(
+                "conformance",
+                f"decide proved {sorted(got)} orphaned (breaker {tripped}); the contract proves "
+                f"{sorted(expected.orphans)} (breaker {expected.trip})\n"
+                + "\n".join(f"  {v.partition.key} {v.status}: {v.reason}" for v in verdicts),
+            )
+        self._write_state(obs, decision.ledger)
+        raced = bool(race and orphans)
+        if race and orphans:
+            race(orphans)
+        for v in orphans:
+            self._destroy(v, obs, self.key_of(v) in expected.orphans)
+        for key in expected.orphans:
+            if key in self.partitions and key not in self.fail_keys and not raced:
+                self.violation(
+                    "liveness", f"{self.noun} {key} was proven orphaned and survived the run"
+                )
+        self.after_run()
+
+    def _ledger(self, obs: Observation) -> ledgers.Ledger:
+        if self.ledger_in_memory:
+            return self.ledger or ledgers.Ledger()
+        try:
+            return ledgers.load(obs.ledger_text)
+        except ledgers.LedgerError as error:
+            self.violation("model", f"the ledger written last run cannot be read: {error}")
+            return ledgers.Ledger()
+
+    def _write_state(self, obs: Observation, next_ledger: ledgers.Ledger) -> None:
+        """What write-state.sh.j2 does: the destroy records read are consumed; the ledger."""
+        record = Path(self.driver.paths.state_dir) / "destroyed"
+        if obs.destroyed:
+            record.write_text("".join(record.read_text().splitlines(True)[len(obs.destroyed) :]))
+        if self.ledger_in_memory:
+            self.ledger = next_ledger
+        else:
+            (Path(self.driver.paths.state_dir) / "ledger.json").write_text(
+                ledgers.dump(next_ledger)
+            )
+
+    def _destroy(self, v: Verdict, obs: Observation, contract_says: bool) -> None:
+        c = type(self).counts
+        key = self.key_of(v)
+        outcome, said = self.driver.destroy(v, obs)
+        if outcome == "destroyed":
+            c.destroys += 1
+            item = self.partitions[key]
+            self.contract.verified.add(item.identity())
+            self._check_safe(key, contract_says)
+            self.note(f"enforcer destroys {self.noun} {key} ({item.story})")
+            self.destroyed(item)
+            self._gone(key)
+        elif outcome == "failed":
+            c.failed_destroys += 1
+            self.destroy_failed(key)
+            self.note(f"destroy of {self.noun} {key} failed: {said.strip()[:80]}")
+        else:
+            c.kept_by_guard += 1
+            self.note(f"guard keeps {self.noun} {key}: {said.strip()[:80]}")
+
+    def _check_safe(self, key: Hashable, contract_says: bool) -> None:
+        """A destroyed partition: none of its keepers was there."""
+        item = self.partitions[key]
+        kind = "contract-hazard" if contract_says else "safety"
+        if key in self.stray:
+            self.violation("safety", f"{self.noun} {key} was destroyed while a process held it")
+        for why in self.keepers(key, item):
+            self.violation(kind, why)
+        if item.identity() in self.contract.remembered:
+            self.violation(
+                kind, f"{self.noun} {key} was destroyed while desired (remembered, rule 4)"
+            )
+        owners = [
+            p
+            for p in self.pods.values()
+            if self.pod_partition(p) == key and (p.phase in LIVE or p.opened)
+        ]
+        if owners:
+            p = owners[0]
+            self.violation(
+                kind,
+                f"{self.noun} {key} of live pod {p.name} ({p.style}, {p.phase}, opened: "
+                f"{p.opened}) was destroyed",
+            )
+
+
+# --- running a machine (the tests' and the bench's)
+
+
+def machine_class(base: type[Machine], driver: type[Driver], name: str, **more: Any) -> type:
+    """`base` on `driver`, with its own counts."""
+    return type(name, (base,), {"driver_class": driver, "counts": Counts(), **more})
+
+
+def run_histories(machine: type[Machine], examples: int, steps: int, **more: Any) -> Counts:
+    """Hypothesis draws `examples` histories of `steps` rules at most; the machine's counts."""
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            **more,
+        ),
+    )
+    return machine.counts
