@@ -701,6 +701,17 @@ class Machine(RuleBasedStateMachine):
         p.in_checkpoint = False
         self.note(f"{p.name}: kubelet prunes its stale checkpoint entry")
 
+    def pods_rebooted(self) -> None:
+        """After a reboot the kubelet makes the live pods' sandboxes again: started pods are back
+        to ContainerCreating; a Terminating one has ended."""
+        for p in self.pods.values():
+            if p.phase in ("ContainerCreating", "Running"):
+                p.phase = "ContainerCreating"
+                self.sim.set_pod_state(p.uid, "ContainerCreating")
+            elif p.phase == "Terminating":
+                p.phase = "Succeeded"
+                self.sim.set_pod_state(p.uid, "Succeeded")
+
     def ledger_wiped(self) -> None:
         (Path(self.driver.paths.state_dir) / "ledger.json").unlink(missing_ok=True)
         self.ledger = None

@@ -873,13 +873,7 @@ class LifecycleMachine(Machine):
         for resource in sorted(self.advertised):  # Huawei's plugin starts again: none to list
             self.advertised[resource] = []
             self._register(resource)
-        for p in self.pods.values():
-            if p.phase in ("ContainerCreating", "Running"):
-                p.phase = "ContainerCreating"
-                self.sim.set_pod_state(p.uid, "ContainerCreating")
-            elif p.phase == "Terminating":
-                p.phase = "Succeeded"
-                self.sim.set_pod_state(p.uid, "Succeeded")
+        self.pods_rebooted()
         self.note("node reboots: vNPUs lost (static ones too), live pods back to ContainerCreating")
 
     # --- one enforcer run

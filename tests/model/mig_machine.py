@@ -1619,13 +1619,7 @@ class MigLifecycle(Machine):
             for p in self.pods.values():
                 if p.style == "static" and lost[p.uid] == (g.gpu, g.id):
                     p.gi = (gpu, g.id)
-        for p in self.pods.values():
-            if p.phase in ("ContainerCreating", "Running"):
-                p.phase = "ContainerCreating"
-                self.sim.set_pod_state(p.uid, "ContainerCreating")
-            elif p.phase == "Terminating":
-                p.phase = "Succeeded"
-                self.sim.set_pod_state(p.uid, "Succeeded")
+        self.pods_rebooted()
         self.note("node reboots: GIs lost, the static geometry made again")
 
     @rule(
