@@ -55,8 +55,10 @@ MACHINES = {
 }
 
 
-def histories(n: int, steps: int, which: str = "ascend") -> Counts:
-    """Run at least `n` histories of machine `which` in this process; their counts."""
+def histories(n: int, steps: int, which: str = "ascend", fixed: bool = False) -> Counts:
+    """Run at least `n` histories of machine `which` in this process; their counts (`fixed`:
+    derandomized, the same histories every time the machine's rules and strategies are the
+    same: how a port onto the model core is shown to keep a machine's meaning)."""
     base, driver = MACHINES[which]
     machine = machine_class(
         base, driver, "BenchLifecycle", raise_on_violation=False, ledger_in_memory=True
@@ -72,6 +74,7 @@ def histories(n: int, steps: int, which: str = "ascend") -> Counts:
                     deadline=None,
                     database=None,
                     phases=[Phase.generate],
+                    derandomize=fixed,
                     suppress_health_check=list(HealthCheck),
                 ),
             )
@@ -101,23 +104,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--histories", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=40, help="rules drawn per history, at most")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--derandomize",
+        action="store_true",
+        help="the same histories every time (one process): compare a machine before and after",
+    )
     parser.add_argument("--machine", choices=["all", *MACHINES], default="all")
     args = parser.parse_args(argv)
     which = list(MACHINES) if args.machine == "all" else [args.machine]
     violations = 0
     for n, name in enumerate(which):
         print(("\n" if n else "") + f"machine     {name}")
-        violations += run(name, args.histories, args.steps, args.jobs)
+        violations += run(name, args.histories, args.steps, args.jobs, args.derandomize)
     return 1 if violations else 0
 
 
-def run(name: str, n: int, steps: int, jobs: int) -> int:
+def run(name: str, n: int, steps: int, jobs: int, fixed: bool = False) -> int:
     """`n` histories of one machine in `jobs` processes; prints its table; its violations."""
     started = time.monotonic()
-    jobs = max(1, min(jobs, n))
+    jobs = 1 if fixed else max(1, min(jobs, n))
     shares = [n // jobs + (i < n % jobs) for i in range(jobs)]
     if jobs == 1:
-        parts = [histories(shares[0], steps, name)]
+        parts = [histories(shares[0], steps, name, fixed)]
     else:
         with ProcessPoolExecutor(jobs) as pool:
             parts = list(pool.map(histories, shares, [steps] * jobs, [name] * jobs))
