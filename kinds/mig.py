@@ -53,7 +53,7 @@ NVIDIA_CAP = re.compile(r"^/dev/nvidia-caps/(nvidia-cap[0-9]+)$", re.ASCII)
 # NVIDIA's DRA driver (gpu.nvidia.com, facts.dra): its records name devices `<driver>/<pool>/<name>`
 # by canonical name: a MIG device (a GI alias, facts.mig), a whole GPU `gpu-<minor>` (an alias of
 # every GI on it), a GPU passed through to a VM `gpu-vfio-<n>` (no partition).
-DRA_DRIVER = "gpu.nvidia.com"
+DRA_DRIVER = dra.DRIVER
 # The chart's ComputeDomain plugin (facts.dra_cd): IMEX channels and daemons, no partition.
 DRA_CD_DRIVER = dra_cd.DRIVER
 NVIDIA_DRA = (DRA_DRIVER, DRA_CD_DRIVER)
