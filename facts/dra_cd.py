@@ -142,7 +142,7 @@ def _claim_v2(uid: str, value: Any, markers: set[str]) -> CdClaim:
         COMPLETED: (set(), {"preparedDevices"}, {"name", "namespace"}, _NAMED_DEVICES),
         ABORTED: ({"name", "namespace", "abortedAt"},),
     }
-    if state not in allowed:
+    if not isinstance(state, str) or state not in allowed:  # a list is no key: not a TypeError
         raise ParseError(f"DRA checkpoint: {what} has checkpointState {state!r}")
     if keys not in allowed[state]:
         raise ParseError(f"DRA checkpoint: {what} is {state} with keys no release writes on one")
