@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +29,11 @@ RELEASES = ("v25.3", "v25.8", "v25.12", "v0.4")  # the shapes, oldest first (§1
 # introduce dynamic MIG device management", 2025-10-29; pkg/featuregates/featuregates.go:49,91
 # at v25.12.0, Alpha, default off), first tagged v25.12.0.
 DYNAMIC_MIG_FIRST = "v25.12"
+# DriverName (cmd/gpu-kubelet-plugin/main.go; NVIDIA/k8s-dra-driver@da6b8351 cmd/nvidia-dra-plugin/
+# main.go:36-41): its kubelet plugin folder, its ResourceSlices' and claims' driver, its CDI vendor.
+DRIVER = "gpu.nvidia.com"
 _GO = "Go's encoding/json"
-_UID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"  # k8s UIDs: lower-case
+UID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"  # k8s UIDs: lower-case
 
 
 @dataclass(frozen=True)
@@ -120,15 +124,16 @@ _WRITTEN_BY = {
 }
 
 
-def _releases(markers: set[str]) -> tuple[str, str]:
-    """The oldest and the newest shape that write every marker; none does -> the file mixes
-    shapes."""
-    fits = [r for r in RELEASES if all(r in _WRITTEN_BY[m] for m in markers)]
+def fitting(
+    markers: set[str], releases: tuple[str, ...], written_by: dict[str, tuple[str, ...]]
+) -> list[str]:
+    """The shapes, oldest first, that write every marker; none does -> the file mixes shapes."""
+    fits = [r for r in releases if all(r in written_by[m] for m in markers)]
     if not fits:
         raise ParseError(
             f"DRA checkpoint mixes shapes no release writes together: {sorted(markers)}"
         )
-    return fits[0], fits[-1]
+    return fits
 
 
 # --- the strict pieces -------------------------------------------------------------------------
@@ -499,29 +504,55 @@ def parse_checkpoint(text: str) -> DriverCheckpoint:
     Both checksums are verified over the raw bytes (§1.2); every key is checked against the
     shapes of §1.4. Anything else is a ParseError saying what was unexpected.
     """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:  # a lone surrogate: not text Go writes
-        raise ParseError("DRA checkpoint: not UTF-8") from err
-    doc = strictjson.loads(text, _GO)
+    doc = document(text)
     if not isinstance(doc, dict):
         raise ParseError("DRA checkpoint: not a JSON object")
     if unknown := [k for k in doc if k not in ("checksum", "v1", "v2")]:
         raise ParseError(
             f"DRA checkpoint: unknown top-level key(s) {unknown}: a shape no known release writes"
         )
+    markers: set[str] = set()
+    claims, boot_id = read_claims(text, doc, markers, _claim_v1, _claim_v2)
+    fits = fitting(markers, RELEASES, _WRITTEN_BY)
+    return DriverCheckpoint(fits[0], boot_id, tuple(claims), fits[-1])
+
+
+def document(text: str) -> Any:
+    """The file as JSON, strictly as Go writes it (facts.strictjson)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:  # a lone surrogate: not text Go writes
+        raise ParseError("DRA checkpoint: not UTF-8") from err
+    return strictjson.loads(text, _GO)
+
+
+def read_claims(
+    text: str,
+    doc: dict,
+    markers: set[str],
+    claim_v1: Callable[[str, Any, set[str]], Any],
+    claim_v2: Callable[[str, Any, set[str]], Any],
+    v1_first: bool = True,
+) -> tuple[list, str]:
+    """
+    The layout both of the driver's kubelet plugins write (§1.2-§1.3): (the claims, the boot id
+    v2 records or ""). Each claim is read by the plugin's `claim_v1`/`claim_v2`, which add to
+    `markers` what only some releases write; v1's are read whether or not there is a v2 (before
+    v2's, or after them: `v1_first`, each plugin's order of messages). The claims are v2's when
+    there is a v2 (authoritative: v1 must be its PrepareCompleted claims), else v1's.
+    """
     checksum, raw_v1, raw_v2 = _spans(text)
     _verify(checksum, b'{"checksum":0,"v1":' + raw_v1.encode("utf-8") + b"}", "top-level (v1)")
-    markers: set[str] = set()
     v1 = _claims(_object(doc["v1"], "v1", "preparedClaims?"), "v1")
-    from_v1 = [_claim_v1(uid, claim, markers) for uid, claim in v1.items()]
+    from_v1 = [claim_v1(uid, claim, markers) for uid, claim in v1.items()] if v1_first else []
     if raw_v2 is None:
         markers.add("v1 without v2")
-        oldest, newest = _releases(markers)
-        return DriverCheckpoint(oldest, "", tuple(from_v1), newest)
+        return from_v1 or [claim_v1(uid, claim, markers) for uid, claim in v1.items()], ""
     _verify_v2(raw_v2)
     v2 = _object(doc["v2"], "v2", "checksum preparedClaims? nodeBootID?")
-    claims = [_claim_v2(uid, claim, markers) for uid, claim in _claims(v2, "v2").items()]
+    claims = [claim_v2(uid, claim, markers) for uid, claim in _claims(v2, "v2").items()]
+    for uid, claim in () if v1_first else v1.items():
+        claim_v1(uid, claim, markers)
     _agree(v1, _claims(v2, "v2"))
     markers.add("v2")
     boot_id = _str(v2.get("nodeBootID", ""), "v2.nodeBootID")
@@ -529,8 +560,7 @@ def parse_checkpoint(text: str) -> DriverCheckpoint:
         markers.add("nodeBootID")
         if not boot_id:
             raise ParseError("DRA checkpoint: v2.nodeBootID is empty, which Go omits")
-    oldest, newest = _releases(markers)
-    return DriverCheckpoint(oldest, boot_id, tuple(claims), newest)
+    return claims, boot_id
 
 
 # --- device names (§2.1) and CDI ids (§3) ------------------------------------------------------
@@ -556,7 +586,7 @@ def mig_names(minor: int, profile: str, profile_id: int, start: int, size: int) 
     return old, f"gpu-{minor}-mig-{_rfc1123(profile.replace('.', ''))}-{profile_id}-{start}"
 
 
-_CDI_VENDOR = "k8s.gpu.nvidia.com"  # "k8s." + DriverName (cdi.go:45)
+_CDI_VENDOR = "k8s." + DRIVER  # cdi.go:45
 
 
 def device_of_cdi(cdi_id: str) -> str | None:
@@ -566,7 +596,7 @@ def device_of_cdi(cdi_id: str) -> str | None:
     any other vendor/class. The driver's vendor/class with a name of neither form: ParseError.
     """
     kind, _, name = cdi_id.partition("=")
-    if kind == f"{_CDI_VENDOR}/claim" and (found := re.fullmatch(rf"{_UID}-(.+)", name)):
+    if kind == f"{_CDI_VENDOR}/claim" and (found := re.fullmatch(rf"{UID}-(.+)", name)):
         return found.group(1)
     if kind == f"{_CDI_VENDOR}/device" and re.fullmatch(r".+", name):
         return name
@@ -586,7 +616,7 @@ class CdiSpec:
     nodes: tuple[str, ...]  # every containerEdits.deviceNodes[].path, spec-level then per device
 
 
-_CDI_FILE = re.compile(rf"{re.escape(_CDI_VENDOR)}-claim_({_UID})\.yaml")  # spec.go:297-320
+_CDI_FILE = re.compile(rf"{re.escape(_CDI_VENDOR)}-claim_({UID})\.yaml")  # spec.go:297-320
 # specs-go/config.go (v1.1.0, vendored at v0.4.1): Spec, Device, ContainerEdits, DeviceNode.
 _SPEC_KEYS = ("cdiVersion", "kind", "annotations", "devices", "containerEdits")
 _DEVICE_KEYS = ("name", "annotations", "containerEdits")

@@ -30,22 +30,20 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from facts import strictjson
 from facts.dra import (  # the layout both plugins share (facts.dra, research §1.2-§1.3)
     COMPLETED,
     STARTED,
+    UID,
     AllocatedDevice,
-    _agree,
-    _claims,
     _kubelet_device,
     _list,
     _object,
-    _spans,
     _status,
     _str,
     _uint,
-    _verify,
-    _verify_v2,
+    document,
+    fitting,
+    read_claims,
 )
 from facts.errors import ParseError
 
@@ -55,7 +53,6 @@ RELEASES = ("v25.3", "v25.8", "v0.4", "v0.4.1")  # the shapes, oldest first
 CHANNEL, DAEMON = "channel", "daemon"  # types.go:26-27
 DEVICE = re.compile(r"(channel|daemon)-(0|[1-9][0-9]*)", re.ASCII)  # deviceinfo.go:34-40
 _CDI_VENDOR = "k8s." + DRIVER  # cdi.go:37
-_UID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 # metav1.Time: RFC 3339 in UTC, to the second (apimachinery pkg/apis/meta/v1/time.go MarshalJSON)
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z", re.ASCII)
 
@@ -112,43 +109,12 @@ def parse_cd_checkpoint(text: str) -> CdCheckpoint:
 
 
 def _parse(text: str) -> CdCheckpoint:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise ParseError("DRA checkpoint: not UTF-8") from err
-    doc = strictjson.loads(text, "Go's encoding/json")
+    doc = document(text)
     if not isinstance(doc, dict) or [k for k in doc if k not in ("checksum", "v1", "v2")]:
         raise ParseError("DRA checkpoint: not {checksum, v1[, v2]}: a shape no release writes")
-    checksum, raw_v1, raw_v2 = _spans(text)
-    _verify(checksum, b'{"checksum":0,"v1":' + raw_v1.encode("utf-8") + b"}", "top-level (v1)")
     markers: set[str] = set()
-    v1 = _claims(_object(doc["v1"], "v1", "preparedClaims?"), "v1")
-    if raw_v2 is None:
-        markers.add("v1 without v2")
-        claims = [_claim_v1(uid, c, markers) for uid, c in v1.items()]
-        return CdCheckpoint(_release(markers), "", tuple(claims))
-    _verify_v2(raw_v2)
-    v2 = _object(doc["v2"], "v2", "checksum preparedClaims? nodeBootID?")
-    claims = [_claim_v2(uid, c, markers) for uid, c in _claims(v2, "v2").items()]
-    for uid, claim in v1.items():
-        _claim_v1(uid, claim, markers)  # checked too; _agree says it is v2's completed claims
-    _agree(v1, _claims(v2, "v2"))
-    markers.add("v2")
-    boot_id = _str(v2.get("nodeBootID", ""), "v2.nodeBootID")
-    if "nodeBootID" in v2:
-        markers.add("nodeBootID")
-        if not boot_id:
-            raise ParseError("DRA checkpoint: v2.nodeBootID is empty, which Go omits")
-    return CdCheckpoint(_release(markers), boot_id, tuple(claims))
-
-
-def _release(markers: set[str]) -> str:
-    fits = [r for r in RELEASES if all(r in _WRITTEN_BY[m] for m in markers)]
-    if not fits:
-        raise ParseError(
-            f"DRA checkpoint mixes shapes no release writes together: {sorted(markers)}"
-        )
-    return fits[0]
+    claims, boot_id = read_claims(text, doc, markers, _claim_v1, _claim_v2, v1_first=False)
+    return CdCheckpoint(fitting(markers, RELEASES, _WRITTEN_BY)[0], boot_id, tuple(claims))
 
 
 def _claim_v1(uid: str, value: Any, markers: set[str]) -> CdClaim:
@@ -176,7 +142,7 @@ def _claim_v2(uid: str, value: Any, markers: set[str]) -> CdClaim:
         COMPLETED: (set(), {"preparedDevices"}, {"name", "namespace"}, _NAMED_DEVICES),
         ABORTED: ({"name", "namespace", "abortedAt"},),
     }
-    if state not in allowed:
+    if not isinstance(state, str) or state not in allowed:  # a list is no key: not a TypeError
         raise ParseError(f"DRA checkpoint: {what} has checkpointState {state!r}")
     if keys not in allowed[state]:
         raise ParseError(f"DRA checkpoint: {what} is {state} with keys no release writes on one")
@@ -252,9 +218,7 @@ def check_cdi(cdi_id: str, kind: str | None = None) -> None:
     partition's allocation), and `k8s.compute-domain.nvidia.com/claim=<uid>-<channel|daemon>-<id>`
     (its container edits). Anything else: ParseError.
     """
-    found = re.fullmatch(
-        rf"{re.escape(_CDI_VENDOR)}/claim={_UID}-((channel|daemon)-[0-9]+)", cdi_id
-    )
+    found = re.fullmatch(rf"{re.escape(_CDI_VENDOR)}/claim={UID}-((channel|daemon)-[0-9]+)", cdi_id)
     if cdi_id == f"{_CDI_VENDOR}/device=all" and kind in (None, DAEMON):
         return
     if found and kind in (None, found.group(2)) and DEVICE.fullmatch(found.group(1)):

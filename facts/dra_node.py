@@ -53,7 +53,7 @@ from facts import dra, dra_cd, kubeapi
 from facts.errors import ParseError
 from facts.sections import Reader
 
-DRIVER = "gpu.nvidia.com"
+DRIVER = dra.DRIVER  # NVIDIA's GPU plugin
 CD_DRIVER = dra_cd.DRIVER  # the chart's ComputeDomain plugin
 # DRA drivers of a partition vendor whose devices are no partitions: read, and kept nothing of.
 NO_PARTITIONS = (CD_DRIVER,)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from facts.errors import ParseError
 
@@ -145,25 +146,27 @@ _MIG_LINE = re.compile(
 )
 
 
-def parse_gpu_list(text: str) -> tuple[list[Gpu], list[MigDevice]]:
-    """`nvidia-smi -L`: each GPU, and the MIG devices listed under it (one per compute instance)."""
-    lines = _Lines(text, "nvidia-smi -L")
+def read_list(text: str, smi: Smi) -> tuple[list[Gpu], list[Any]]:
+    """`<tool> -L`: each card, and the MIG devices listed under it (one per compute instance)."""
+    lines = _Lines(text, f"{smi.tool} -L")
     gpus: list[Gpu] = []
-    migs: list[MigDevice] = []
+    migs: list[Any] = []
     if lines.only((_NO_DEVICES,)):
         return gpus, migs
     if lines.peek() is None:
-        raise ParseError("nvidia-smi -L: empty output")
+        raise ParseError(f"{smi.tool} -L: empty output")
     while lines.peek() is not None:
-        line = lines.take("a GPU line")
-        if gpu := _GPU_LINE.fullmatch(line):
+        line = lines.take(f"a {smi.word} line")
+        if gpu := smi.card_line.fullmatch(line):
             row = Gpu(_num(gpu["index"]), gpu["name"], gpu["uuid"])
             if any(g.index == row.index or g.uuid == row.uuid for g in gpus):
-                raise lines.fail("GPU listed twice")
+                raise lines.fail(f"{smi.word} listed twice")
             gpus.append(row)
-        elif (mig := _MIG_LINE.fullmatch(line)) and gpus:
-            device = MigDevice(gpus[-1].index, mig["profile"], _num(mig["device"]), mig["uuid"])
-            if mig["parent"] not in (None, gpus[-1].uuid):
+        elif (mig := smi.mig_line.fullmatch(line)) and gpus:
+            device = smi.mig_device(
+                gpus[-1].index, mig["profile"], _num(mig["device"]), mig["uuid"]
+            )
+            if mig.groupdict().get("parent") not in (None, gpus[-1].uuid):
                 raise lines.fail("R450 MIG UUID of another GPU")
             if any((m.gpu, m.device) == (device.gpu, device.device) for m in migs):
                 raise lines.fail("MIG device listed twice")
@@ -171,7 +174,7 @@ def parse_gpu_list(text: str) -> tuple[list[Gpu], list[MigDevice]]:
                 raise lines.fail("MIG UUID listed twice")
             migs.append(device)
         else:
-            raise lines.fail("not a GPU or MIG device line")
+            raise lines.fail(f"not a {smi.word} or MIG device line")
     return gpus, migs
 
 
@@ -249,6 +252,7 @@ def _instance_rows(
     empty: tuple[str, ...],
     heads: tuple[_Head, ...],
     rows: tuple[re.Pattern[str], ...],
+    rule: re.Pattern[str],
 ) -> Iterator[tuple[_Lines, re.Match[str]]]:
     """The rows of a `mig -lgi`/`-lci` box (a `+---+` border after each), none when the whole
     output is a "nothing found" message. Each row is yielded before the next line is read, so
@@ -258,7 +262,7 @@ def _instance_rows(
         return
     lines.expect(_BORDER, "the top border")
     row = rows[_head(lines, heads, "the column titles")]
-    lines.expect(_RULE, "the ==== rule")
+    lines.expect(rule, "the ==== rule")
     while True:
         yield lines, lines.expect(row, "an instance row")
         lines.expect(_BORDER, "the border below a row")
@@ -266,11 +270,26 @@ def _instance_rows(
             return
 
 
-def parse_gpu_instances(text: str) -> list[GpuInstance]:
-    """`nvidia-smi mig -lgi`. A profile name whose slice count contradicts a well-known profile
-    id is rejected: that is a hand-edited listing, not the tool's."""
+def gi_twice(gi: GpuInstance, found: list[GpuInstance]) -> str:
+    """Why `gi` is refused when a GI of its card and id is in `found` ("" when none is)."""
+    twice = any((g.gpu, g.gi) == (gi.gpu, gi.gi) for g in found)
+    return "GPU instance listed twice" if twice else ""
+
+
+def _check_gi(gi: GpuInstance, found: list[GpuInstance]) -> str:
+    """nvidia-smi's: a profile name whose slice count contradicts a well-known profile id is
+    rejected: that is a hand-edited listing, not the tool's."""
+    slices = _num(gi.profile.split("g.", 1)[0])
+    if slices not in _GI_SLICES.get(gi.profile_id, {slices}):
+        return f"profile ID {gi.profile_id} is never a {slices}g profile"
+    return gi_twice(gi, found)
+
+
+def read_gpu_instances(text: str, smi: Smi) -> list[GpuInstance]:
+    """`<tool> mig -lgi`; each GPU instance must pass the vendor's `check_gi`."""
     found: list[GpuInstance] = []
-    for lines, m in _instance_rows(text, "mig -lgi", (_NO_GI,), _LGI_HEADS, (_LGI_ROW,)):
+    tool, rule = f"{smi.mig} -lgi", smi.rule
+    for lines, m in _instance_rows(text, tool, (_NO_GI,), smi.lgi_heads, smi.lgi_rows, rule):
         gi = GpuInstance(
             _num(m["gpu"]),
             m["profile"],
@@ -279,20 +298,18 @@ def parse_gpu_instances(text: str) -> list[GpuInstance]:
             _num(m["start"]),
             _num(m["size"]),
         )
-        slices = _num(gi.profile.split("g.", 1)[0])
-        if slices not in _GI_SLICES.get(gi.profile_id, {slices}):
-            raise lines.fail(f"profile ID {gi.profile_id} is never a {slices}g profile")
-        if any((g.gpu, g.gi) == (gi.gpu, gi.gi) for g in found):
-            raise lines.fail("GPU instance listed twice")
+        if why := smi.check_gi(gi, found):
+            raise lines.fail(why)
         found.append(gi)
     return found
 
 
-def parse_compute_instances(text: str) -> list[ComputeInstance]:
-    """`nvidia-smi mig -lci`: compute instances, with their placement when the driver prints it."""
+def read_compute_instances(text: str, smi: Smi) -> list[ComputeInstance]:
+    """`<tool> mig -lci`: compute instances, with their placement when the tool prints it."""
     found: list[ComputeInstance] = []
     empty = (_NO_CI, _NO_GI)  # no GI at all: no CI either
-    for lines, m in _instance_rows(text, "mig -lci", empty, _LCI_HEADS, _LCI_ROWS):
+    tool, rule = f"{smi.mig} -lci", smi.rule
+    for lines, m in _instance_rows(text, tool, empty, smi.lci_heads, smi.lci_rows, rule):
         placement = m.groupdict()
         ci = ComputeInstance(
             _num(m["gpu"]),
@@ -390,8 +407,6 @@ _GPU_ROW_2 = re.compile(  # fan, temperature, perf state, power | memory | utili
     rf"\| +(?:{_MIB_PAIR}|N/A) *"
     r"\| +(?:[0-9]+%|N/A|ERR!) +(?:Default|E\. Process|E\. Thread|Prohibited) *\|"
 )
-# ppu-smi's "MIG M." line (facts/ppu.py reads it; no ppu-smi capture shows a pending star).
-_GPU_ROW_3 = re.compile(r"\| +\| +\| +(?P<mig>Enabled|Disabled|N/A) *\|")
 # nvidia-smi's "MIG M." line: the mode now, or a pending change. After `nvidia-smi -mig 1` the cell
 # reads "Enabled*" until the GPU is reset, and "Disabled*" is the reverse (MIG still on, off after
 # the reset): the star marks "pending", the current mode is the other one (shared samples
@@ -439,50 +454,53 @@ _NO_PROCESSES = re.compile(r"\| +No running processes found +\|")
 _BLANK = re.compile("")
 
 
-def _gpu_table(lines: _Lines) -> dict[int, GpuRow]:
-    """The banner box and GPU table: three lines per GPU, a border after each, then a blank."""
+def _gpu_table(lines: _Lines, smi: Smi) -> dict[int, GpuRow]:
+    """The banner box and card table: three lines per card, a border after each, then a blank."""
+    word = smi.word
     lines.expect(_BORDER, "the top border")
-    lines.expect(_BANNER, "the NVIDIA-SMI banner")
-    lines.expect(_BANNER_SPLIT, "the border below the banner")
-    _head(lines, _GPU_HEADS, "the GPU table header")
-    lines.expect(_GPU_RULE, "the ==== rule")
+    lines.expect(smi.banner, f"the {smi.tool.upper()} banner")
+    lines.expect(smi.banner_split, "the border below the banner")
+    _head(lines, smi.gpu_heads, f"the {word} table header")
+    lines.expect(smi.gpu_rule, "the ==== rule")
     gpus: dict[int, GpuRow] = {}
     while not gpus or lines.peek() != "":
-        first = lines.expect(_GPU_ROW, "a GPU row")
-        lines.expect(_GPU_ROW_2, "the second line of a GPU row")
-        cell = lines.expect(_MIG_MODE, "the MIG M. line of a GPU row")
-        pending = cell["pending"]
+        first = lines.expect(smi.gpu_row, f"a {word} row")
+        lines.expect(smi.gpu_row_2, f"the second line of a {word} row")
+        cell = lines.expect(smi.mig_mode, f"the MIG M. line of a {word} row")
+        pending = cell.groupdict().get("pending")
         mode = cell["mig"] if pending is None else _MODE_BEFORE_RESET[pending]
         gpu = GpuRow(_num(first["index"]), first["name"], first["bus"], mode, pending is not None)
         if gpu.index in gpus or any(g.bus_id == gpu.bus_id for g in gpus.values()):
-            raise lines.fail("GPU listed twice")
+            raise lines.fail(f"{word} listed twice")
         gpus[gpu.index] = gpu
-        lines.expect(_GPU_BORDER, "the border below a GPU")
+        lines.expect(_GPU_BORDER, f"the border below a {word}")
     lines.take("")
     return gpus
 
 
-def _mig_row(lines: _Lines, gpus: dict[int, GpuRow], shared: MigDeviceRow | None) -> MigDeviceRow:
+def _mig_row(
+    lines: _Lines, smi: Smi, gpus: dict[int, GpuRow], shared: MigDeviceRow | None
+) -> MigDeviceRow:
     """One MIG device; `shared`: the row above when a spanning border joins them (same GI, and
     the memory cell is printed on the first CI only)."""
-    m = lines.expect(_MIG_ROW, "a MIG device row")
+    m = lines.expect(smi.mig_row, "a MIG device row")
     row = MigDeviceRow(_num(m["gpu"]), _num(m["gi"]), _num(m["ci"]), _num(m["device"]))
     if (m["memory"] is None) != (shared is not None):
         raise lines.fail("memory cell does not match the border above")
     if shared is not None and (shared.gpu, shared.gi) != (row.gpu, row.gi):
         raise lines.fail("a shared memory cell across two GPU instances")
     if row.gpu not in gpus or gpus[row.gpu].mig_mode != "Enabled":
-        raise lines.fail("MIG device on a GPU not listed with MIG enabled")
+        raise lines.fail(f"MIG device on a {smi.word} not listed with MIG enabled")
     return row
 
 
-def _mig_table(lines: _Lines, gpus: dict[int, GpuRow]) -> list[MigDeviceRow]:
-    """The "MIG devices:" table, printed when any GPU is in MIG mode, then a blank line."""
+def _mig_table(lines: _Lines, smi: Smi, gpus: dict[int, GpuRow]) -> list[MigDeviceRow]:
+    """The "MIG devices:" table, printed when any card is in MIG mode, then a blank line."""
     lines.expect(_BORDER, "the MIG devices table")
     lines.expect(_MIG_TITLE, "the MIG devices title")
     lines.expect(_MIG_BORDER, "the border below the title")
-    bar1 = _head(lines, _MIG_HEADS, "the MIG devices header") > 0
-    lines.expect(_MIG_RULE, "the ==== rule")
+    bar1 = smi.mig_bar1[_head(lines, smi.mig_heads, "the MIG devices header")]
+    lines.expect(smi.mig_rule, "the ==== rule")
     rows: list[MigDeviceRow] = []
     if _NO_MIG_DEVICES.fullmatch(lines.peek() or ""):
         lines.take("")
@@ -491,7 +509,7 @@ def _mig_table(lines: _Lines, gpus: dict[int, GpuRow]) -> list[MigDeviceRow]:
         return rows
     shared: MigDeviceRow | None = None
     while not rows or shared is not None or lines.peek() != "":
-        row = _mig_row(lines, gpus, shared)
+        row = _mig_row(lines, smi, gpus, shared)
         if any((r.gpu, r.gi, r.ci) == (row.gpu, row.gi, row.ci) for r in rows):
             raise lines.fail("MIG device listed twice")
         if any((r.gpu, r.device) == (row.gpu, row.device) for r in rows):
@@ -503,18 +521,20 @@ def _mig_table(lines: _Lines, gpus: dict[int, GpuRow]) -> list[MigDeviceRow]:
             if bar1_line["bar1"] is None and shared is None:
                 raise lines.fail("BAR1 cell missing")
         border = lines.take("the border below a MIG device")
-        shared = row if _MIG_SHARED.fullmatch(border) else None
+        shared = row if smi.mig_shared and smi.mig_shared.fullmatch(border) else None
         if shared is None and not _MIG_BORDER.fullmatch(border):
             raise lines.fail("expected the border below a MIG device")
     lines.take("")
     return rows
 
 
-def _process_rows(lines: _Lines) -> list[tuple[tuple[int, str], GpuProcess]]:
-    """The Processes table: its rows (with where each was read), or its no-process line."""
+def _process_rows(lines: _Lines, smi: Smi) -> list[tuple[tuple[int, str], GpuProcess]]:
+    """The Processes table: its rows (with where each was read), or its no-process line. The same
+    row twice is refused; one pid under two names is not (ppu-smi's doc prints 525179 as
+    hggc_test1 and hggc_test2): each row only says the pid is on that card."""
     lines.expect(_BORDER, "the Processes table")
-    _head(lines, _PROCESS_HEADS, "the Processes header")
-    lines.expect(_RULE, "the ==== rule")
+    _head(lines, smi.process_heads, "the Processes header")
+    lines.expect(smi.rule, "the ==== rule")
     rows = []
     if _NO_PROCESSES.fullmatch(lines.peek() or ""):
         lines.take("")
@@ -531,14 +551,6 @@ def _process_rows(lines: _Lines) -> list[tuple[tuple[int, str], GpuProcess]]:
     return rows
 
 
-def parse_processes(text: str) -> list[GpuProcess]:
-    """The "Processes:" table of `nvidia-smi` alone (as documentation shows it)."""
-    lines = _Lines(text, "nvidia-smi")
-    rows = _process_rows(lines)
-    lines.end()
-    return [p for _, p in rows]
-
-
 def _check_process(p: GpuProcess, gpus: dict[int, GpuRow], migs: list[MigDeviceRow]) -> str:
     """Why a process row does not fit the tables above it ("" when it does)."""
     if p.gpu not in gpus:
@@ -552,28 +564,123 @@ def _check_process(p: GpuProcess, gpus: dict[int, GpuRow], migs: list[MigDeviceR
     return ""
 
 
-def parse_smi(text: str) -> SmiTable:
+def read_smi(text: str, smi: Smi) -> SmiTable:
     """
-    The default `nvidia-smi` output: [timestamp,] banner and GPU table, the MIG devices table
-    (required exactly when a GPU is in MIG mode now, whatever change is pending), then the
+    The default `<tool>` output: [timestamp,] banner and card table, the MIG devices table
+    (required exactly when a card is in MIG mode now, whatever change is pending), then the
     Processes table, which must be closed: a cut output never reads as "no processes". Every MIG
-    device must be on a GPU listed above it in MIG mode now, and every process on a listed GPU
+    device must be on a card listed above it in MIG mode now, and every process on a listed card
     and, when it names them, a listed GI/CI.
     """
-    lines = _Lines(text, "nvidia-smi")
+    lines = _Lines(text, smi.tool)
     if lines.only((_NO_DEVICES,)):
         return SmiTable([], [], [])
     if _TIMESTAMP.fullmatch(lines.peek() or ""):
         lines.take("")
-    gpus = _gpu_table(lines)
+    gpus = _gpu_table(lines, smi)
     enabled = any(g.mig_mode == "Enabled" for g in gpus.values())
-    migs = _mig_table(lines, gpus) if enabled else []
-    rows = _process_rows(lines)
+    migs = _mig_table(lines, smi, gpus) if enabled else []
+    rows = _process_rows(lines, smi)
     lines.end()
     for (lineno, line), process in rows:
         if why := _check_process(process, gpus, migs):
-            raise ParseError(f"nvidia-smi: {why}", line, lineno)
+            raise ParseError(f"{smi.tool}: {why}", line, lineno)
     return SmiTable(list(gpus.values()), migs, [p for _, p in rows])
+
+
+# --- nvidia-smi's format -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Smi:
+    """
+    What one vendor's smi prints its own way; the readers above are shared. ppu-smi prints
+    nvidia-smi's formats with its own spacing, words and columns (facts.ppu's THEAD), as the
+    simulator prints both from one MIG model (simulator/mig_model.py's Vendor).
+    """
+
+    tool: str  # the default table's and -L's name in messages: "nvidia-smi", "ppu-smi"
+    mig: str  # how messages name `mig -lgi`/`-lci`'s tool
+    word: str  # a card in messages: "GPU", "PPU"
+    card_line: re.Pattern[str]  # -L: index, name, uuid
+    mig_line: re.Pattern[str]  # -L: profile, device, uuid[, parent (R450)]
+    mig_device: Callable[[int, str, int, str], Any]  # (card, profile, device, uuid)
+    rule: re.Pattern[str]  # the ==== rule of -lgi's, -lci's and the Processes box
+    lgi_heads: tuple[_Head, ...]
+    lgi_rows: tuple[re.Pattern[str], ...]  # one per head: gpu profile profile_id gi start size
+    check_gi: Callable[[GpuInstance, list[GpuInstance]], str]  # why a GI is refused, or ""
+    lci_heads: tuple[_Head, ...]
+    lci_rows: tuple[re.Pattern[str], ...]  # one per head; start, size where there is a Placement
+    banner: re.Pattern[str]
+    banner_split: re.Pattern[str]
+    gpu_heads: tuple[_Head, ...]
+    gpu_rule: re.Pattern[str]
+    gpu_row: re.Pattern[str]  # index, name, bus
+    gpu_row_2: re.Pattern[str]
+    mig_mode: re.Pattern[str]  # mig[, pending]
+    mig_heads: tuple[_Head, ...]
+    mig_bar1: tuple[bool, ...]  # one per MIG head: a BAR1 line under each row
+    mig_rule: re.Pattern[str]
+    mig_row: re.Pattern[str]  # gpu gi ci device, memory (None under a spanning border)
+    mig_shared: re.Pattern[str] | None  # the border below a CI whose GI's next CI shares its cell
+    process_heads: tuple[_Head, ...]
+
+
+NVIDIA = Smi(
+    tool="nvidia-smi",
+    mig="mig",
+    word="GPU",
+    card_line=_GPU_LINE,
+    mig_line=_MIG_LINE,
+    mig_device=MigDevice,
+    rule=_RULE,
+    lgi_heads=_LGI_HEADS,
+    lgi_rows=(_LGI_ROW,),
+    check_gi=_check_gi,
+    lci_heads=_LCI_HEADS,
+    lci_rows=_LCI_ROWS,
+    banner=_BANNER,
+    banner_split=_BANNER_SPLIT,
+    gpu_heads=_GPU_HEADS,
+    gpu_rule=_GPU_RULE,
+    gpu_row=_GPU_ROW,
+    gpu_row_2=_GPU_ROW_2,
+    mig_mode=_MIG_MODE,
+    mig_heads=_MIG_HEADS,
+    mig_bar1=(False, True, True),
+    mig_rule=_MIG_RULE,
+    mig_row=_MIG_ROW,
+    mig_shared=_MIG_SHARED,
+    process_heads=_PROCESS_HEADS,
+)
+
+
+def parse_gpu_list(text: str) -> tuple[list[Gpu], list[MigDevice]]:
+    """`nvidia-smi -L`: each GPU, and the MIG devices listed under it (one per compute instance)."""
+    return read_list(text, NVIDIA)
+
+
+def parse_gpu_instances(text: str) -> list[GpuInstance]:
+    """`nvidia-smi mig -lgi`."""
+    return read_gpu_instances(text, NVIDIA)
+
+
+def parse_compute_instances(text: str) -> list[ComputeInstance]:
+    """`nvidia-smi mig -lci`: compute instances, with their placement when the driver prints it."""
+    return read_compute_instances(text, NVIDIA)
+
+
+def parse_smi(text: str) -> SmiTable:
+    """The default `nvidia-smi` output (read_smi)."""
+    return read_smi(text, NVIDIA)
+
+
+def parse_processes(text: str) -> list[GpuProcess]:
+    """The "Processes:" table of `nvidia-smi` alone (as documentation shows it)."""
+    lines = _Lines(text, "nvidia-smi")
+    rows = _process_rows(lines, NVIDIA)
+    lines.end()
+    return [p for _, p in rows]
 
 
 # --- /proc/driver/nvidia-caps/mig-minors -------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import replace
+from typing import Any
 
 from enforcer.model import (
     CDI,
@@ -27,7 +28,7 @@ from enforcer.policy import NodePaths
 from enforcer.shell import b64, decimal, render
 from facts import dra, dra_cd, hami
 from facts.errors import ParseError
-from facts.mig import NOTHING, mig_holders, observe_mig
+from facts.mig import NOTHING, NVIDIA, Vendor, mig_holders, observe_mig
 from facts.sections import Reader
 from kinds import nvidia_plugin
 from kinds.base import Claims, Context, Found, Kind, Markers, Witness, on_gpu
@@ -53,7 +54,7 @@ NVIDIA_CAP = re.compile(r"^/dev/nvidia-caps/(nvidia-cap[0-9]+)$", re.ASCII)
 # NVIDIA's DRA driver (gpu.nvidia.com, facts.dra): its records name devices `<driver>/<pool>/<name>`
 # by canonical name: a MIG device (a GI alias, facts.mig), a whole GPU `gpu-<minor>` (an alias of
 # every GI on it), a GPU passed through to a VM `gpu-vfio-<n>` (no partition).
-DRA_DRIVER = "gpu.nvidia.com"
+DRA_DRIVER = dra.DRIVER
 # The chart's ComputeDomain plugin (facts.dra_cd): IMEX channels and daemons, no partition.
 DRA_CD_DRIVER = dra_cd.DRIVER
 NVIDIA_DRA = (DRA_DRIVER, DRA_CD_DRIVER)
@@ -61,17 +62,28 @@ DRA_GPU = re.compile(r"^gpu-[0-9]+$", re.ASCII)
 DRA_VFIO = re.compile(r"^gpu-vfio-[0-9]+$", re.ASCII)
 
 
-def observe(r: Reader, ctx: Context) -> Found:
-    if not ctx.manages(MIG):
+def observe_vendor(vendor: Vendor, r: Reader, ctx: Context) -> Found:
+    """One MIG vendor's GPU instances (facts.mig), when the host manages its kind."""
+    if not ctx.manages(vendor.kind):
         read = NOTHING
     else:
-        read = observe_mig(r, ctx.wanted(MIG, TOOL))
+        read = observe_mig(r, ctx.wanted(vendor.kind, vendor.tool), vendor, ctx.paths.procfs)
     return Found(read.partitions, gpus=read.gpus, state=read)
 
 
-def holders(r: Reader, found: Found, w: Witness) -> tuple[list[Partition], list[Holder]]:
-    held = mig_holders(r, found.state, w.devnodes, w.scan, w.paths.dev_dir, w.owner_of)
+def vendor_holders(
+    vendor: Vendor, r: Reader, found: Found, w: Witness
+) -> tuple[list[Partition], list[Holder]]:
+    held = mig_holders(r, found.state, w.devnodes, w.scan, w.paths.dev_dir, w.owner_of, vendor)
     return found.partitions, held
+
+
+def observe(r: Reader, ctx: Context) -> Found:
+    return observe_vendor(NVIDIA, r, ctx)
+
+
+def holders(r: Reader, found: Found, w: Witness) -> tuple[list[Partition], list[Holder]]:
+    return vendor_holders(NVIDIA, r, found, w)
 
 
 def advertises(device_id: str) -> list[tuple[str, str]] | None:
@@ -294,21 +306,30 @@ def marker_claims(record: OwnerRecord, kind: str = MIG, prefix: str = "gpu") -> 
 
 def destroy(p: Partition, obs: Observation, paths: NodePaths) -> str:
     """A GPU instance: its compute instances first, then itself (nvidia-smi refuses otherwise)."""
-    fields = dict(p.identity_fields)
-    computes = fields["cis"].split()
+    gpu = dict(p.identity_fields)["gpu"]
     return render(
         "destroy-mig.sh.j2",
         paths=paths,
         nvidia_smi=paths.tool(TOOL),
-        gpu_uuid=fields["gpu"],
-        gi=decimal(fields["gi"]),
-        expected=[fields["profile"], fields["profile_id"], fields["placement"]],
-        computes=computes,
-        ci_ids=[decimal(c.split(":")[0]) for c in computes],
-        identity=b64(p.identity(obs.boot_id)),
-        boot_id=obs.boot_id,
-        digest=obs.claim_digest,
+        gpu_uuid=gpu,
+        **gi_vars(p, obs),
     )
+
+
+def gi_vars(p: Partition, obs: Observation) -> dict[str, Any]:
+    """What both vendors' guarded GI destroys are given: the GI, its compute instances, what it
+    must still be (profile, profile id, placement) and the run's identity, boot id and digest."""
+    fields = dict(p.identity_fields)
+    computes = fields["cis"].split()
+    return {
+        "gi": decimal(fields["gi"]),
+        "expected": [fields["profile"], fields["profile_id"], fields["placement"]],
+        "computes": computes,
+        "ci_ids": [decimal(c.split(":")[0]) for c in computes],
+        "identity": b64(p.identity(obs.boot_id)),
+        "boot_id": obs.boot_id,
+        "digest": obs.claim_digest,
+    }
 
 
 KIND = Kind(

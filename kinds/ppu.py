@@ -12,11 +12,11 @@ from collections import Counter
 
 from enforcer.model import PPU, Claim, Holder, Observation, OwnerRecord, Partition
 from enforcer.policy import NodePaths
-from enforcer.shell import UnsafeValue, b64, decimal, render
-from facts.mig import NOTHING, THEAD, mig_holders, observe_mig
+from enforcer.shell import UnsafeValue, render
+from facts.mig import THEAD
 from facts.sections import Reader
 from kinds.base import Claims, Context, Found, Kind, Markers, Witness, on_gpu
-from kinds.mig import GPU_UUID, marker_claims
+from kinds.mig import GPU_UUID, gi_vars, marker_claims, observe_vendor, vendor_holders
 
 TOOL = "ppu-smi"
 PPU_RESOURCE = re.compile(r"^alibabacloud\.com/ppu(\.[a-z0-9-]+)?$", re.ASCII)
@@ -26,16 +26,11 @@ ALIXPU_CAP = re.compile(r"alixpu-cap[0-9]{1,18}", re.ASCII)
 
 
 def observe(r: Reader, ctx: Context) -> Found:
-    if not ctx.manages(PPU):
-        read = NOTHING
-    else:
-        read = observe_mig(r, ctx.wanted(PPU, TOOL), THEAD, ctx.paths.procfs)
-    return Found(read.partitions, gpus=read.gpus, state=read)
+    return observe_vendor(THEAD, r, ctx)
 
 
 def holders(r: Reader, found: Found, w: Witness) -> tuple[list[Partition], list[Holder]]:
-    held = mig_holders(r, found.state, w.devnodes, w.scan, w.paths.dev_dir, w.owner_of, THEAD)
-    return found.partitions, held
+    return vendor_holders(THEAD, r, found, w)
 
 
 def claims(record: OwnerRecord) -> Claims:
@@ -73,7 +68,6 @@ def destroy(p: Partition, obs: Observation, paths: NodePaths) -> str:
     its holders are also the processes with one of its capability devices (`caps`) open.
     """
     fields = dict(p.identity_fields)
-    computes = fields["cis"].split()
     caps = fields.get("caps", "").split()  # none read: the node keeps it
     for cap in caps:
         if not ALIXPU_CAP.fullmatch(cap):
@@ -83,14 +77,8 @@ def destroy(p: Partition, obs: Observation, paths: NodePaths) -> str:
         paths=paths,
         ppu_smi=paths.tool(TOOL),
         ppu_uuid=fields["ppu"],
-        gi=decimal(fields["gi"]),
-        expected=[fields["profile"], fields["profile_id"], fields["placement"]],
-        computes=computes,
-        ci_ids=[decimal(c.split(":")[0]) for c in computes],
         caps=sorted(caps),  # as the node sorts what the driver gives (LC_ALL=C: by bytes)
-        identity=b64(p.identity(obs.boot_id)),
-        boot_id=obs.boot_id,
-        digest=obs.claim_digest,
+        **gi_vars(p, obs),
     )
 
 

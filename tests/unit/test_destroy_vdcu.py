@@ -13,12 +13,12 @@ and observed (kinds.hygon), as a run would.
 from __future__ import annotations
 
 import base64
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from node_read import node_read
 
 from enforcer.model import HYGON, Observation, Partition
 from enforcer.policy import NodePaths
@@ -218,14 +218,7 @@ def test_some_but_not_all_vdcus_of_a_dcu_are_refused(tmp_path):
     paths = NodePaths.from_rootfs(
         str(sim.rootfs), sysfs=str(sim.path / "sys"), tools=hygon_story.tools(sim.path)
     )
-    done = subprocess.run(
-        ["sh", "-c", NodeSnapshot().command(paths=paths)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    obs = observe(parse_sections(done.stdout.splitlines()), "n", paths, SOURCES[:2], None)
+    obs = observe(node_read(paths), "n", paths, SOURCES[:2], None)
     leak, dcu1 = on_dcu(obs, 2), on_dcu(obs, 1)
     assert len(leak) == len(dcu1) == 2
     for some in ([leak[0]], [leak[1]], [dcu1[1]], [leak[0], dcu1[0]], [*leak, dcu1[0]]):

@@ -93,6 +93,10 @@ def _unknown_state(claims: dict) -> None:
     next(iter(claims.values()))["checkpointState"] = "PrepareFailed"
 
 
+def _state_not_a_string(claims: dict) -> None:
+    next(iter(claims.values()))["checkpointState"] = ["PrepareCompleted"]
+
+
 @pytest.mark.parametrize(
     "edit, says",
     [
@@ -100,6 +104,7 @@ def _unknown_state(claims: dict) -> None:
         (_own_gpu_device, "allocates compute-domain.nvidia.com device 'gpu-0'"),
         (_gpu_cdi, "is no CDI id compute-domain.nvidia.com writes"),
         (_unknown_state, "checkpointState 'PrepareFailed'"),
+        (_state_not_a_string, "checkpointState ['PrepareCompleted']"),  # not a TypeError
     ],
 )
 def test_a_compute_domain_record_no_release_writes_is_refused(edit, says):

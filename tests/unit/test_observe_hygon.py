@@ -8,16 +8,16 @@ Anything that cannot be told for sure fails closed: the source is unreadable, no
 
 from __future__ import annotations
 
-import os
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from node_read import node_read, procfs
 
 from enforcer.model import HYGON, Gpu, Observation, SourceHealth
 from enforcer.policy import NodePaths
-from facts.snapshot import NodeSnapshot, Sections, observe, parse_sections
+from facts.snapshot import NodeSnapshot, observe, parse_sections
 from simulator import hygon_story
 from simulator.ascend import P310P3
 from simulator.node import SimNode
@@ -25,15 +25,6 @@ from simulator.state import GPUSTACK_PODS
 
 SOURCES = ("kubelet-checkpoint", "cri")
 BDFS = [d["bdf"] for d in hygon_story.DCU_SPECS]
-
-
-def procfs(path: Path, pids: Sequence[int] = ()) -> Path:
-    """A procfs folder: the boot id, and these real processes (and this one, for the fd scan)."""
-    path.mkdir(parents=True)
-    (path / "sys").symlink_to("/proc/sys")
-    for pid in {os.getpid(), *pids}:
-        (path / str(pid)).symlink_to(f"/proc/{pid}")
-    return path
 
 
 def node_paths(node: SimNode, proc: Path, tools: dict[str, str] | None, roots=()) -> NodePaths:
@@ -45,20 +36,6 @@ def node_paths(node: SimNode, proc: Path, tools: dict[str, str] | None, roots=()
         tools=hygon_story.tools(node.path) if tools is None else tools,
         marker_roots=roots,
     )
-
-
-def node_read(paths: NodePaths) -> Sections:
-    done = subprocess.run(
-        ["sh", "-c", NodeSnapshot().command(paths=paths)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    sections = parse_sections(done.stdout.splitlines())
-    assert sections.complete, sections.problem
-    return sections
 
 
 def read_story(tmp_path, node, pids=(), kinds=None, tools=None, sources=SOURCES, roots=()):

@@ -16,12 +16,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from node_read import node_read, procfs
 from unit.test_snapshot_mig import read as read_nvidia
 
 from enforcer.model import MIG, PPU, Gpu, Observation, SourceHealth
 from enforcer.policy import NodePaths
 from facts.errors import ParseError
-from facts.snapshot import NodeSnapshot, Sections, observe, parse_sections
+from facts.snapshot import Sections, observe
 from facts.thead import parse_alixpu_caps
 from simulator import ppu_story
 from simulator.ascend import P310P3
@@ -31,19 +32,6 @@ from simulator.state import GPUSTACK_PODS, PROC_DRIVER
 SOURCES = ("kubelet-checkpoint", "cri")
 UUID = "GPU-019ea108-c110-0828-0000-0000c07e1a46"  # simulator.node.PPU's
 ACCELERATOR = f"ppu:{UUID}"
-
-
-def procfs(path: Path, node: SimNode, pids: Sequence[int] = ()) -> Path:
-    """
-    A procfs folder: the simulated driver's files, the boot id, and these real processes (and
-    this one: the fd scan finds a process to look at).
-    """
-    path.mkdir(parents=True)
-    (path / "driver").symlink_to(node.path / PROC_DRIVER)
-    (path / "sys").symlink_to("/proc/sys")
-    for pid in {os.getpid(), *pids}:
-        (path / str(pid)).symlink_to(f"/proc/{pid}")
-    return path
 
 
 def node_paths(
@@ -56,20 +44,6 @@ def node_paths(
         tools={t: str(node.path / "bin" / t) for t in tools},
         marker_roots=roots,
     )
-
-
-def node_read(paths: NodePaths) -> Sections:
-    done = subprocess.run(
-        ["sh", "-c", NodeSnapshot().command(paths=paths)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    sections = parse_sections(done.stdout.splitlines())
-    assert sections.complete, sections.problem
-    return sections
 
 
 def edited(sections: Sections, **changes: tuple[str, str, str]) -> Sections:
@@ -106,7 +80,7 @@ def holder(story) -> Iterator[subprocess.Popen]:
 def read_story(
     tmp_path, node, pids=(), kinds=None, tools=("ppu-smi", "crictl"), sources=SOURCES, roots=()
 ):
-    paths = node_paths(node, procfs(tmp_path / "proc", node, pids), tools, roots)
+    paths = node_paths(node, procfs(tmp_path / "proc", pids, node.path / PROC_DRIVER), tools, roots)
     sections = node_read(paths)
     return sections, paths, observe(sections, ppu_story.NODE_NAME, paths, sources, kinds)
 
