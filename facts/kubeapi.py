@@ -74,7 +74,8 @@ class ApiClaim:
     """
     One ResourceClaim as the API server listed it (resource.k8s.io, types.go
     ResourceClaimStatus): the devices allocated, by (driver, pool, device); the nodes its
-    allocation's node selector names; the pods it is reserved for, by (name, uid).
+    allocation's node selector names; what it is reserved for, by (consumer, name, uid): the
+    consumer is "pod" or another resource ("<resource>.<apiGroup>").
     """
 
     uid: str
@@ -82,7 +83,7 @@ class ApiClaim:
     namespace: str
     results: tuple[tuple[str, str, str], ...]
     nodes: tuple[str, ...]
-    reserved: tuple[tuple[str, str], ...]
+    reserved: tuple[tuple[str, str, str], ...]
 
     def on(self, node_name: str) -> bool:
         """Allocated to that node: its selector names it, or a device is of its pool (the DRA
@@ -198,21 +199,25 @@ def claims_on(pods: PodList, node_name: str) -> frozenset[str] | None:
 
 def _allocated(c: ApiClaim, node_name: str) -> tuple[OwnerRecord, ...]:
     """
-    A claim allocated to the node, one record per pod it is reserved for and driver: the pod
-    (alive, or that may still be coming: it is reserved before it starts) claims those devices.
-    One reserved for no pod claims nothing: nothing uses it, and it may be deallocated.
+    A claim allocated to the node, one record per consumer it is reserved for and driver: the
+    pod (alive, or that may still be coming: it is reserved before it starts) claims those
+    devices. So does a consumer that is not a pod, though no source here sees it run: "a claim
+    that is in use or might be in use because it has been reserved must not get deallocated"
+    (kubernetes/api resource/v1 types.go, ResourceClaimStatus.ReservedFor); no pod source knows
+    its uid, so it counts as alive (enforcer.liveness.owner_liveness). One reserved for nothing
+    claims nothing: nothing uses it, and it may be deallocated.
     """
     drivers = dict.fromkeys(d for d, pool, _ in c.results if pool == node_name)
     return tuple(
         OwnerRecord(
             uid,
             SOURCE,
-            f"ResourceClaim {c.namespace}/{c.name} ({c.uid}) reserved for pod {name}",
+            f"ResourceClaim {c.namespace}/{c.name} ({c.uid}) reserved for {consumer} {name}",
             f"{DRA}{driver}",
             tuple(f"{d}/{p}/{x}" for d, p, x in c.results if d == driver and p == node_name),
             annotations=((CLAIM, c.uid),),
         )
-        for name, uid in c.reserved
+        for consumer, name, uid in c.reserved
         for driver in drivers
     )
 
@@ -505,12 +510,18 @@ def _parse_claim(item: dict[str, Any], version: str = "v1") -> ApiClaim:
             for r in results
         ),
         nodes=tuple(n for t in terms for n in _selected(t)),
-        reserved=tuple(
-            (_text(c["name"], "reservedFor.name"), _text(c["uid"], "reservedFor.uid"))
-            for c in status.get("reservedFor") or ()
-            if c.get("resource") == "pods" and not c.get("apiGroup")
-        ),
+        reserved=tuple(_consumer(c) for c in status.get("reservedFor") or ()),
     )
+
+
+def _consumer(ref: dict[str, Any]) -> tuple[str, str, str]:
+    """A reservedFor entry (types.go ResourceClaimConsumerReference): (consumer, name, uid)."""
+    resource = _text(ref["resource"], "reservedFor.resource")
+    group = _text(ref.get("apiGroup") or "", "reservedFor.apiGroup", empty=True)
+    consumer = (
+        "pod" if (resource, group) == ("pods", "") else ".".join(filter(None, (resource, group)))
+    )
+    return consumer, _text(ref["name"], "reservedFor.name"), _text(ref["uid"], "reservedFor.uid")
 
 
 def _selected(term: dict[str, Any]) -> list[str]:

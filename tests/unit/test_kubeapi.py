@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from enforcer.liveness import owner_liveness
 from enforcer.model import OwnerRecord, Pod, SourceHealth
 from facts import kubeapi
 from facts.kubeapi import ApiPod, PodList, for_node, list_pods, list_pods_once
@@ -466,6 +467,33 @@ def test_resource_claims_allocated_to_the_node_claim_their_devices_for_the_pods_
     assert claim.where == "ResourceClaim ai/mig-a (claim-mig-a) reserved for pod a"
     assert kubeapi.claims_on(listed, "n1") == {"claim-mig-a", "claim-idle"}
     assert kubeapi.claims_on(replace(listed, ok=False), "n1") is None
+
+
+def test_a_resource_claim_reserved_for_a_consumer_not_a_pod_claims_its_devices(
+    fake: FakeApiServer, tmp_path: Path
+) -> None:
+    # "A claim that is in use or might be in use because it has been reserved must not get
+    # deallocated" (resource/v1 types.go ReservedFor): any consumer, not only a pod.
+    claim = resource_claim("vm", "n1", ["gpu-0-mig-1g10gb-19-0"], [])
+    claim["status"]["reservedFor"] = [
+        {
+            "apiGroup": "kubevirt.io",
+            "resource": "virtualmachineinstances",
+            "name": "vm1",
+            "uid": "u1",
+        }
+    ]
+    fake.claims["v1"] = [claim]
+    listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=BUDGET)
+    assert listed.ok, listed.reason
+    (record,) = [r for r in for_node(listed, "n1")[1] if r.resource.startswith("dra:")]
+    assert record.owner_uid == "u1"
+    assert record.device_ids == ("gpu.nvidia.com/n1/gpu-0-mig-1g10gb-19-0",)
+    assert record.where == (
+        "ResourceClaim ai/vm (claim-vm) reserved for virtualmachineinstances.kubevirt.io vm1"
+    )
+    alive, why = owner_liveness("u1", for_node(listed, "n1")[0])
+    assert alive, why
 
 
 def test_resource_claims_fall_back_to_the_newest_version_the_server_serves(
