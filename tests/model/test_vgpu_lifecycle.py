@@ -76,18 +76,20 @@ def test_rule_3_a_reused_pid_does_not_keep_a_stopped_vms_vgpu(namespaces):
     A VM's hypervisor exits; its record names a PID another process has now, with the old
     start time (the start time differs) or with none (that process does not listen on the
     recorded socket): the record's VM is ended either way, its vGPU reclaimed after the grace.
+    A third VM runs all along (the last VM stopping would trip the breaker: rule 6a).
     """
     m = _story("ReusedPid")
     try:
         m.vm_created(MDEV, True)
         m.vm_created(VFIO, True)
+        m.vm_created(MDEV, True)
         m.enforcer_run(300)
         m.vm_stopped(0)
         m.vm_stopped(0)
         m.pid_reused(0, True)
         m.pid_reused(1, False)
         m.enforcer_runs_on_schedule(4, 450)
-        assert m.vgpus == {}, m.log
+        assert [v.vm for v in m.vgpus.values()] == ["vm03xmdev"], m.log
         c = type(m).counts
         assert (c.destroys, c.violations) == (2, 0), m.log
     finally:
@@ -99,13 +101,34 @@ def test_rule_7_a_stopped_vm_restarted_before_its_destroy_keeps_its_vgpu(namespa
     m = _story("RestartRace")
     try:
         m.vm_created(VFIO, True)
+        m.vm_created(MDEV, True)  # runs all along: vm-metadata never goes silent
         m.vm_stopped(0)
-        m.enforcer_runs_on_schedule(2, 450)
-        m.enforcer_run_racing("restart")
-        assert len(m.vgpus) == 1 and next(iter(m.vms.values())).hypervisor is not None
+        m.enforcer_run(60)  # its streak starts
+        m.enforcer_run(600)
+        m.enforcer_run_racing("restart")  # 3 runs over 900 s: proven; the VM starts first
+        assert len(m.vgpus) == 2 and m.vms["vm01xnvidiavfio"].hypervisor is not None
         m.enforcer_runs_on_schedule(4, 450)
         c = type(m).counts
         assert (c.destroys, c.kept_by_guard, c.violations) == (0, 1, 0), m.log
+    finally:
+        m.teardown()
+
+
+def test_rule_6_the_last_vm_stopping_trips_the_breaker_until_an_operator_lifts_it(namespaces):
+    """
+    vm-metadata reported a live VM and reports none once the host's last hypervisor exits: the
+    breaker refuses the destroy, run after run (DESIGN.md rule 6a), until an operator lifts it.
+    """
+    m = _story("LastVmStops")
+    try:
+        m.vm_created(MDEV, True)
+        m.enforcer_run(300)
+        m.vm_stopped(0)
+        m.enforcer_runs_on_schedule(4, 450)
+        assert len(m.vgpus) == 1 and m.counts.verdicts["breaker"] == 2, m.log
+        m.enforcer_run_breaker_lifted()
+        assert m.vgpus == {}, m.log
+        assert type(m).counts.violations == 0
     finally:
         m.teardown()
 

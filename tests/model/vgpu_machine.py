@@ -49,6 +49,7 @@ from enforcer.model import MDEV, VFIO, VM_METADATA, Verdict
 from enforcer.policy import Policy, policy_from_host_data
 from facts.snapshot import observe
 from simulator import vgpu_story
+from simulator.hypeman import HYPEMAN
 from simulator.node import SimNode
 
 # --- the generic plumbing: rules 5 and 6, one run, the invariants (to port onto the model core) --
@@ -311,6 +312,8 @@ class VgpuNamespaceDriver(NamespaceDriver):
         sim = SimNode.create(path, [])
         sim.add_pf(T4, "Tesla T4", vgpu_story.T4_TYPES, instances=4)
         self.vfs = sim.add_pf(A40, "NVIDIA A40", {}, vfs=VFS, vgpu_types=vgpu_story.A40_VGPU_TYPES)
+        # hypeman's DATA_DIR, there before its first VM (an absent root fails vm-metadata closed)
+        (sim.rootfs / HYPEMAN.lstrip("/") / "guests").mkdir(parents=True)
         return sim, vgpu_policy(path)
 
     def start_hypervisor(self, instance: str, device: str, socket: str) -> tuple[int, int]:
@@ -336,7 +339,7 @@ class VgpuM:
     kind: str  # MDEV | VFIO
     id: str  # an mdev's UUID, a VF's address
     boot: str
-    story: str
+    vm: str  # the VM (or failed create) the VMM made it for
 
     def identity(self) -> tuple:
         # What the product's identity holds that can change: a VF's vGPU of the same type made
@@ -404,7 +407,8 @@ class VgpuMachine(RunMachine):
         return self.vgpus[key].identity()
 
     def faulted(self) -> bool:
-        return any(vm.torn for vm in self.vms.values())
+        """A torn record fails vm-metadata, which is read only while vGPUs are listed."""
+        return bool(self.vgpus) and any(vm.torn for vm in self.vms.values())
 
     def destroyed(self, key: str) -> None:
         del self.vgpus[key]
@@ -439,12 +443,16 @@ class VgpuMachine(RunMachine):
         return vm.pid is None and not vm.fields.get("GPURetainedForCleanup", False)
 
     def reference(self, now: float, breaker: bool) -> Expected:
-        records = [vm for vm in self.vms.values() if vm.fields is not None]
+        # facts/vms.py reads the records only while vGPUs are listed: none listed, the healthy
+        # source counts no live owner for the breaker (rule 6a), whatever the records say.
+        records = [vm for vm in self.vms.values() if vm.fields is not None and self.vgpus]
         torn = any(vm.torn for vm in records)
         keep = {p.device for p in self.procs.values() if p.device in self.vgpus}  # rule 2
         alive = [] if torn else [vm for vm in records if self.vm_alive(vm)]
         keep |= {vm.device[1] for vm in alive}  # rule 3: a live VM's record names it exactly
         live = {} if torn else {VM_METADATA: len(alive)}
+        if not self.vgpus and any(self.vm_alive(vm) for vm in self.vms.values() if vm.fields):
+            self.event("runs: no vGPU listed, live VMs' records unread (counted none)")
         listed = {
             k: (v.identity(), f"pci:{T4 if v.kind == MDEV else A40}") for k, v in self.vgpus.items()
         }
@@ -471,7 +479,7 @@ class VgpuMachine(RunMachine):
 
     # --- helpers ----------------------------------------------------------------------------------
 
-    def _new_vgpu(self, kind: str, story: str) -> str | None:
+    def _new_vgpu(self, kind: str, vm: str) -> str | None:
         """The VMM makes a vGPU: an mdev on the T4, or a vGPU type on a free VF of the A40."""
         if kind == MDEV:
             if sum(v.kind == MDEV for v in self.vgpus.values()) >= 4:
@@ -483,7 +491,7 @@ class VgpuMachine(RunMachine):
                 return None
             device = free[0]
             self.sim.set_vgpu_type(device, VF_TYPE)
-        self.vgpus[device] = VgpuM(kind, device, self.boot, story)
+        self.vgpus[device] = VgpuM(kind, device, self.boot, vm)
         return device
 
     def _socket(self, vm: VmM) -> str:
@@ -522,6 +530,11 @@ class VgpuMachine(RunMachine):
     def _has(self, ok: Callable[[VmM], bool]) -> bool:
         return any(ok(vm) for vm in self.vms.values())
 
+    def _its(self, vm: VmM) -> bool:
+        """Its vGPU is there, the one the VMM made for it (a VF's next vGPU is another VM's)."""
+        made = self.vgpus.get(vm.device[1])
+        return made is not None and made.vm == vm.id
+
     @staticmethod
     def _stopped(vm: VmM) -> bool:
         return vm.fields is not None and vm.hypervisor is None and not vm.torn
@@ -533,7 +546,7 @@ class VgpuMachine(RunMachine):
         """hypeman creates a VM with a vGPU (and boots it, or its VMM never starts it)."""
         self.n += 1
         vm_id = f"vm{self.n:02d}x{kind.replace('-', '')}"
-        device = self._new_vgpu(kind, f"VM {vm_id}'s")
+        device = self._new_vgpu(kind, vm_id)
         if device is None:
             self.note(f"no {kind} vGPU free for a new VM")
             return
@@ -558,7 +571,7 @@ class VgpuMachine(RunMachine):
         """A create whose rollback failed: its vGPU with no record, or with a retention stub."""
         self.n += 1
         vm_id = f"vm{self.n:02d}f"
-        device = self._new_vgpu(kind, f"failed create {vm_id}'s")
+        device = self._new_vgpu(kind, vm_id)
         if device is None:
             return
         if stub:
@@ -579,7 +592,7 @@ class VgpuMachine(RunMachine):
     def vm_started(self, i: int) -> None:
         """A VM booting, or stopped, starts (when its vGPU is still there)."""
         vm = self._pick(VgpuMachine._stopped, i)
-        if vm.device[1] not in self.vgpus or vm.fields.get("GPURetainedForCleanup"):  # type: ignore[union-attr]
+        if not self._its(vm) or vm.fields.get("GPURetainedForCleanup"):  # type: ignore[union-attr]
             self.note(f"VM {vm.name} cannot start: its vGPU is gone or it is a stub")
             return
         self._start(vm)
@@ -605,8 +618,7 @@ class VgpuMachine(RunMachine):
         self.sim.remove_vm_metadata(vm.id)
         vm.fields, vm.torn = None, False
         kind, device = vm.device
-        others = [o for o in self.vms.values() if o.device == vm.device and o.fields is not None]
-        if not leak and device in self.vgpus and not others:
+        if not leak and self._its(vm):
             if kind == MDEV:
                 self.sim.remove_mdev(device)
             else:
@@ -627,7 +639,7 @@ class VgpuMachine(RunMachine):
         """
         vm = self._pick(lambda vm: VgpuMachine._stopped(vm) and vm.pid is not None, i)
         pid = self.driver.start_impostor()
-        self.procs[pid] = Proc(-1, None, None)
+        self.procs[pid] = Proc(self.driver.ns.pid_start_time(pid), None, None)
         assert vm.fields is not None
         vm.fields["HypervisorPID"] = pid
         if not start_time:
@@ -697,17 +709,15 @@ class VgpuMachine(RunMachine):
 
         def happen(orphans: list[Verdict]) -> None:
             device = orphans[0].partition.id
-            owner = [vm for vm in self.vms.values() if vm.device[1] == device and self._stopped(vm)]
+            owner = [vm for vm in self.vms.values() if self._its(vm) and self._stopped(vm)]
+            owner = [vm for vm in owner if vm.device[1] == device]
             if race == "restart" and owner and not owner[0].fields.get("GPURetainedForCleanup"):  # type: ignore[union-attr]
                 self._start(owner[0])
                 self.note(f"race: VM {owner[0].name} starts again before the destroy of {device}")
             elif race in ("restart", "open"):
                 self.n += 1
-                pid, started = self.driver.start_hypervisor(
-                    f"stray{self.n}",
-                    device,
-                    self._socket(VmM(f"stray{self.n}", "", ("", device), None)),
-                )
+                socket = str(self.sim.socket_dir() / f"stray{self.n}.sock")
+                pid, started = self.driver.start_hypervisor(f"stray{self.n}", device, socket)
                 self.procs[pid] = Proc(started, None, device)
                 stray.append(pid)
                 self.note(f"race: pid {pid} opens {device} before its destroy")
