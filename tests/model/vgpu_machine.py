@@ -665,7 +665,15 @@ class VgpuMachine(RunMachine):
         self._write(vm)
         self.note(f"VM {vm.name}: its record is written whole again")
 
-    @rule()
+    @rule(event=st.sampled_from(["reboot", "run_skipped", "run_skipped", "run_skipped"]))
+    def node_event(self, event: str) -> None:
+        """A reboot (drawn less often: it ends every vGPU), or a run skipped (4000 s: a gap)."""
+        if event == "reboot":
+            self.reboot()
+        else:
+            self.now += 4000
+            self.note("a run is skipped (+4000s, more than the observation gap)")
+
     def reboot(self) -> None:
         """New boot id: hypervisors and impostors gone, every vGPU lost; the records stay."""
         for vm in self.vms.values():
@@ -680,7 +688,7 @@ class VgpuMachine(RunMachine):
 
     # --- the enforcer's runs ----------------------------------------------------------------------
 
-    @rule(dt=st.sampled_from([60, 300, 300, 600, 4000]))
+    @rule(dt=st.sampled_from([60, 300, 300, 600]))
     def enforcer_run(self, dt: int) -> None:
         self.now += dt
         self.enforce()
