@@ -112,7 +112,9 @@ class ReferenceLedger:
         proven: set[Any] = set()
         for key, (identity, _) in listed.items():
             e = comparable.get(identity) or RefEntry(now)
-            if now - e.last_observed > g.max_gap or inconclusive or key in keep:
+            if now - e.last_observed > g.max_gap:  # nobody watched: a new streak from this run
+                e = replace(e, streak_start=None, streak_runs=0)
+            if inconclusive or key in keep:
                 e = replace(e, streak_start=None, streak_runs=0)
             elif e.streak_start is None:
                 e = replace(e, streak_start=now, streak_runs=1)
