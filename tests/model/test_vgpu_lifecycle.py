@@ -2,8 +2,9 @@
 Model-based lifecycle testing of vGPUs (issue 32): random lifecycles of VMs with mdev and
 vendor-VFIO vGPUs, their hypeman records, the node and the enforcer (tests/model/vgpu_machine.py)
 against the real decision code, the real node read and the real guarded destroy, in the simulated
-VM host's namespace. Slow (about a second a run): a few histories here; more by hand (see
-vgpu_machine.py's docstring).
+VM host's namespace. Slow (about a second a run on an idle machine): a few histories here; the
+counts of more are in docs/RELIABILITY.md (bench/lifecycle.py's `histories()` loop over
+VgpuMachine, `raise_on_violation = False`: no in-process driver yet).
 
 The stories below are one history each by hand, one per vGPU rule of the contract; the mutation
 checks break one rule of the product (by monkeypatch) and show the machine's invariants catch it.
