@@ -45,9 +45,10 @@ from model.lifecycle_machine import SHM, Counts, Driver, NamespaceDriver
 
 from enforcer import ledger as ledgers
 from enforcer.contract import decide
-from enforcer.model import MDEV, VFIO, VM_METADATA, Verdict
+from enforcer.model import MDEV, VFIO, VM_METADATA, Observation, Verdict
 from enforcer.policy import Policy, policy_from_host_data
 from facts.snapshot import observe
+from operations.enforce import destroy_command
 from simulator import vgpu_story
 from simulator.hypeman import HYPEMAN
 from simulator.node import SimNode
@@ -323,6 +324,19 @@ class VgpuNamespaceDriver(NamespaceDriver):
         pid = self.ns.start_hypervisor(instance, device, socket)
         return pid, self.ns.pid_start_time(pid)
 
+    def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
+        """
+        As NamespaceDriver's, judged by stdout alone: the listing the script repeats after its
+        write may catch the mdev half taken apart and say so on stderr (`cat: ...: No such file`)
+        before the listing no longer shows it and the script says `destroyed`.
+        """
+        command = destroy_command(v, replace(obs, boot_id=self.real_boot), self.paths)
+        done = self.ns.run(["sh", "-c", command], timeout=120)
+        said = done.stdout + done.stderr
+        if done.returncode == 0 and done.stdout.rstrip().endswith("destroyed"):
+            return "destroyed", said
+        return ("kept" if done.returncode == 0 else "failed"), said
+
     def start_impostor(self) -> int:
         return self.ns.start_impostor()
 
@@ -399,8 +413,9 @@ class VgpuMachine(RunMachine):
         return self.vgpus
 
     def present(self) -> set[str]:
-        vfs = {vf for vf, t in self.sim.vgpu_types().items() if t}
-        return self.sim.mdevs() | vfs
+        """The vGPUs in the simulator's state (sysfs files may be mid-write by its kernel)."""
+        vg = self.sim.state().get("vgpu") or {"mdevs": [], "vfs": []}
+        return {m["uuid"] for m in vg["mdevs"]} | {f["bdf"] for f in vg["vfs"] if f["type"]}
 
     def key_of(self, v: Verdict) -> str:
         return v.partition.id
