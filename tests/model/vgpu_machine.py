@@ -413,9 +413,21 @@ class VgpuMachine(RunMachine):
         return self.vgpus
 
     def present(self) -> set[str]:
-        """The vGPUs in the simulator's state (sysfs files may be mid-write by its kernel)."""
-        vg = self.sim.state().get("vgpu") or {"mdevs": [], "vfs": []}
-        return {m["uuid"] for m in vg["mdevs"]} | {f["bdf"] for f in vg["vfs"] if f["type"]}
+        """
+        The vGPUs once the simulator's kernel thread has settled: it writes sysfs (a file may be
+        read empty mid-write) before it saves its state, so both are read until they agree.
+        """
+        for _ in range(200):
+            vg = self.sim.state().get("vgpu") or {"mdevs": [], "vfs": []}
+            saved = {m["uuid"] for m in vg["mdevs"]} | {f["bdf"] for f in vg["vfs"] if f["type"]}
+            try:
+                shown = self.sim.mdevs() | {vf for vf, t in self.sim.vgpu_types().items() if t}
+            except ValueError:  # a VF's current_vgpu_type read mid-write
+                shown = None
+            if shown == saved:
+                return saved
+            time.sleep(0.05)
+        return saved
 
     def key_of(self, v: Verdict) -> str:
         return v.partition.id
