@@ -1,0 +1,770 @@
+"""
+Model-based lifecycle testing of vGPUs (issue 32): mdevs and NVIDIA's vendor-VFIO vGPUs handed
+to VMs by a VMM that keeps hypeman's instance records (`vm-metadata`), one Hypothesis state
+machine over the simulated VM host (simulator: vgpu_model.py, hypeman.py, kernel.py) and the
+real decision code (facts.snapshot.observe, enforcer.contract.decide, enforcer.ledger).
+
+`VgpuNamespaceDriver` (`make test`): lifecycle_machine's NamespaceDriver (the real node read,
+NodeSnapshot's shell, and the real guarded destroy, destroy-vgpu.sh.j2, `sh -c` in the node's
+namespace, where the namespace agent's kernel thread answers the sysfs writes), on a VM host: a
+Tesla T4 whose mdevs, and an A40 whose SR-IOV VFs' vendor-VFIO vGPUs, the VMM gives its VMs.
+Hypervisors and impostors are real processes in that namespace (the agent starts them), so a
+record's PID, start time and control socket are read from the node's /proc as in production.
+
+Two sections: the generic plumbing (`ReferenceLedger`: rules 5 and 6 as DESIGN.md states them;
+`RunMachine`: one enforcer run, its conformance, safety and liveness checks), which does not know
+what a vGPU is and is meant to move onto the model core (branch modelcore); and the vGPU kind
+(`VgpuMachine`: the events, the model's truth, and `vm_alive`, the product's documented vGPU
+rules: docs/CLAIMS.md "vGPUs for virtual machines", enforcer/liveness.py vm_liveness).
+
+Invariants, after every run:
+
+- safety: no vGPU is destroyed while a process holds its VFIO group (a hypervisor), or while a
+  VM that is truly live names it in its record (its hypervisor runs, or it has no PID yet: a VM
+  booting, or one whose VMM never starts it);
+- conformance: the vGPUs decide() proves orphaned are exactly the reference's (and the breaker
+  trips exactly when it says);
+- liveness: every vGPU the reference proves orphaned is gone after the run, unless something
+  raced its destroy (then the guard must keep it; the next runs decide again).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from model.lifecycle_machine import SHM, Counts, Driver, NamespaceDriver
+
+from enforcer import ledger as ledgers
+from enforcer.contract import decide
+from enforcer.model import MDEV, VFIO, VM_METADATA, Observation, Verdict
+from enforcer.policy import Policy, policy_from_host_data
+from facts.snapshot import observe
+from operations.enforce import destroy_command
+from simulator import vgpu_story
+from simulator.hypeman import HYPEMAN
+from simulator.node import SimNode
+
+# --- the generic plumbing: rules 5 and 6, one run, the invariants (to port onto the model core) --
+
+
+@dataclass
+class RefEntry:
+    last_observed: float
+    streak_start: float | None = None
+    streak_runs: int = 0
+
+
+@dataclass
+class Expected:
+    orphans: set[Any]
+    trip: bool
+
+
+@dataclass(frozen=True)
+class Grace:
+    seconds: float = 900
+    runs: int = 3
+    max_gap: float = 3600
+    # Rule 6's defaults (enforcer/policy.py): the node's share, and one accelerator's.
+    fraction: float = 0.5
+    least: int = 4
+    accelerator_fraction: float = 0.5
+    accelerator_least: int = 2
+
+
+@dataclass
+class ReferenceLedger:
+    """
+    Rules 5 and 6 from DESIGN.md, kept from the model's truth (never from decide's output): per
+    identity its candidate streak; per claim source its live owners last run (the breaker's
+    "went silent"); the identities the guarded destroy verified gone (a successor starts anew).
+    """
+
+    grace: Grace = field(default_factory=Grace)
+    boot: str = ""
+    entries: dict[Any, RefEntry] = field(default_factory=dict)
+    live: dict[str, int] = field(default_factory=dict)
+    verified: set[Any] = field(default_factory=set)
+
+    def run(
+        self,
+        listed: dict[Any, tuple[Any, str]],  # key -> (identity, accelerator)
+        keep: set[Any],  # keys held, claimed or pinned this run
+        inconclusive: bool,  # a required source failed: every listed key
+        live: dict[str, int],  # live owners per healthy claim source
+        boot: str,
+        now: float,
+        breaker: bool,
+    ) -> Expected:
+        g = self.grace
+        comparable = self.entries if boot == self.boot else {}
+        comparable = {i: e for i, e in comparable.items() if i not in self.verified}
+        self.verified = set()
+        entries: dict[Any, RefEntry] = {}
+        proven: set[Any] = set()
+        for key, (identity, _) in listed.items():
+            e = comparable.get(identity) or RefEntry(now)
+            if now - e.last_observed > g.max_gap:  # nobody watched: a new streak from this run
+                e = replace(e, streak_start=None, streak_runs=0)
+            if inconclusive or key in keep:
+                e = replace(e, streak_start=None, streak_runs=0)
+            elif e.streak_start is None:
+                e = replace(e, streak_start=now, streak_runs=1)
+            else:
+                e = replace(e, streak_runs=e.streak_runs + 1)
+            if e.streak_start is not None and e.streak_runs >= g.runs:
+                if now - e.streak_start >= g.seconds:
+                    proven.add(key)
+            entries[identity] = replace(e, last_observed=now)
+        silent = [s for s, n in sorted(self.live.items()) if n > 0 and live.get(s) == 0]
+        trip = False
+        if breaker and proven:
+            share = len(proven) > g.fraction * len(listed) and len(proven) > g.least
+            on: dict[str, int] = {}
+            going: dict[str, int] = {}
+            for key, (_, accelerator) in listed.items():
+                on[accelerator] = on.get(accelerator, 0) + 1
+                going[accelerator] = going.get(accelerator, 0) + (key in proven)
+            one = any(
+                n > g.accelerator_fraction * on[a] and n > g.accelerator_least
+                for a, n in going.items()
+            )
+            trip = bool(silent) or share or one
+        kept = {s: n for s, n in self.live.items() if s not in live}
+        if breaker:
+            kept |= {s: self.live[s] for s in silent}
+        self.boot, self.entries, self.live = boot, entries, {**live, **kept}
+        return Expected(set() if trip else proven, trip)
+
+
+class RunMachine(RuleBasedStateMachine):
+    """
+    One enforcer run over a driver and its checks; a kind supplies its truth and its reference:
+    `listed()`, `reference(now, breaker)`, `faulted()`, `key_of(verdict)`, `destroyed(key)`,
+    `check_safe(key, reference_says)`, `racing(orphans)`.
+    """
+
+    driver_class: type[Driver]
+    node_name = ""
+    raise_on_violation = True
+    counts = Counts()
+
+    def __init__(self) -> None:
+        super().__init__()
+        base = SHM if os.path.isdir(SHM) and os.access(SHM, os.W_OK) else None
+        self.tmp = Path(tempfile.mkdtemp(prefix="pe-vgpu-model-", dir=base))
+        self.driver = self.driver_class(self.tmp)
+        self.sim = self.driver.sim
+        self.now = float(int(time.time()))  # records' mtimes are real: the node's clock is too
+        self.start = self.now
+        self.log: list[str] = []
+        self.ref = ReferenceLedger()
+        self.raced = False
+        type(self).counts.histories += 1
+
+    def teardown(self) -> None:
+        try:
+            self.driver.close()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def note(self, text: str) -> None:
+        type(self).counts.steps += 1
+        self.log.append(f"t={self.now - self.start:+.0f}s {text}")
+
+    def event(self, what: str) -> None:
+        type(self).counts.events[what] += 1
+
+    def violation(self, kind: str, text: str) -> None:
+        message = f"{kind}: {text}\nhistory:\n  " + "\n  ".join(self.log)
+        c = type(self).counts
+        c.violations += 1
+        c.hazards += kind == "contract-hazard"
+        if len(c.examples) < 6:
+            c.examples.append(message)
+        if self.raise_on_violation:
+            raise AssertionError(message)
+
+    # what a kind supplies
+    def reference(self, now: float, breaker: bool) -> Expected:
+        raise NotImplementedError
+
+    def faulted(self) -> bool:
+        raise NotImplementedError
+
+    def key_of(self, v: Verdict) -> Any:
+        raise NotImplementedError
+
+    def identity_of(self, key: Any) -> Any:
+        raise NotImplementedError
+
+    def destroyed(self, key: Any) -> None:
+        raise NotImplementedError
+
+    def check_safe(self, key: Any, reference_says: bool) -> None:
+        raise NotImplementedError
+
+    def present(self) -> set[Any]:
+        raise NotImplementedError
+
+    def enforce(
+        self, race: Callable[[list[Verdict]], None] | None = None, breaker: bool = True
+    ) -> None:
+        c = type(self).counts
+        c.runs += 1
+        paths = self.driver.paths
+        obs = observe(self.driver.read(), self.node_name, paths, self.claim_sources())
+        obs = replace(obs, now=self.now)
+        bad = [h for h in obs.health if h.status != "ok"]
+        if bool(bad) != self.faulted():
+            self.violation("model", f"source health {bad}, faults expected: {self.faulted()}")
+        try:
+            ledger = ledgers.load(obs.ledger_text)
+        except ledgers.LedgerError as error:
+            self.violation("model", f"the ledger written last run cannot be read: {error}")
+            ledger = ledgers.Ledger()
+        policy = self.driver.policy if breaker else replace(self.driver.policy, breaker=False)
+        decision = decide(obs, ledger, policy, self.now)
+        expected = self.reference(self.now, breaker)
+        verdicts = decision.verdicts
+        orphans = [v for v in verdicts if v.is_orphan]
+        got = {self.key_of(v) for v in orphans}
+        tripped = any(v.status == "breaker" for v in verdicts)
+        c.verdicts.update(v.status for v in verdicts)
+        self.note("enforcer run: " + (", ".join(self.verdict_line(v) for v in verdicts) or "-"))
+        if got != expected.orphans or tripped != expected.trip:
+            self.violation(
+                "conformance",
+                f"decide proved {sorted(got)} orphaned (breaker {tripped}); the reference "
+                f"proves {sorted(expected.orphans)} (breaker {expected.trip})\n"
+                + "\n".join(f"  {self.verdict_line(v)}: {v.reason}" for v in verdicts),
+            )
+        state = Path(paths.state_dir)
+        record = state / "destroyed"
+        if obs.destroyed:  # what write-state.sh.j2 does: the records read are consumed
+            record.write_text("".join(record.read_text().splitlines(True)[len(obs.destroyed) :]))
+        (state / "ledger.json").write_text(ledgers.dump(decision.ledger))
+        self.raced = False
+        if race and orphans:
+            race(orphans)
+            self.raced = True
+        for v in orphans:
+            key = self.key_of(v)
+            outcome, said = self.driver.destroy(v, obs)
+            if outcome == "destroyed":
+                c.destroys += 1
+                self.ref.verified.add(self.identity_of(key))
+                self.check_safe(key, key in expected.orphans)
+                self.note(f"enforcer destroys {key}")
+                self.destroyed(key)
+            elif outcome == "failed":
+                c.failed_destroys += 1
+                self.note(f"destroy of {key} failed: {said.strip()[-120:]}")
+            else:
+                c.kept_by_guard += 1
+                self.note(f"guard keeps {key}: {said.strip()[-120:]}")
+        if self.present() != set(self.listed()):
+            self.violation("model", f"node has {self.present()}, the model {set(self.listed())}")
+        for key in expected.orphans:
+            if key in self.listed() and not self.raced:
+                self.violation("liveness", f"{key} was proven orphaned and survived the run")
+
+    def claim_sources(self) -> tuple[str, ...]:
+        return self.driver.policy.claim_sources
+
+    def listed(self) -> dict[Any, Any]:
+        raise NotImplementedError
+
+    def verdict_line(self, v: Verdict) -> str:
+        return f"{self.key_of(v)}:{v.status}"
+
+
+# --- the vGPU kind: the VM host, the VMM's records, and the product's vGPU rules ----------------
+
+T4, A40 = vgpu_story.T4, vgpu_story.A40
+MDEV_TYPE, VF_TYPE = "nvidia-230", 557  # GRID T4-1Q; NVIDIA A40-4Q (simulator.vgpu_story)
+VFS = 3
+NODE = "vmhost-1"
+
+
+def vgpu_policy(node: Path) -> Policy:
+    return policy_from_host_data(
+        NODE,
+        {
+            **vgpu_story.host_data(node),
+            "enforcer_grace_seconds": 900,
+            "enforcer_grace_runs": 3,
+            "enforcer_max_observation_gap_seconds": 3600,
+        },
+    )
+
+
+class VgpuNamespaceDriver(NamespaceDriver):
+    """The VM host in its namespace; VMs' processes are started there by the namespace agent."""
+
+    def make_node(self, path: Path) -> tuple[SimNode, Policy]:
+        sim = SimNode.create(path, [])
+        sim.add_pf(T4, "Tesla T4", vgpu_story.T4_TYPES, instances=4)
+        self.vfs = sim.add_pf(A40, "NVIDIA A40", {}, vfs=VFS, vgpu_types=vgpu_story.A40_VGPU_TYPES)
+        # hypeman's DATA_DIR, there before its first VM (an absent root fails vm-metadata closed)
+        (sim.rootfs / HYPEMAN.lstrip("/") / "guests").mkdir(parents=True)
+        return sim, vgpu_policy(path)
+
+    def start_hypervisor(self, instance: str, device: str, socket: str) -> tuple[int, int]:
+        """(pid, start time) of a hypervisor holding `device`'s VFIO files, on `socket`."""
+        pid = self.ns.start_hypervisor(instance, device, socket)
+        return pid, self.ns.pid_start_time(pid)
+
+    def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
+        """
+        As NamespaceDriver's, judged by stdout alone: the listing the script repeats after its
+        write may catch the mdev half taken apart and say so on stderr (`cat: ...: No such file`)
+        before the listing no longer shows it and the script says `destroyed`.
+        """
+        command = destroy_command(v, replace(obs, boot_id=self.real_boot), self.paths)
+        done = self.ns.run(["sh", "-c", command], timeout=120)
+        said = done.stdout + done.stderr
+        if done.returncode == 0 and done.stdout.rstrip().endswith("destroyed"):
+            return "destroyed", said
+        return ("kept" if done.returncode == 0 else "failed"), said
+
+    def start_impostor(self) -> int:
+        return self.ns.start_impostor()
+
+    def stop(self, pid: int) -> None:
+        self.ns.stop_hypervisor(pid)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.sim.remove_socket_dir()
+
+
+@dataclass
+class VgpuM:
+    kind: str  # MDEV | VFIO
+    id: str  # an mdev's UUID, a VF's address
+    boot: str
+    vm: str  # the VM (or failed create) the VMM made it for
+
+    def identity(self) -> tuple:
+        # What the product's identity holds that can change: a VF's vGPU of the same type made
+        # again in the same boot prints the same fields (a successor the ledger must not confuse).
+        return (self.kind, self.id, MDEV_TYPE if self.kind == MDEV else VF_TYPE, self.boot)
+
+
+@dataclass
+class VmM:
+    """A VM and its record as hypeman keeps it (`fields`: the record, None once deleted)."""
+
+    id: str
+    name: str
+    device: tuple[str, str]
+    fields: dict[str, Any] | None
+    hypervisor: int | None = None  # the pid of its running hypervisor
+    torn: bool = False  # its record is half-written on disk
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.fields is None else self.fields.get("HypervisorPID")
+
+
+@dataclass
+class Proc:
+    """A live process in the node's namespace: a VM's hypervisor or an impostor."""
+
+    start_time: int
+    socket: str | None  # the socket it listens on
+    device: str | None  # the vGPU whose VFIO files it holds
+
+
+class VgpuMachine(RunMachine):
+    """VMs with mdev and vendor-VFIO vGPUs on one VM host, and the enforcer's runs."""
+
+    driver_class = VgpuNamespaceDriver
+    node_name = NODE
+    counts = Counts()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.boot = self.sim.state()["boot_id"]
+        self.vgpus: dict[str, VgpuM] = {}
+        self.vms: dict[str, VmM] = {}
+        self.procs: dict[int, Proc] = {}
+        self.n = 0
+
+    @initialize()
+    def nothing_yet(self) -> None:
+        self.note("a VM host: a T4 (mdevs) and an A40 with 3 vendor-VFIO VFs")
+
+    # --- the kind's hooks -------------------------------------------------------------------------
+
+    def listed(self) -> dict[str, VgpuM]:
+        return self.vgpus
+
+    def present(self) -> set[str]:
+        """
+        The vGPUs once the simulator's kernel thread has settled: it writes sysfs (a file may be
+        read empty mid-write) before it saves its state, so both are read until they agree.
+        """
+        for _ in range(200):
+            vg = self.sim.state().get("vgpu") or {"mdevs": [], "vfs": []}
+            saved = {m["uuid"] for m in vg["mdevs"]} | {f["bdf"] for f in vg["vfs"] if f["type"]}
+            try:
+                shown = self.sim.mdevs() | {vf for vf, t in self.sim.vgpu_types().items() if t}
+            except ValueError:  # a VF's current_vgpu_type read mid-write
+                shown = None
+            if shown == saved:
+                return saved
+            time.sleep(0.05)
+        return saved
+
+    def key_of(self, v: Verdict) -> str:
+        return v.partition.id
+
+    def identity_of(self, key: str) -> tuple:
+        return self.vgpus[key].identity()
+
+    def faulted(self) -> bool:
+        """A torn record fails vm-metadata, which is read only while vGPUs are listed."""
+        return bool(self.vgpus) and any(vm.torn for vm in self.vms.values())
+
+    def destroyed(self, key: str) -> None:
+        del self.vgpus[key]
+
+    def vm_alive(self, vm: VmM) -> bool:
+        """
+        The product's documented rule (docs/CLAIMS.md "vGPUs for virtual machines"; DESIGN.md
+        rule 3: a VM whose hypervisor PID is alive, or that has no PID yet), from the model's
+        truth of the record and the node's processes: a retention stub claims nothing; no PID
+        is a VM booting; a boot id not this boot's, a PID no process has, a start time not the
+        process's, a socket it does not listen on: ended.
+        """
+        f = vm.fields
+        assert f is not None
+        if vm.pid is None:
+            return not f.get("GPURetainedForCleanup", False)
+        if f.get("HypervisorBootID") and f["HypervisorBootID"] != self.boot:
+            return False
+        proc = self.procs.get(vm.pid)
+        if proc is None:
+            return False
+        if f.get("HypervisorStartTime") and f["HypervisorStartTime"] != proc.start_time:
+            return False
+        return not f.get("SocketPath") or proc.socket == f["SocketPath"]
+
+    def truly_live(self, vm: VmM) -> bool:
+        """The truth: its hypervisor runs, or it has no PID yet and is no stub (may be coming)."""
+        if vm.fields is None:
+            return False
+        if vm.hypervisor is not None:
+            return True
+        return vm.pid is None and not vm.fields.get("GPURetainedForCleanup", False)
+
+    def reference(self, now: float, breaker: bool) -> Expected:
+        # facts/vms.py reads the records only while vGPUs are listed: none listed, the healthy
+        # source counts no live owner for the breaker (rule 6a), whatever the records say.
+        records = [vm for vm in self.vms.values() if vm.fields is not None and self.vgpus]
+        torn = any(vm.torn for vm in records)
+        keep = {p.device for p in self.procs.values() if p.device in self.vgpus}  # rule 2
+        alive = [] if torn else [vm for vm in records if self.vm_alive(vm)]
+        keep |= {vm.device[1] for vm in alive}  # rule 3: a live VM's record names it exactly
+        live = {} if torn else {VM_METADATA: len(alive)}
+        if not self.vgpus and any(self.vm_alive(vm) for vm in self.vms.values() if vm.fields):
+            self.event("runs: no vGPU listed, live VMs' records unread (counted none)")
+        listed = {
+            k: (v.identity(), f"pci:{T4 if v.kind == MDEV else A40}") for k, v in self.vgpus.items()
+        }
+        for vm in records:
+            if vm.pid is not None and not torn and not self.vm_alive(vm) and self.procs.get(vm.pid):
+                self.event("runs: a record whose PID is another process's (PID reuse)")
+            if (
+                vm.pid is None
+                and vm.fields.get("GPURetainedForCleanup")
+                and vm.device[1] in self.vgpus
+            ):
+                self.event("runs: a retention stub's vGPU")
+        return self.ref.run(listed, keep, torn, live, self.boot, now, breaker)
+
+    def check_safe(self, key: str, reference_says: bool) -> None:
+        kind = "contract-hazard" if reference_says else "safety"
+        holders = [pid for pid, p in self.procs.items() if p.device == key]
+        if holders:
+            self.violation("safety", f"{key} was destroyed while pid {holders[0]} held it")
+        owners = [vm for vm in self.vms.values() if vm.device[1] == key and self.truly_live(vm)]
+        if owners:
+            vm = owners[0]
+            self.violation(kind, f"{key} of live VM {vm.name} (pid {vm.pid}) was destroyed")
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def _new_vgpu(self, kind: str, vm: str) -> str | None:
+        """The VMM makes a vGPU: an mdev on the T4, or a vGPU type on a free VF of the A40."""
+        if kind == MDEV:
+            if sum(v.kind == MDEV for v in self.vgpus.values()) >= 4:
+                return None
+            device = self.sim.create_mdev(T4, MDEV_TYPE)
+        else:
+            free = [vf for vf in self.driver.vfs if vf not in self.vgpus]
+            if not free:
+                return None
+            device = free[0]
+            self.sim.set_vgpu_type(device, VF_TYPE)
+        self.vgpus[device] = VgpuM(kind, device, self.boot, vm)
+        return device
+
+    def _socket(self, vm: VmM) -> str:
+        return str(self.sim.socket_dir() / f"{vm.id}.sock")
+
+    def _write(self, vm: VmM) -> None:
+        assert vm.fields is not None
+        self.sim.write_vm_metadata(vm.id, **vm.fields)
+        vm.torn = False
+
+    def _start(self, vm: VmM) -> None:
+        """Its hypervisor starts, and the VMM records it (PID, start time, boot id, socket)."""
+        socket = self._socket(vm)
+        pid, started = self.driver.start_hypervisor(vm.id, vm.device[1], socket)
+        self.procs[pid] = Proc(started, socket, vm.device[1])
+        vm.hypervisor = pid
+        assert vm.fields is not None
+        vm.fields.update(
+            HypervisorPID=pid,
+            HypervisorStartTime=started,
+            HypervisorBootID=self.boot,  # the boot id the node read reports (the sim's)
+            SocketPath=socket,
+        )
+        self._write(vm)
+
+    def _stop(self, vm: VmM) -> None:
+        if vm.hypervisor is not None:
+            self.driver.stop(vm.hypervisor)
+            self.procs.pop(vm.hypervisor, None)
+            vm.hypervisor = None
+
+    def _pick(self, ok: Callable[[VmM], bool], i: int) -> VmM:
+        eligible = [vm for vm in self.vms.values() if ok(vm)]
+        return eligible[i % len(eligible)]
+
+    def _has(self, ok: Callable[[VmM], bool]) -> bool:
+        return any(ok(vm) for vm in self.vms.values())
+
+    def _its(self, vm: VmM) -> bool:
+        """Its vGPU is there, the one the VMM made for it (a VF's next vGPU is another VM's)."""
+        made = self.vgpus.get(vm.device[1])
+        return made is not None and made.vm == vm.id
+
+    @staticmethod
+    def _stopped(vm: VmM) -> bool:
+        return vm.fields is not None and vm.hypervisor is None and not vm.torn
+
+    # --- the VMM's events -------------------------------------------------------------------------
+
+    @rule(kind=st.sampled_from([MDEV, VFIO]), start=st.booleans())
+    def vm_created(self, kind: str, start: bool) -> None:
+        """hypeman creates a VM with a vGPU (and boots it, or its VMM never starts it)."""
+        self.n += 1
+        vm_id = f"vm{self.n:02d}x{kind.replace('-', '')}"
+        device = self._new_vgpu(kind, vm_id)
+        if device is None:
+            self.note(f"no {kind} vGPU free for a new VM")
+            return
+        fields = {
+            "Name": vm_id,
+            **self.sim.gpu_fields(device),
+            "GPUAssignedAt": "2026-12-03T20:00:00Z",
+        }
+        vm = VmM(vm_id, vm_id, (kind, device), fields)
+        self.vms[vm_id] = vm
+        self._write(vm)  # the record before the boot: no PID yet
+        if start:
+            self._start(vm)
+        self.event(f"vm: created on a {kind} vGPU" + ("" if start else ", its VMM never starts it"))
+        self.note(
+            f"VM {vm_id} created on {kind} {device}"
+            + (f", pid {vm.hypervisor}" if start else ", not started")
+        )
+
+    @rule(kind=st.sampled_from([MDEV, VFIO]), stub=st.booleans())
+    def vm_create_fails(self, kind: str, stub: bool) -> None:
+        """A create whose rollback failed: its vGPU with no record, or with a retention stub."""
+        self.n += 1
+        vm_id = f"vm{self.n:02d}f"
+        device = self._new_vgpu(kind, vm_id)
+        if device is None:
+            return
+        if stub:
+            fields = {"Name": vm_id, **self.sim.gpu_fields(device), "GPURetainedForCleanup": True}
+            fields["GPUAssignedAt"] = "2026-12-03T20:00:00Z"
+            vm = VmM(vm_id, vm_id, (kind, device), fields)
+            self.vms[vm_id] = vm
+            self._write(vm)
+        self.event(
+            f"vm: a failed create leaves its {kind} vGPU" + (" (retention stub)" if stub else "")
+        )
+        self.note(
+            f"a create fails: {kind} {device} leaked" + (" with a retention stub" if stub else "")
+        )
+
+    @precondition(lambda self: self._has(lambda vm: VgpuMachine._stopped(vm)))
+    @rule(i=st.integers(0, 7))
+    def vm_started(self, i: int) -> None:
+        """A VM booting, or stopped, starts (when its vGPU is still there)."""
+        vm = self._pick(VgpuMachine._stopped, i)
+        if not self._its(vm) or vm.fields.get("GPURetainedForCleanup"):  # type: ignore[union-attr]
+            self.note(f"VM {vm.name} cannot start: its vGPU is gone or it is a stub")
+            return
+        self._start(vm)
+        self.event("vm: started")
+        self.note(f"VM {vm.name} starts: hypervisor pid {vm.hypervisor}")
+
+    @precondition(lambda self: self._has(lambda vm: vm.hypervisor is not None))
+    @rule(i=st.integers(0, 7))
+    def vm_stopped(self, i: int) -> None:
+        """Its hypervisor exits (a stop, a crash): the record stays, naming the old PID."""
+        vm = self._pick(lambda vm: vm.hypervisor is not None, i)
+        pid = vm.hypervisor
+        self._stop(vm)
+        self.event("vm: hypervisor exits, its record stays")
+        self.note(f"VM {vm.name}: hypervisor pid {pid} exits")
+
+    @precondition(lambda self: self._has(lambda vm: vm.fields is not None))
+    @rule(i=st.integers(0, 7), leak=st.booleans())
+    def vm_deleted(self, i: int, leak: bool) -> None:
+        """hypeman deletes a VM: its record goes; its vGPU released, or left (release failed)."""
+        vm = self._pick(lambda vm: vm.fields is not None, i)
+        self._stop(vm)
+        self.sim.remove_vm_metadata(vm.id)
+        vm.fields, vm.torn = None, False
+        kind, device = vm.device
+        if not leak and self._its(vm):
+            if kind == MDEV:
+                self.sim.remove_mdev(device)
+            else:
+                self.sim.set_vgpu_type(device, 0)
+            del self.vgpus[device]
+        self.event("vm: deleted, its vGPU left behind" if leak else "vm: deleted")
+        self.note(f"VM {vm.name} deleted" + (f", {device} left (release failed)" if leak else ""))
+
+    @precondition(
+        lambda self: self._has(lambda vm: VgpuMachine._stopped(vm) and vm.pid is not None)
+    )
+    @rule(i=st.integers(0, 7), start_time=st.booleans())
+    def pid_reused(self, i: int, start_time: bool) -> None:
+        """
+        A stopped VM's record names a PID another process has now (written before a VMM restart,
+        as vgpu_story's `restored`): with the old start time recorded, or with none (the record
+        then still names its control socket, which that process does not listen on).
+        """
+        vm = self._pick(lambda vm: VgpuMachine._stopped(vm) and vm.pid is not None, i)
+        pid = self.driver.start_impostor()
+        self.procs[pid] = Proc(self.driver.ns.pid_start_time(pid), None, None)
+        assert vm.fields is not None
+        vm.fields["HypervisorPID"] = pid
+        if not start_time:
+            vm.fields["HypervisorStartTime"] = 0  # Go's zero: not recorded
+        self._write(vm)
+        self.event("vm: its record's PID reused" + ("" if start_time else " (no start time)"))
+        self.note(f"VM {vm.name}: its record names pid {pid}, another process's")
+
+    @precondition(lambda self: self._has(lambda vm: vm.fields is not None and not vm.torn))
+    @rule(i=st.integers(0, 7))
+    def record_torn(self, i: int) -> None:
+        """A record half-written (a save cut short): the whole vm-metadata source is unreadable."""
+        vm = self._pick(lambda vm: vm.fields is not None and not vm.torn, i)
+        self.sim.write_vm_metadata_raw(vm.id, b'{\n  "Id": "' + vm.id.encode() + b'",\n  "Na')
+        vm.torn = True
+        self.event("vm: a record half-written")
+        self.note(f"VM {vm.name}: its record is half-written")
+
+    @precondition(lambda self: self._has(lambda vm: vm.torn))
+    @rule(i=st.integers(0, 7))
+    def record_mended(self, i: int) -> None:
+        vm = self._pick(lambda vm: vm.torn, i)
+        self._write(vm)
+        self.note(f"VM {vm.name}: its record is written whole again")
+
+    @rule(event=st.sampled_from(["reboot", "run_skipped", "run_skipped", "run_skipped"]))
+    def node_event(self, event: str) -> None:
+        """A reboot (drawn less often: it ends every vGPU), or a run skipped (4000 s: a gap)."""
+        if event == "reboot":
+            self.reboot()
+        else:
+            self.now += 4000
+            self.note("a run is skipped (+4000s, more than the observation gap)")
+
+    def reboot(self) -> None:
+        """New boot id: hypervisors and impostors gone, every vGPU lost; the records stay."""
+        for vm in self.vms.values():
+            self._stop(vm)
+        for pid in list(self.procs):
+            self.driver.stop(pid)
+        self.procs.clear()
+        self.boot = self.sim.reboot()
+        self.vgpus.clear()
+        self.event("node: reboot")
+        self.note("node reboots: every vGPU lost, the VM records stay")
+
+    # --- the enforcer's runs ----------------------------------------------------------------------
+
+    @rule(dt=st.sampled_from([60, 300, 300, 600]))
+    def enforcer_run(self, dt: int) -> None:
+        self.now += dt
+        self.enforce()
+
+    @rule(k=st.integers(2, 4), dt=st.sampled_from([300, 450]))
+    def enforcer_runs_on_schedule(self, k: int, dt: int) -> None:
+        for _ in range(k):
+            self.now += dt
+            self.enforce()
+
+    @rule()
+    def enforcer_run_breaker_lifted(self) -> None:
+        """An operator lifts the circuit breaker for one run (`--data enforcer_breaker=off`)."""
+        self.now += 300
+        self.note("an operator lifts the circuit breaker for one run")
+        self.enforce(breaker=False)
+
+    @rule(race=st.sampled_from(["restart", "open", "reboot"]))
+    def enforcer_run_racing(self, race: str) -> None:
+        """
+        Between the run's read and its destroys: the stopped VM whose vGPU is about to go starts
+        again (its hypervisor opens it, its record changes), or a process opens the vGPU, or the
+        node reboots. The guarded destroy must re-prove each and keep it (rule 7).
+        """
+        stray: list[int] = []
+
+        def happen(orphans: list[Verdict]) -> None:
+            device = orphans[0].partition.id
+            owner = [vm for vm in self.vms.values() if self._its(vm) and self._stopped(vm)]
+            owner = [vm for vm in owner if vm.device[1] == device]
+            if race == "restart" and owner and not owner[0].fields.get("GPURetainedForCleanup"):  # type: ignore[union-attr]
+                self._start(owner[0])
+                self.note(f"race: VM {owner[0].name} starts again before the destroy of {device}")
+            elif race in ("restart", "open"):
+                self.n += 1
+                socket = str(self.sim.socket_dir() / f"stray{self.n}.sock")
+                pid, started = self.driver.start_hypervisor(f"stray{self.n}", device, socket)
+                self.procs[pid] = Proc(started, None, device)
+                stray.append(pid)
+                self.note(f"race: pid {pid} opens {device} before its destroy")
+            else:
+                self.note("race: the node reboots before the destroys")
+                self.reboot()
+
+        self.now += 300
+        self.enforce(race=happen)
+        for pid in stray:
+            self.driver.stop(pid)
+            self.procs.pop(pid, None)
+            self.note(f"pid {pid} ends")
