@@ -4,7 +4,7 @@ to VMs by a VMM that keeps hypeman's instance records (`vm-metadata`), one Hypot
 machine over the simulated VM host (simulator: vgpu_model.py, hypeman.py, kernel.py) and the
 real decision code (facts.snapshot.observe, enforcer.contract.decide, enforcer.ledger).
 
-`VgpuNamespaceDriver` (`make test`): lifecycle_machine's NamespaceDriver (the real node read,
+`VgpuNamespaceDriver` (`make test`): the model core's NamespaceDriver (the real node read,
 NodeSnapshot's shell, and the real guarded destroy, destroy-vgpu.sh.j2, `sh -c` in the node's
 namespace, where the namespace agent's kernel thread answers the sysfs writes), on a VM host: a
 Tesla T4 whose mdevs, and an A40 whose SR-IOV VFs' vendor-VFIO vGPUs, the VMM gives its VMs.
@@ -41,7 +41,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
-from model.lifecycle_machine import SHM, Counts, Driver, NamespaceDriver
+from model.core import SHM, Counts, Driver, NamespaceDriver
 
 from enforcer import ledger as ledgers
 from enforcer.contract import decide
