@@ -36,6 +36,7 @@ from enforcer.shell import UnsafeValue, render
 from facts import ascend, checkpoint, cri, procfs
 from facts.errors import ParseError
 from facts.snapshot import NodeSnapshot, observe, parse_sections
+from framing import framed
 from kinds.hygon import destroy_dcu
 from operations.collect import KeptReport, node_report_path
 from operations.enforce import destroy_command
@@ -487,7 +488,7 @@ def node_read(changes: dict[str, tuple[str, str, str]]):
     }
     sections.update(changes)
     lines = ["PE1 begin 1"] + [pe1(name, *v) for name, v in sections.items()] + ["PE1 end"]
-    return parse_sections(lines)
+    return parse_sections(framed(lines))
 
 
 def hostile_records() -> dict[str, tuple[str, str, str]]:

@@ -55,6 +55,7 @@ from enforcer.contract import decide
 from enforcer.model import NO_CONTAINER, Observation, Verdict
 from enforcer.policy import Policy, policy_from_host_data
 from facts.snapshot import NodeSnapshot, Sections, observe, parse_sections
+from framing import framed
 from operations.enforce import destroy_command
 from simulator import crictl as sim_crictl
 from simulator import mindcluster
@@ -341,7 +342,7 @@ class InProcessDriver(Driver):
         lines.append(_line("dra-cdi", "0", "", ""))
         lines.append(_line("claim-digest", "0", self._digest() + "\n", ""))
         lines.append("PE1 end")
-        return parse_sections(lines)
+        return parse_sections(framed(lines))
 
     def _digest(self) -> str:
         return hashlib.sha256(self.sim.checkpoint_text().encode()).hexdigest()

@@ -105,6 +105,7 @@ from enforcer.policy import Policy, policy_from_host_data
 from facts import cri, dra_node, hami, kubeapi
 from facts.errors import ParseError
 from facts.snapshot import Sections, observe, parse_sections
+from framing import framed
 from simulator import crictl as sim_crictl
 from simulator import device_plugins as dp
 from simulator import dra as sim_dra
@@ -305,7 +306,7 @@ class MigInProcessDriver(InProcessDriver):
         lines.append("PE1 drain absent - -")  # never drained
         lines.append(_line("claim-digest", "0", self._digest() + "\n", ""))
         lines.append("PE1 end")
-        return parse_sections(lines)
+        return parse_sections(framed(lines))
 
     def _cap(self, gi: tuple[int, int]) -> Path:
         """The capability device of a GI's compute instance 0, which a CUDA process opens."""
