@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import base64
 
+from framing import framed
+
 from enforcer.policy import NodePaths
 from facts.snapshot import observe, parse_sections
-from framing import framed
 
 
 def b64(data: bytes) -> str:

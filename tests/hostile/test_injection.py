@@ -23,6 +23,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from framing import framed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +37,6 @@ from enforcer.shell import UnsafeValue, render
 from facts import ascend, checkpoint, cri, procfs
 from facts.errors import ParseError
 from facts.snapshot import NodeSnapshot, observe, parse_sections
-from framing import framed
 from kinds.hygon import destroy_dcu
 from operations.collect import KeptReport, node_report_path
 from operations.enforce import destroy_command

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from framing import framed
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
@@ -55,7 +56,6 @@ from enforcer.contract import decide
 from enforcer.model import NO_CONTAINER, Observation, Verdict
 from enforcer.policy import Policy, policy_from_host_data
 from facts.snapshot import NodeSnapshot, Sections, observe, parse_sections
-from framing import framed
 from operations.enforce import destroy_command
 from simulator import crictl as sim_crictl
 from simulator import mindcluster

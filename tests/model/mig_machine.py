@@ -80,6 +80,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from framing import framed
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 from model.lifecycle_machine import (
@@ -105,7 +106,6 @@ from enforcer.policy import Policy, policy_from_host_data
 from facts import cri, dra_node, hami, kubeapi
 from facts.errors import ParseError
 from facts.snapshot import Sections, observe, parse_sections
-from framing import framed
 from simulator import crictl as sim_crictl
 from simulator import device_plugins as dp
 from simulator import dra as sim_dra

@@ -11,12 +11,13 @@ import hashlib
 import json
 from pathlib import Path
 
+from framing import cut_short
+
 from enforcer.model import Holder, Observation, OwnerRecord, Pod, SourceHealth
 from enforcer.policy import NodePaths
 from facts import protowire
 from facts.sections import Section, Sections, frame
 from facts.snapshot import observe, parse_sections
-from framing import cut_short
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 PATHS = NodePaths.from_rootfs("/srv/n1")
@@ -205,7 +206,10 @@ def test_a_header_that_is_not_the_protocols_makes_the_read_incomplete():
 
 def test_a_section_twice_or_bytes_after_the_end_record_make_the_read_incomplete():
     twice = parse_sections(frame([("clock", "0", "1\n", ""), ("clock", "0", "2\n", "")]))
-    assert (twice.complete, twice.problem) == (False, "section clock appears twice in the node read")
+    assert (twice.complete, twice.problem) == (
+        False,
+        "section clock appears twice in the node read",
+    )
     after = parse_sections(reframed(stream(frame([("clock", "0", "1\n", "")])) + b"x"))
     assert (after.complete, after.problem) == (False, "output after the end marker at byte 26")
 
@@ -218,7 +222,7 @@ def test_bytes_that_are_not_text_make_that_section_unreadable_and_no_other():
 
 
 def test_sections_keep_their_bytes_exactly():
-    """Trailing newlines, none at all, carriage returns, backslashes, NUL: as the node wrote them."""
+    """Trailing newlines, none at all, carriage returns, backslashes, NUL: as written."""
     texts = ["a\n\n\n", "no newline", "c\r\n", "back\\slash\\n", "nul\x00byte\n", "PE2 end\n"]
     sections = parse_sections(frame([(f"s{i}", "0", t, t[::-1]) for i, t in enumerate(texts)]))
     assert sections.complete is True
