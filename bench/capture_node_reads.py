@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
 from enforcer.policy import NodePaths, policy_from_host_data  # noqa: E402
+from facts.sections import frame  # noqa: E402
+from facts.sections import parse_sections as parse_framing  # noqa: E402
 from facts.snapshot import NodeSnapshot  # noqa: E402
 from simulator import hygon_story, mig_story, ppu_story, scenario, vgpu_story  # noqa: E402
 from simulator.namespace import NodeNamespace  # noqa: E402
@@ -74,29 +76,30 @@ def _read(ns: NodeNamespace, name: str, node: Path) -> str:
     return done.stdout
 
 
-def capture(name: str, node: Path) -> str:
-    """The raw node read of the simulated node `name`, built under the folder `node`."""
+def capture(name: str, node: Path, read: Callable[[NodeNamespace, str, Path], str] = _read) -> str:
+    """The raw node read of the simulated node `name`, built under the folder `node` (`read`:
+    how it is read in the namespace; bench/read_processes.py counts its processes)."""
     if name == "seed-310p":
         scenario.build(scenario.load(SEED), node)
         with NodeNamespace(node) as ns:
-            return _read(ns, name, node)
+            return read(ns, name, node)
     if name in ("mig-h100", "ppu"):
         story = mig_story if name == "mig-h100" else ppu_story
         _, gis = story.build(node)
         with NodeNamespace(node) as ns:
             hold = ns.hold_mig if name == "mig-h100" else ns.hold_ppu_mig
             hold(0, gis["a"], 0, story.LLM_A)
-            return _read(ns, name, node)
+            return read(ns, name, node)
     if name == "hygon-dcu":
         hygon_story.build(node)
         with NodeNamespace(node) as ns:
             ns.hold_dcu(0, hygon_story.LLM_A)
-            return _read(ns, name, node)
+            return read(ns, name, node)
     built, vgpus = vgpu_story.build(node)
     try:
         with NodeNamespace(node) as ns:
             vgpu_story.start(ns, built, vgpus)
-            return _read(ns, name, node)
+            return read(ns, name, node)
     finally:
         built.remove_socket_dir()
 
@@ -125,8 +128,12 @@ class Normaliser:
         self.inodes: dict[str, str] = {}
 
     def read(self, raw: str) -> str:
-        lines = [line.split(" ") for line in raw.splitlines()]
-        sections = [parts for parts in lines if len(parts) == 5 and parts[0] == "PE1"]
+        read = parse_framing(raw.splitlines(), str)
+        if not read.complete:
+            raise SystemExit(f"the node read is not whole: {read.problem}")
+        lines = [stored(name, s.rc, s.stdout, s.stderr) for name, s in read.by_name.items()]
+        lines = [["PE1", "begin", "1"], *(line.split(" ") for line in lines), ["PE1", "end"]]
+        sections = [parts for parts in lines if len(parts) == 5]
         for parts in sections:  # first every inode, then the same number for it everywhere
             self._collect(parts[1], _unb64(parts[3]))
         for parts in sections:
@@ -165,6 +172,31 @@ class Normaliser:
         except (ValueError, UnicodeDecodeError):  # a number or word, not base64 text
             return field
         return _b64(self._text(section, inner))
+
+
+def stored(name: str, rc: str, stdout: str, stderr: str) -> str:
+    """A section as a stored read keeps it: one line `PE1 <name> <rc> <stdout> <stderr>`, each
+    output base64 ("-": empty), the node read's framing before issue 33, kept for the fixtures:
+    one line per section reads and diffs well."""
+    return f"PE1 {name} {rc} {_b64(stdout)} {_b64(stderr)}"
+
+
+def load(name: str) -> list[str]:
+    """The stored read of node `name`, as the node frames a read today (facts.sections)."""
+    lines = (READS / f"{name}.txt").read_text().splitlines()
+    if lines[:1] != ["PE1 begin 1"] or lines[-1:] != ["PE1 end"]:
+        raise ValueError(f"{name}: not a stored node read")
+    sections = []
+    for line in lines[1:-1]:
+        tag, section, rc, out, err = line.split(" ")
+        if tag != "PE1":
+            raise ValueError(f"{name}: not a stored section: {line[:80]!r}")
+        sections.append((section, rc, _raw(out), _raw(err)))
+    return frame(sections)
+
+
+def _raw(field: str) -> bytes:
+    return b"" if field == "-" else base64.b64decode(field, validate=True)
 
 
 def _unb64(field: str) -> str:

@@ -44,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from capture_node_reads import HOST_DATA, NODE_ROOT, READS  # noqa: E402
+from capture_node_reads import HOST_DATA, NODE_ROOT, load  # noqa: E402
 from decide import Node  # noqa: E402
 
 from enforcer import ledger as ledgers  # noqa: E402
@@ -155,7 +155,7 @@ def canonical(value: object) -> object:
 def node_sections(name: str) -> Iterator[tuple[str, str]]:
     """(title, canonical text): the observation of the captured read, verdicts, destroys."""
     policy = node_policy(name)
-    lines = (READS / f"{name}.txt").read_text().splitlines()
+    lines = load(name)  # stored one line per section: framed as the node frames a read
     obs = observe(
         parse_sections(lines), policy.node_name, policy.paths, policy.claim_sources, policy.kinds
     )

@@ -246,6 +246,28 @@ class Size:
         return self.replayed.median("cpu", of)
 
 
+def processes_per_read(fleet: Fleet) -> str:
+    """Processes one no-op node read forks on the first node of each kind, counted under
+    `strace -f` in its namespace (bench/read_processes.py: the replayed tools' own not counted)."""
+    from read_processes import count
+
+    from enforcer.policy import policy_from_host_data
+    from facts.snapshot import read_command
+
+    counted = {}
+    for node in fleet.nodes.values():
+        if node.spec.story in counted:
+            continue
+        policy = policy_from_host_data(node.name, {**fleet.common, **node.host_data})
+        asks = "kubelet-pod-resources" in policy.claim_sources
+        trace = node.path / "read.strace"
+        argv = ["strace", "-f", "-qq", "-o", str(trace), "-e", "trace=process", "sh", "-c"]
+        node.ns.run([*argv, read_command(policy.paths, asks, True)], timeout=120)
+        forks = count(trace.read_text(), {t.name for t in _tools(node)})
+        counted[node.spec.story] = sum(forks.values())
+    return "processes per node read: " + ", ".join(f"{k} {n}" for k, n in counted.items())
+
+
 def measure(n: int, rounds: int, simulated_rounds: int) -> Size:
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as root:
         with Fleet(Path(root) / "fleet", roster(n)) as fleet:
@@ -255,6 +277,7 @@ def measure(n: int, rounds: int, simulated_rounds: int) -> Size:
             settle(fleet)
             record(fleet)
             replay(fleet)
+            print(f"N={n}: {processes_per_read(fleet)}", flush=True)
             replayed = rounds_of(fleet, rounds)
             return Size(n, replayed, simulated, noop, destroy, collect_runs(fleet, rounds))
 

@@ -1,19 +1,25 @@
 """
-The node read's framing: one line per section, `PE1 <name> <rc> <stdout-b64> <stderr-b64>`,
-between `PE1 begin 1` and `PE1 end` (docs/INTERNALS.md), and the `Reader` every kind and claim
-source reads its sections through, which turns a bad rc or a ParseError into source health.
+The node read's framing (docs/INTERNALS.md): between the lines `PE2 begin 2` and `PE2 end`, the
+base64 of one byte stream, in which each section is a header line
+`PE2 <name> <rc> <stdout bytes> <stderr bytes>` and then those bytes, and the stream ends with
+`PE2 end\n`; and the `Reader` every kind and claim source reads its sections through, which turns
+a bad rc or a ParseError into source health.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from enforcer.model import NODE, SourceHealth
 from facts.errors import ParseError
 
-BEGIN = "PE1 begin 1"  # the version of the read: template and parser ship together
+BEGIN = "PE2 begin 2"  # the version of the read: template and parser ship together
+END = "PE2 end"  # the last line of the read, and the last line of its decoded stream
+HEADER = re.compile(rb"PE2 ([!-~]+) ([!-~]+) (0|[1-9][0-9]*) (0|[1-9][0-9]*)")
 SHOWN_LINES = 3  # lines of a failed command's output that go into its health reason
 
 
@@ -50,34 +56,67 @@ def parse_sections(lines: Sequence[str], command_of: Callable[[str], str]) -> Se
     """
     if not lines or lines[0] != BEGIN:
         return Sections(False, problem=f"node read did not start (no {BEGIN!r})")
+    if END not in lines:
+        return Sections(False, problem=f"node read was cut short (no {END!r})")
+    at = lines.index(END)
+    if at != len(lines) - 1:
+        return Sections(False, problem=f"output after the end marker at line {at + 1}")
+    try:
+        stream = base64.b64decode("".join(lines[1:at]), validate=True)
+    except (ValueError, binascii.Error) as error:  # and non-ASCII text given to b64decode
+        return Sections(False, problem=f"node read is not base64 text: {error}")
+    return _sections(stream, command_of)
+
+
+def _sections(stream: bytes, command_of: Callable[[str], str]) -> Sections:
+    """The decoded stream's sections, each exactly as long as its header says."""
     by_name: dict[str, Section] = {}
-    for n, line in enumerate(lines[1:], start=2):
-        if line == "PE1 end":
-            if n != len(lines):
-                return Sections(False, by_name, f"output after the end marker at line {n}")
+    at = 0
+    while True:
+        eol = stream.find(b"\n", at)
+        if eol < 0:
+            return Sections(False, by_name, f"node read was cut short (no {END!r})")
+        line = stream[at:eol]
+        if line == END.encode():
+            if eol + 1 != len(stream):
+                return Sections(False, by_name, f"output after the end marker at byte {eol + 1}")
             return Sections(True, by_name)
-        parts = line.split(" ")
-        if len(parts) != 5 or parts[0] != "PE1":
-            return Sections(False, by_name, f"unexpected line {n} of the node read: {line[:80]!r}")
-        _, name, rc, out, err = parts
-        try:
-            raw_out, raw_err = _unb64(out), _unb64(err)
-        except ValueError as error:  # binascii.Error, and non-ASCII text given to b64decode
-            return Sections(False, by_name, f"section {name} is not base64 text: {error}")
-        try:
-            stdout, stderr = raw_out.decode(), raw_err.decode()
-        except UnicodeDecodeError as error:
-            # The protocol held; this one output is not text (a ledger with stray bytes, a tool
-            # printing binary): that source is unreadable, the rest of the node is not.
-            rc, stdout, stderr = "not-text", "", f"output is not UTF-8 text: {error}"
+        header = HEADER.fullmatch(line)
+        if header is None:
+            shown = line[:80].decode(errors="replace")
+            return Sections(False, by_name, f"unexpected header at byte {at}: {shown!r}")
+        name, rc = header.group(1).decode(), header.group(2).decode()
+        sizes = int(header.group(3)), int(header.group(4))
+        at = eol + 1 + sum(sizes)
+        if at > len(stream):
+            return Sections(False, by_name, f"section {name} was cut short")
         if name in by_name:
             return Sections(False, by_name, f"section {name} appears twice in the node read")
-        by_name[name] = Section(command_of(name), rc, stdout, stderr)
-    return Sections(False, by_name, "node read was cut short (no 'PE1 end')")
+        raw_out = stream[eol + 1 : eol + 1 + sizes[0]]
+        by_name[name] = _section(command_of(name), rc, raw_out, stream[eol + 1 + sizes[0] : at])
 
 
-def _unb64(text: str) -> bytes:
-    return b"" if text == "-" else base64.b64decode(text, validate=True)
+def _section(command: str, rc: str, raw_out: bytes, raw_err: bytes) -> Section:
+    try:
+        return Section(command, rc, raw_out.decode(), raw_err.decode())
+    except UnicodeDecodeError as error:
+        # The protocol held; this one output is not text (a ledger with stray bytes, a tool
+        # printing binary): that source is unreadable, the rest of the node is not.
+        return Section(command, "not-text", "", f"output is not UTF-8 text: {error}")
+
+
+def frame(sections: Sequence[tuple[str, str, bytes | str, bytes | str]]) -> list[str]:
+    """
+    The lines of a node read holding `sections` (name, rc, stdout, stderr), framed as the node
+    frames them (snapshot.sh.j2's `frame`; base64's 76-character lines): stored reads and tests.
+    """
+    stream = b""
+    for name, rc, out, err in sections:
+        raw_out = out.encode() if isinstance(out, str) else out
+        raw_err = err.encode() if isinstance(err, str) else err
+        stream += f"PE2 {name} {rc} {len(raw_out)} {len(raw_err)}\n".encode() + raw_out + raw_err
+    text = base64.b64encode(stream + END.encode() + b"\n").decode()
+    return [BEGIN, *(text[i : i + 76] for i in range(0, len(text), 76)), END]
 
 
 class Reader:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 
+from framing import framed
+
 from enforcer.policy import NodePaths
 from facts.snapshot import observe, parse_sections
 
@@ -23,7 +25,7 @@ def test_a_ledger_that_is_not_utf8_fails_only_the_ledger():
         "PE1 destroyed absent - -",
         "PE1 end",
     ]
-    sections = parse_sections(lines)
+    sections = parse_sections(framed(lines))
     assert sections.complete, sections.problem
     assert sections.by_name["ledger"].rc == "not-text"
     obs = observe(sections, "n1", NodePaths.from_rootfs("/srv/n1"), ["kubelet-checkpoint"])
@@ -35,6 +37,6 @@ def test_a_ledger_that_is_not_utf8_fails_only_the_ledger():
 
 def test_a_garbled_section_line_is_an_incomplete_read_not_a_crash():
     """Non-ASCII where base64 belongs (a garbled transport): the node is unreadable, no raise."""
-    sections = parse_sections(["PE1 begin 1", "PE1 clock 0 \u00e9 -", "PE1 end"])
+    sections = parse_sections(["PE2 begin 2", "\u00e9", "PE2 end"])
     assert sections.complete is False
-    assert sections.problem.startswith("section clock is not base64 text")
+    assert sections.problem.startswith("node read is not base64 text")

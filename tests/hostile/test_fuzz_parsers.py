@@ -23,6 +23,7 @@ from samples import sample
 from enforcer import shell
 from facts import ascend, checkpoint, cri, procfs
 from facts.errors import ParseError
+from facts.sections import Sections, frame
 from facts.snapshot import parse_sections
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -507,48 +508,65 @@ def test_fd_scan_lists_every_fd_and_every_eperm_pid_or_raises_parse_error(stdout
 # --- the section protocol ------------------------------------------------------------------
 
 
-def _section(name: str, rc: str, out: str, err: str = "") -> str:
-    def b64(text: str) -> str:
-        return base64.b64encode(text.encode()).decode() if text else "-"
+SECTIONS = [
+    ("boot-id", "0", "6f2b7a4e-2f1d-4c55-9b4e-0d3c5a7e8f10\n", ""),
+    ("clock", "0", "1764460800\n", ""),
+    ("npu-smi-m", "0", CHIP_MAPS[0], ""),
+    ("npu-smi-vnpu:0:0", "0", VNPU_TABLES[0], ""),
+    ("npu-smi-info", "missing", "", ""),
+    ("devnodes", "0", DEVNODES[0], ""),
+    ("fd-scan", "1", FD_STDOUT[0], FD_STDERR[0]),
+    ("checkpoint", "absent", "", ""),
+    ("crictl-pods", "0", PODS[0], ""),
+    ("ledger", "absent", "", ""),
+]
+NODE_READ = "\n".join(frame(SECTIONS))
+STREAM = base64.b64decode("".join(frame(SECTIONS)[1:-1]))
 
-    return f"PE1 {name} {rc} {b64(out)} {b64(err)}"
 
-
-NODE_READ = "\n".join(
-    [
-        "PE1 begin 1",
-        _section("boot-id", "0", "6f2b7a4e-2f1d-4c55-9b4e-0d3c5a7e8f10\n"),
-        _section("clock", "0", "1764460800\n"),
-        _section("npu-smi-m", "0", CHIP_MAPS[0]),
-        _section("npu-smi-vnpu:0:0", "0", VNPU_TABLES[0]),
-        _section("npu-smi-info", "missing", ""),
-        _section("devnodes", "0", DEVNODES[0]),
-        _section("fd-scan", "1", FD_STDOUT[0], FD_STDERR[0]),
-        _section("checkpoint", "absent", ""),
-        _section("crictl-pods", "0", PODS[0]),
-        _section("ledger", "absent", ""),
-        "PE1 end",
-    ]
-)
+def holds_every_byte(lines: list[str], sections: Sections) -> None:
+    """A complete read is its sections, every byte of its stream in one of them: framed again,
+    they give the same stream (a section that is not text keeps none of its bytes)."""
+    assert lines[0] == "PE2 begin 2" and lines[-1] == "PE2 end"
+    if any(s.rc == "not-text" for s in sections.by_name.values()):
+        return
+    again = frame([(n, s.rc, s.stdout, s.stderr) for n, s in sections.by_name.items()])
+    assert base64.b64decode("".join(again[1:-1])) == base64.b64decode("".join(lines[1:-1]))
 
 
 @FUZZ
 @given(
     st.one_of(
-        mutated([NODE_READ]), st.lists(st.sampled_from(HOSTILE_CHARS + ["PE1 "])).map("".join)
+        mutated([NODE_READ]), st.lists(st.sampled_from(HOSTILE_CHARS + ["PE2 "])).map("".join)
     )
 )
 def test_parse_sections_never_raises_and_keeps_every_section(text):
     lines = text.split("\n")
     sections = parse_sections(lines)
     if sections.complete:
-        assert lines[0] == "PE1 begin 1" and lines[-1] == "PE1 end"
-        assert len(sections.by_name) == len(lines) - 2
+        holds_every_byte(lines, sections)
 
 
-def test_parse_sections_with_a_non_ascii_base64_field_is_an_incomplete_read():
-    sections = parse_sections(["PE1 begin 1", "PE1 clock 0 \u00e9 -", "PE1 end"])
+@FUZZ
+@given(st.integers(0, len(STREAM)), st.integers(0, 12), st.binary(max_size=16))
+def test_a_stream_spliced_anywhere_is_read_whole_or_not_at_all(at, cut, inserted):
+    """Bytes lost, added or changed inside the stream (a section short, long or garbled): the
+    read is incomplete, or complete with every byte in a section, never partly read."""
+    spliced = STREAM[:at] + inserted + STREAM[at + cut :]
+    text = base64.b64encode(spliced).decode()
+    lines = ["PE2 begin 2", *(text[i : i + 76] for i in range(0, len(text), 76)), "PE2 end"]
+    sections = parse_sections(lines)
+    if sections.complete:
+        holds_every_byte(lines, sections)
+        assert spliced.endswith(b"PE2 end\n")
+    elif (cut or inserted) and sections.problem:
+        event(sections.problem.split(" at ")[0])
+
+
+def test_parse_sections_with_a_non_ascii_base64_line_is_an_incomplete_read():
+    sections = parse_sections(["PE2 begin 2", "\u00e9", "PE2 end"])
     assert sections.complete is False
+    assert sections.problem.startswith("node read is not base64 text")
 
 
 # --- tables built row by row: every row comes back, or the Total disagrees -----------------

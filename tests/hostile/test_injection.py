@@ -23,6 +23,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from framing import framed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -487,7 +488,7 @@ def node_read(changes: dict[str, tuple[str, str, str]]):
     }
     sections.update(changes)
     lines = ["PE1 begin 1"] + [pe1(name, *v) for name, v in sections.items()] + ["PE1 end"]
-    return parse_sections(lines)
+    return parse_sections(framed(lines))
 
 
 def hostile_records() -> dict[str, tuple[str, str, str]]:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from framing import framed
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 from model import core
@@ -156,7 +157,7 @@ class InProcessDriver(AscendNode, core.InProcessDriver):
         lines.append(_line("dra-cdi", "0", "", ""))
         lines.append(_line("claim-digest", "0", self._digest() + "\n", ""))
         lines.append("PE1 end")
-        return parse_sections(lines)
+        return parse_sections(framed(lines))
 
     def _digest(self) -> str:
         return hashlib.sha256(self.sim.checkpoint_text().encode()).hexdigest()

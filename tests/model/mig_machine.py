@@ -77,6 +77,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from framing import framed
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 from model import core
@@ -261,7 +262,7 @@ class MigInProcessDriver(core.InProcessDriver):
         lines += self._state_sections()
         lines.append(_line("claim-digest", "0", self._digest() + "\n", ""))
         lines.append("PE1 end")
-        return parse_sections(lines)
+        return parse_sections(framed(lines))
 
     def _cap(self, gi: tuple[int, int]) -> Path:
         """The capability device of a GI's compute instance 0, which a CUDA process opens."""

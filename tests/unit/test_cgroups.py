@@ -280,7 +280,7 @@ def test_a_read_whose_cgroups_section_is_empty_attributes_no_holder_and_is_healt
 
 
 def test_a_read_without_the_cgroups_section_is_unreadable_like_any_other():
-    """The read is versioned (PE1 begin 1): template and parser ship together, no old reads."""
+    """The read is versioned (PE2 begin 2): template and parser ship together, no old reads."""
     obs = read({"holder-cgroups": None})
     assert [(h.source, h.status, h.reason) for h in obs.health] == [
         ("proc-fd", "unreadable", "the node read has no section holder-cgroups")

@@ -194,11 +194,21 @@ def test_the_node_read_renders_every_value_shlex_quoted():
     )
     assert devs in script
     checkpoint = "/srv/n1/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
-    assert f'elif cp {checkpoint} "$records" 2>"$err"; then run checkpoint cat "$records"' in script
+    assert f'elif cp {checkpoint} "$o" 2>"$e"; then records=$o; emit checkpoint 0' in script
     assert "file ledger /srv/n1/var/lib/partition-enforcer/ledger.json\n" in script
     assert "file boot-id /proc/sys/kernel/random/boot_id\n" in script
     assert f'  timeout -k 5 {PATHS.command_timeout} "$@" </dev/null' in script
     assert "{{" not in script and "{%" not in script
+
+
+def test_the_node_read_runs_under_timeout_only_what_can_hang():
+    """Issue 33: a vendor tool, crictl or the pod-resources client (`tool`, `hangs`), never a
+    file's cat, date or a builtin; and no process per section to encode it."""
+    script = snapshot()
+    assert script.count("timeout -k") == 1  # in hangs()
+    assert "run clock date +%s\n" in script and "file boot-id " in script
+    assert "hangs pod-resources python3 " in script or "pod-resources" not in script
+    assert script.count("| base64\n") == 0 and script.count("| base64 &&") == 1  # frame()
 
 
 def test_the_guarded_destroy_renders_every_value_shlex_quoted():

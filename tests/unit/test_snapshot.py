@@ -1,5 +1,5 @@
 """
-The node read (docs/INTERNALS.md): the PE1 section protocol and `observe()`, which turns the
+The node read (docs/INTERNALS.md): the PE2 section protocol and `observe()`, which turns the
 sections into an Observation whose every source carries its own health. The sections are built
 here from real tool output (tests/fixtures) and base64-encoded as snapshot.sh.j2 prints them.
 """
@@ -11,10 +11,12 @@ import hashlib
 import json
 from pathlib import Path
 
+from framing import cut_short
+
 from enforcer.model import Holder, Observation, OwnerRecord, Pod, SourceHealth
 from enforcer.policy import NodePaths
 from facts import protowire
-from facts.sections import Section, Sections
+from facts.sections import Section, Sections, frame
 from facts.snapshot import observe, parse_sections
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -57,10 +59,6 @@ def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode() if text else "-"
 
 
-def pe1(name: str, rc: str = "0", stdout: str = "", stderr: str = "") -> str:
-    return f"PE1 {name} {rc} {b64(stdout)} {b64(stderr)}"
-
-
 def healthy_node() -> dict[str, tuple[str, str, str]]:
     """Every section of a node read that went well: name -> (rc, stdout, stderr)."""
     return {
@@ -97,8 +95,8 @@ def node_read(changes: dict | None = None, end: bool = True) -> list[str]:
             sections.pop(name)
         else:
             sections[name] = section
-    lines = ["PE1 begin 1", *(pe1(name, *s) for name, s in sections.items())]
-    return lines + ["PE1 end"] if end else lines
+    lines = frame([(name, *s) for name, s in sections.items()])
+    return lines if end else cut_short(lines)
 
 
 def read(changes: dict | None = None, claim_sources=SOURCES, end: bool = True) -> Observation:
@@ -133,34 +131,104 @@ def test_a_complete_read_gives_every_section_decoded_with_its_command():
 
 def test_a_read_that_did_not_start_with_the_begin_marker_is_incomplete():
     assert parse_sections(node_read()[1:]) == Sections(
-        False, problem="node read did not start (no 'PE1 begin 1')"
+        False, problem="node read did not start (no 'PE2 begin 2')"
     )
     assert parse_sections([]) == Sections(
-        False, problem="node read did not start (no 'PE1 begin 1')"
+        False, problem="node read did not start (no 'PE2 begin 2')"
     )
+
+
+def test_a_read_of_the_old_framing_did_not_start():
+    """Template and parser ship together: a read framed one line a section (PE1) is not read."""
+    old = ["PE1 begin 1", "PE1 clock 0 MTc2NDQ1MTgwMAo= -", "PE1 end"]
+    assert parse_sections(old).problem == "node read did not start (no 'PE2 begin 2')"
 
 
 def test_a_read_cut_short_before_the_end_marker_is_incomplete():
+    sections = parse_sections(node_read()[:-1])
+    assert (sections.complete, sections.by_name) == (False, {})
+    assert sections.problem == "node read was cut short (no 'PE2 end')"
+
+
+def test_a_stream_cut_short_before_its_end_record_is_incomplete_with_what_it_held():
+    """The last line came, but the stream did not end (cat stopped): never partly read."""
     sections = parse_sections(node_read(end=False))
     assert sections.complete is False
-    assert sections.problem == "node read was cut short (no 'PE1 end')"
+    assert sections.problem == "node read was cut short (no 'PE2 end')"
     assert len(sections.by_name) == len(healthy_node())
 
 
 def test_output_after_the_end_marker_makes_the_read_incomplete():
-    lines = node_read() + ["PE1 clock 0 MTc2NDQ1MTgwMAo= -"]
+    lines = node_read() + ["MTc2NDQ1MTgwMAo="]
     sections = parse_sections(lines)
     assert sections.complete is False
     assert sections.problem == f"output after the end marker at line {len(lines) - 1}"
 
 
-def test_a_section_that_is_not_base64_makes_the_read_incomplete():
+def test_a_read_that_is_not_base64_makes_the_read_incomplete():
     lines = node_read()
-    lines[2] = "PE1 clock 0 1764451800 -"  # the clock printed raw, not base64
+    lines[2] = "1764451800"  # printed raw, not base64
     sections = parse_sections(lines)
-    assert sections.complete is False
-    assert sections.problem.startswith("section clock is not base64 text: ")
-    assert list(sections.by_name) == ["boot-id"]
+    assert (sections.complete, sections.by_name) == (False, {})
+    assert sections.problem.startswith("node read is not base64 text: ")
+
+
+def stream(lines: list[str]) -> bytes:
+    return base64.b64decode("".join(lines[1:-1]))
+
+
+def reframed(data: bytes) -> list[str]:
+    text = base64.b64encode(data).decode()
+    return ["PE2 begin 2", *(text[i : i + 76] for i in range(0, len(text), 76)), "PE2 end"]
+
+
+def test_a_section_shorter_or_longer_than_its_header_says_makes_the_read_incomplete():
+    data = stream(node_read())
+    header = b"PE2 clock 0 11 0\n"  # "1764451800\n": 11 bytes
+    assert header + b"1764451800\n" in data
+    short = parse_sections(reframed(data.replace(header, header.replace(b" 11 ", b" 12 "))))
+    assert (short.complete, list(short.by_name)) == (False, ["boot-id", "clock"])
+    assert short.problem.startswith("unexpected header at byte ")  # the next one, misread
+    long = parse_sections(reframed(data.replace(header, header.replace(b" 11 ", b" 10 "))))
+    assert (long.complete, long.problem) == (False, long.problem)
+    assert long.problem.startswith("unexpected header at byte ")  # "\nPE2 npu-smi-m ..."
+    last = parse_sections(reframed(data[: data.index(b"PE2 end\n") - 1]))
+    assert (last.complete, last.problem) == (False, "section claim-digest was cut short")
+
+
+def test_a_header_that_is_not_the_protocols_makes_the_read_incomplete():
+    data = stream(node_read())
+    for bad in (b"PE2 clock 0 011 0", b"PE2 clock 0 +11 0", b"PE2 clock 0 11", b"PE1 clock 0 11 0"):
+        sections = parse_sections(reframed(data.replace(b"PE2 clock 0 11 0", bad, 1)))
+        assert sections.complete is False and list(sections.by_name) == ["boot-id"], bad
+        assert sections.problem.startswith("unexpected header at byte "), bad
+
+
+def test_a_section_twice_or_bytes_after_the_end_record_make_the_read_incomplete():
+    twice = parse_sections(frame([("clock", "0", "1\n", ""), ("clock", "0", "2\n", "")]))
+    assert (twice.complete, twice.problem) == (
+        False,
+        "section clock appears twice in the node read",
+    )
+    after = parse_sections(reframed(stream(frame([("clock", "0", "1\n", "")])) + b"x"))
+    assert (after.complete, after.problem) == (False, "output after the end marker at byte 26")
+
+
+def test_bytes_that_are_not_text_make_that_section_unreadable_and_no_other():
+    sections = parse_sections(frame([("ledger", "0", b"\xff{}", ""), ("clock", "0", "1\n", "")]))
+    assert sections.complete is True
+    assert sections.by_name["ledger"].rc == "not-text"
+    assert sections.by_name["clock"] == Section("date +%s", "0", "1\n", "")
+
+
+def test_sections_keep_their_bytes_exactly():
+    """Trailing newlines, none at all, carriage returns, backslashes, NUL: as written."""
+    texts = ["a\n\n\n", "no newline", "c\r\n", "back\\slash\\n", "nul\x00byte\n", "PE2 end\n"]
+    sections = parse_sections(frame([(f"s{i}", "0", t, t[::-1]) for i, t in enumerate(texts)]))
+    assert sections.complete is True
+    assert [(s.stdout, s.stderr) for s in sections.by_name.values()] == [
+        (t, t[::-1]) for t in texts
+    ]
 
 
 # --- observe: the whole node ------------------------------------------------------------------
@@ -201,7 +269,7 @@ def test_the_node_read_names_its_machine_by_the_app_specific_id_of_its_machine_i
 def test_a_read_cut_short_makes_the_whole_node_unreadable_and_lists_no_partitions():
     obs = read(end=False)
     assert obs.health == (
-        SourceHealth("node", "unreadable", "node", "node read was cut short (no 'PE1 end')"),
+        SourceHealth("node", "unreadable", "node", "node read was cut short (no 'PE2 end')"),
     )
     assert obs.partitions == ()
     assert obs.holders == ()
@@ -217,7 +285,7 @@ def test_a_garbage_line_in_the_middle_makes_the_whole_node_unreadable():
             "node",
             "unreadable",
             "node",
-            "unexpected line 6 of the node read: 'sh: 1: npu-smi: Input/output error'",
+            "node read is not base64 text: Only base64 data is allowed",
         ),
     )
     assert obs.partitions == ()
