@@ -55,9 +55,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
     parser.add_argument("--pstats")
-    parser.add_argument("pyinfra", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    pyinfra_args = args.pyinfra[1:] if args.pyinfra[:1] == ["--"] else args.pyinfra
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    pyinfra_args = argv[cut + 1 :]
     watch = CollectorWatch()
     gc.callbacks.append(watch)
     profile = cProfile.Profile(time.process_time) if args.pstats else None
