@@ -14,8 +14,9 @@ parsed, nothing decided) and bare `pyinfra INVENTORY exec -- true`, on the same 
   CPUs);
 - control-node CPU per host: user + system time of the pyinfra process (its rusage), ÷ N, the
   median of the rounds for each, and deploy ÷ exec (target: 1.5); per added host, the slope
-  between two sizes (pyinfra's and the deploy's start left out), and how many hosts one core
-  converges in a period at that slope;
+  between consecutive sizes (pyinfra's and the deploy's start left out), deploy ÷ exec, its rise
+  over the slope before (target: not above 1), and how many hosts one core converges in a
+  period at that slope;
 - memory: the pyinfra process's peak RSS for the deploy, and the deploy's excess over exec's ÷ N;
 - collect: control-node CPU per host of enforcer.deploys.collect, the fleet view's read-only
   run for nodes that converge themselves (each node's report put where their scheduled runs keep
@@ -336,17 +337,39 @@ def simulated(size: Size) -> tuple[object, ...]:
     return (size.n, *seconds, f"{r.wall_ratio():.2f}")
 
 
-def per_added_host(small: Size, large: Size, period: float) -> str:
-    """CPU per host beyond pyinfra's start (the slope between two sizes), and what it makes of
-    one control node: how many hosts one core converges in one schedule period."""
-    added = large.n - small.n
-    deploy, bare = ((large.cpu(of) - small.cpu(of)) / added for of in ("deploy", "bare"))
-    start = large.cpu("deploy") - deploy * large.n
-    return (
-        f"per added host, N={small.n} to {large.n}: deploy {deploy * 1000:.1f} ms CPU, exec "
-        f"{bare * 1000:.1f} ms ({deploy / bare:.2f}x); the deploy's start {start:.2f} s; one "
-        f"core converges at most {period / deploy:,.0f} hosts in {period:.0f} s"
-    )
+SLOPE = (
+    ("N", 8),
+    ("deploy ms/added host", 20),
+    ("exec ms/added host", 18),
+    ("cpu", 5),
+    ("rise", 5),
+    ("hosts/core/period", 17),
+)
+
+
+def slopes(sizes: list[Size], period: float) -> list[tuple[object, ...]]:
+    """
+    CPU per added host between consecutive sizes (pyinfra's and the deploy's start left out),
+    deploy ÷ exec, `rise`: this slope ÷ the one before (target: not above 1), and how many hosts
+    one core converges in one schedule period at this slope.
+    """
+    rows, before = [], None
+    for small, large in zip(sizes, sizes[1:], strict=False):
+        added = large.n - small.n
+        deploy, bare = ((large.cpu(of) - small.cpu(of)) / added for of in ("deploy", "bare"))
+        rise = "" if before is None else f"{deploy / before:.2f}"
+        rows.append(
+            (
+                f"{small.n}-{large.n}",
+                f"{deploy * 1000:.1f}",
+                f"{bare * 1000:.1f}",
+                f"{deploy / bare:.2f}",
+                rise,
+                f"{period / deploy:,.0f}",
+            )
+        )
+        before = deploy
+    return rows
 
 
 def main(argv: list[str]) -> int:
@@ -364,8 +387,8 @@ def main(argv: list[str]) -> int:
     print(table(WALL, [wall(s) for s in sizes]))
     print("\nreplayed tool outputs, the pyinfra process: CPU per host, peak RSS")
     print(table(CPU, [cpu(s) for s in sizes]))
-    for small, large in zip(sizes, sizes[1:], strict=False):
-        print(per_added_host(small, large, args.period))
+    print(f"\nper added host (the slope between sizes), one core's hosts in {args.period:.0f} s")
+    print(table(SLOPE, slopes(sizes, args.period)))
     print("\nsimulated tools (Python, on the same CPUs): the simulator's cost, not the deploy's")
     print(table((WALL[0], WALL[1], WALL[3], WALL[4]), [simulated(s) for s in sizes]))
     return 0

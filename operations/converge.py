@@ -40,8 +40,11 @@ NODE_NAME = "node-name"  # the report's word for which node name a run used, and
 
 def host_data(host) -> dict[str, Any]:
     """The enforcer_* host data a run reads: each key the schema names that is set. An unset
-    node name is the node's own, read on the node (facts.nodename), not the host's name."""
-    return {k: host.data.get(k) for k in HOST_DATA_KEYS if host.data.get(k) is not None}
+    node name is the node's own, read on the node (facts.nodename), not the host's name.
+    Each key read once: pyinfra's host.data resolves a key through every data layer per read
+    (8,510 reads cost 5% of a profiled 50-host run, issue 33)."""
+    data = ((k, host.data.get(k)) for k in HOST_DATA_KEYS)
+    return {k: v for k, v in data if v is not None}
 
 
 def host_policy(host) -> Policy:
