@@ -389,8 +389,11 @@ def main(argv: list[str]) -> int:
     print(table(CPU, [cpu(s) for s in sizes]))
     print(f"\nper added host (the slope between sizes), one core's hosts in {args.period:.0f} s")
     print(table(SLOPE, slopes(sizes, args.period)))
-    print("\nsimulated tools (Python, on the same CPUs): the simulator's cost, not the deploy's")
-    print(table((WALL[0], WALL[1], WALL[3], WALL[4]), [simulated(s) for s in sizes]))
+    if args.simulated_rounds:  # 0: not measured, no table
+        print(
+            "\nsimulated tools (Python, on the same CPUs): the simulator's cost, not the deploy's"
+        )
+        print(table((WALL[0], WALL[1], WALL[3], WALL[4]), [simulated(s) for s in sizes]))
     return 0
 
 

@@ -9,7 +9,7 @@ node's processes) and its own mounts: the simulated node's /var/lib (kubelet, st
 trees), /run (lock, sshd's privilege separation dir), /dev and /home are bind-mounted at their real
 paths, and its tools on /usr/local/sbin, so the enforcer runs with default host data. Its /etc,
 /opt and /root are its own (OWN: overlayfs over the machine's, its writes in <node>/own/), with
-its own /etc/hosts and /etc/machine-id; a node reached as a non-root user with sudo also its own
+its own /etc/hosts and /etc/machine-id, and its own boot id; a node reached as a non-root user with sudo also its own
 /etc/passwd, group, shadow and sudoers; every node, empty shell startup files for root
 (ROOT_STARTUP). Nothing changes on the machine itself: every mount is in the node's private mount
 namespace.
@@ -269,7 +269,11 @@ def _lay_out(node: FleetNode) -> None:
         work.mkdir(exist_ok=True)
         options = f"lowerdir={target},upperdir={upper},workdir={work}"
         _check(node.ns.run(["mount", "-t", "overlay", "overlay", "-o", options, target]))
-    binds = [(path / "bin", TOOLS_ON_PATH)]
+    # Its own boot id, as every machine has (the nodes share this machine's kernel): two nodes
+    # of one story share a node name, and one node name in one boot is one machine to the fleet
+    # view (enforcer.fleet.shared). Bound over the namespace's /proc file, as a reboot's test does.
+    (path / "boot_id").write_text(f"{uuid.uuid4()}\n")
+    binds = [(path / "bin", TOOLS_ON_PATH), (path / "boot_id", "/proc/sys/kernel/random/boot_id")]
     binds += [(path / "rootfs" / sub, f"/{sub}") for sub in ("var/lib", "run", "home")]
     for name in HOST_DEVICES:  # placeholders in the node's /dev, then the machine's device on them
         placeholder = path / "rootfs" / "dev" / name
