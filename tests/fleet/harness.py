@@ -9,10 +9,10 @@ node's processes) and its own mounts: the simulated node's /var/lib (kubelet, st
 trees), /run (lock, sshd's privilege separation dir), /dev and /home are bind-mounted at their real
 paths, and its tools on /usr/local/sbin, so the enforcer runs with default host data. Its /etc,
 /opt and /root are its own (OWN: overlayfs over the machine's, its writes in <node>/own/), with
-its own /etc/hosts and /etc/machine-id, and its own boot id; a node reached as a non-root user with sudo also its own
-/etc/passwd, group, shadow and sudoers; every node, empty shell startup files for root
-(ROOT_STARTUP). Nothing changes on the machine itself: every mount is in the node's private mount
-namespace.
+its own /etc/hosts and /etc/machine-id, and its own boot id; a node reached as a non-root user
+with sudo also its own /etc/passwd, group, shadow and sudoers; every node, empty shell startup
+files for root (ROOT_STARTUP). Nothing changes on the machine itself: every mount is in the
+node's private mount namespace.
 
     python -m tests.fleet.harness N [DIR]    # from the checkout; `make fleet N=5`: start, print,
                                              # wait for Ctrl-C
