@@ -577,7 +577,7 @@ class Machine(RuleBasedStateMachine):
         self.driver = self.driver_class(self.tmp)
         self.sim = self.driver.sim
         self.boot = self.sim.state()["boot_id"]
-        self.now = START
+        self.now = self.start = START
         self.pods: dict[str, Any] = {}
         self.faults: set[tuple[str, str]] = set()
         self.fail_keys: set = set()  # partitions whose destroy the tool will refuse
@@ -624,6 +624,12 @@ class Machine(RuleBasedStateMachine):
         """Why a partition just destroyed should have been kept, by the kind's keepers."""
         return iter(())
 
+    def held(self, key: Hashable) -> Iterator[str]:
+        """A process holding a partition just destroyed: always a safety violation (the reference
+        keeps what is held; one that opened it after the read raced the destroy's guard)."""
+        if key in self.stray:
+            yield f"{self.noun} {key} was destroyed while a process held it"
+
     def pod_partition(self, p: Any) -> Hashable | None:
         raise NotImplementedError
 
@@ -655,7 +661,7 @@ class Machine(RuleBasedStateMachine):
 
     def note(self, text: str) -> None:
         type(self).counts.steps += 1
-        self.log.append(f"t={self.now - START:+.0f}s {text}")
+        self.log.append(f"t={self.now - self.start:+.0f}s {text}")
 
     def event(self, what: str) -> None:
         """Count one thing a history went through (the bench's `events`)."""
@@ -671,17 +677,6 @@ class Machine(RuleBasedStateMachine):
         if self.raise_on_violation:
             raise AssertionError(message)
 
-    def cri_alive(self, p: Any) -> bool:
-        """The CRI lists a ready sandbox (kubelet gives every phase but Pending and ended ones)."""
-        return p.in_cri and p.phase in ("ContainerCreating", "Running", "Terminating")
-
-    def _pick(self, ok: Callable[[Any], bool], i: int) -> Any:
-        eligible = [p for p in self.pods.values() if ok(p)]
-        return eligible[i % len(eligible)]
-
-    def _has(self, ok: Callable[[Any], bool]) -> bool:
-        return any(ok(p) for p in self.pods.values())
-
     # --- node and enforcer events every kind has
 
     def node_event(self, event: str, dt: int) -> None:
@@ -692,25 +687,6 @@ class Machine(RuleBasedStateMachine):
             self.clock_jumps(dt)
         else:
             getattr(self, event)()
-
-    @precondition(lambda self: self._has(lambda p: p.phase == "Deleted" and p.in_checkpoint))
-    @rule(i=st.integers(0, 7))
-    def kubelet_prunes(self, i: int) -> None:
-        p = self._pick(lambda p: p.phase == "Deleted" and p.in_checkpoint, i)
-        self.sim.release(p.uid)
-        p.in_checkpoint = False
-        self.note(f"{p.name}: kubelet prunes its stale checkpoint entry")
-
-    def pods_rebooted(self) -> None:
-        """After a reboot the kubelet makes the live pods' sandboxes again: started pods are back
-        to ContainerCreating; a Terminating one has ended."""
-        for p in self.pods.values():
-            if p.phase in ("ContainerCreating", "Running"):
-                p.phase = "ContainerCreating"
-                self.sim.set_pod_state(p.uid, "ContainerCreating")
-            elif p.phase == "Terminating":
-                p.phase = "Succeeded"
-                self.sim.set_pod_state(p.uid, "Succeeded")
 
     def ledger_wiped(self) -> None:
         (Path(self.driver.paths.state_dir) / "ledger.json").unlink(missing_ok=True)
@@ -877,8 +853,8 @@ class Machine(RuleBasedStateMachine):
         """A destroyed partition: none of its keepers was there."""
         item = self.partitions[key]
         kind = "contract-hazard" if contract_says else "safety"
-        if key in self.stray:
-            self.violation("safety", f"{self.noun} {key} was destroyed while a process held it")
+        for why in self.held(key):
+            self.violation("safety", why)
         for why in self.keepers(key, item):
             self.violation(kind, why)
         if item.identity() in self.contract.remembered:
@@ -897,6 +873,40 @@ class Machine(RuleBasedStateMachine):
                 f"{self.noun} {key} of live pod {p.name} ({p.style}, {p.phase}, opened: "
                 f"{p.opened}) was destroyed",
             )
+
+
+class PodMachine(Machine):
+    """A kind whose partitions pods get through the kubelet (Ascend, MIG): their pods' events."""
+
+    def cri_alive(self, p: Any) -> bool:
+        """The CRI lists a ready sandbox (kubelet gives every phase but Pending and ended ones)."""
+        return p.in_cri and p.phase in ("ContainerCreating", "Running", "Terminating")
+
+    def _pick(self, ok: Callable[[Any], bool], i: int) -> Any:
+        eligible = [p for p in self.pods.values() if ok(p)]
+        return eligible[i % len(eligible)]
+
+    def _has(self, ok: Callable[[Any], bool]) -> bool:
+        return any(ok(p) for p in self.pods.values())
+
+    @precondition(lambda self: self._has(lambda p: p.phase == "Deleted" and p.in_checkpoint))
+    @rule(i=st.integers(0, 7))
+    def kubelet_prunes(self, i: int) -> None:
+        p = self._pick(lambda p: p.phase == "Deleted" and p.in_checkpoint, i)
+        self.sim.release(p.uid)
+        p.in_checkpoint = False
+        self.note(f"{p.name}: kubelet prunes its stale checkpoint entry")
+
+    def pods_rebooted(self) -> None:
+        """After a reboot the kubelet makes the live pods' sandboxes again: started pods are back
+        to ContainerCreating; a Terminating one has ended."""
+        for p in self.pods.values():
+            if p.phase in ("ContainerCreating", "Running"):
+                p.phase = "ContainerCreating"
+                self.sim.set_pod_state(p.uid, "ContainerCreating")
+            elif p.phase == "Terminating":
+                p.phase = "Succeeded"
+                self.sim.set_pod_state(p.uid, "Succeeded")
 
 
 # --- running a machine (the tests' and the bench's)

@@ -50,7 +50,7 @@ from model.core import (
     LIVE,
     STEPS,
     Counts,
-    Machine,
+    PodMachine,
     Reference,
     _line,
 )
@@ -386,7 +386,7 @@ class Contract(Reference):
 # --- the machine
 
 
-class LifecycleMachine(Machine):
+class LifecycleMachine(PodMachine):
     """Pods, vNPUs and enforcer runs on one simulated 310P3 (8 AI cores, vir01/vir02/vir04)."""
 
     driver_class: type[core.Driver] = InProcessDriver

@@ -85,7 +85,7 @@ from model.core import (
     LIVE,
     STEPS,
     Counts,
-    Machine,
+    PodMachine,
     Reference,
     _line,
 )
@@ -583,7 +583,7 @@ class MigContract(Reference):
 # --- the machine
 
 
-class MigLifecycle(Machine):
+class MigLifecycle(PodMachine):
     """Pods, GPU instances, device plugins, a DRA driver and enforcer runs on two H100s."""
 
     driver_class: type[core.Driver] = MigInProcessDriver

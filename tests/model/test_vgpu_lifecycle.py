@@ -17,7 +17,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
-from model.lifecycle_machine import Counts
+from model.core import Counts
 from model.vgpu_machine import VgpuMachine
 
 from enforcer import liveness

@@ -1,8 +1,9 @@
 """
 Model-based lifecycle testing of vGPUs (issue 32): mdevs and NVIDIA's vendor-VFIO vGPUs handed
-to VMs by a VMM that keeps hypeman's instance records (`vm-metadata`), one Hypothesis state
-machine over the simulated VM host (simulator: vgpu_model.py, hypeman.py, kernel.py) and the
-real decision code (facts.snapshot.observe, enforcer.contract.decide, enforcer.ledger).
+to VMs by a VMM that keeps hypeman's instance records (`vm-metadata`), one machine on the model
+core (tests/model/core.py: the run, the reference's ledger and breaker, the invariants) over the
+simulated VM host (simulator: vgpu_model.py, hypeman.py, kernel.py) and the real decision code
+(facts.snapshot.observe, enforcer.contract.decide, enforcer.ledger).
 
 `VgpuNamespaceDriver` (`make test`): the model core's NamespaceDriver (the real node read,
 NodeSnapshot's shell, and the real guarded destroy, destroy-vgpu.sh.j2, `sh -c` in the node's
@@ -11,13 +12,13 @@ Tesla T4 whose mdevs, and an A40 whose SR-IOV VFs' vendor-VFIO vGPUs, the VMM gi
 Hypervisors and impostors are real processes in that namespace (the agent starts them), so a
 record's PID, start time and control socket are read from the node's /proc as in production.
 
-Two sections: the generic plumbing (`ReferenceLedger`: rules 5 and 6 as DESIGN.md states them;
-`RunMachine`: one enforcer run, its conformance, safety and liveness checks), which does not know
-what a vGPU is and is meant to move onto the model core (branch modelcore); and the vGPU kind
-(`VgpuMachine`: the events, the model's truth, and `vm_alive`, the product's documented vGPU
-rules: docs/CLAIMS.md "vGPUs for virtual machines", enforcer/liveness.py vm_liveness).
+The kind adds to the core its events (VMs created, started, stopped, deleted, a create that
+fails, a PID reused, a record torn), its truth (`vgpus`, `vms`, `procs`) and its reference
+(`VgpuReference`: what is listed, held, claimed by a live VM, and the vm-metadata source's live
+owners for the breaker), from the product's documented vGPU rules: docs/CLAIMS.md "vGPUs for
+virtual machines", enforcer/liveness.py vm_liveness.
 
-Invariants, after every run:
+Invariants (the core's), after every run:
 
 - safety: no vGPU is destroyed while a process holds its VFIO group (a hypervisor), or while a
   VM that is truly live names it in its record (its hypervisor runs, or it has no PID yet: a VM
@@ -30,21 +31,16 @@ Invariants, after every run:
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
-from model.core import SHM, Counts, Driver, NamespaceDriver
+from hypothesis.stateful import initialize, precondition, rule
+from model.core import Counts, Machine, NamespaceDriver, Reference
 
-from enforcer import ledger as ledgers
-from enforcer.contract import decide
 from enforcer.model import MDEV, VFIO, VM_METADATA, Observation, Verdict
 from enforcer.policy import Policy, policy_from_host_data
 from facts.snapshot import observe
@@ -52,241 +48,6 @@ from operations.enforce import destroy_command
 from simulator import vgpu_story
 from simulator.hypeman import HYPEMAN
 from simulator.node import SimNode
-
-# --- the generic plumbing: rules 5 and 6, one run, the invariants (to port onto the model core) --
-
-
-@dataclass
-class RefEntry:
-    last_observed: float
-    streak_start: float | None = None
-    streak_runs: int = 0
-
-
-@dataclass
-class Expected:
-    orphans: set[Any]
-    trip: bool
-
-
-@dataclass(frozen=True)
-class Grace:
-    seconds: float = 900
-    runs: int = 3
-    max_gap: float = 3600
-    # Rule 6's defaults (enforcer/policy.py): the node's share, and one accelerator's.
-    fraction: float = 0.5
-    least: int = 4
-    accelerator_fraction: float = 0.5
-    accelerator_least: int = 2
-
-
-@dataclass
-class ReferenceLedger:
-    """
-    Rules 5 and 6 from DESIGN.md, kept from the model's truth (never from decide's output): per
-    identity its candidate streak; per claim source its live owners last run (the breaker's
-    "went silent"); the identities the guarded destroy verified gone (a successor starts anew).
-    """
-
-    grace: Grace = field(default_factory=Grace)
-    boot: str = ""
-    entries: dict[Any, RefEntry] = field(default_factory=dict)
-    live: dict[str, int] = field(default_factory=dict)
-    verified: set[Any] = field(default_factory=set)
-
-    def run(
-        self,
-        listed: dict[Any, tuple[Any, str]],  # key -> (identity, accelerator)
-        keep: set[Any],  # keys held, claimed or pinned this run
-        inconclusive: bool,  # a required source failed: every listed key
-        live: dict[str, int],  # live owners per healthy claim source
-        boot: str,
-        now: float,
-        breaker: bool,
-    ) -> Expected:
-        g = self.grace
-        comparable = self.entries if boot == self.boot else {}
-        comparable = {i: e for i, e in comparable.items() if i not in self.verified}
-        self.verified = set()
-        entries: dict[Any, RefEntry] = {}
-        proven: set[Any] = set()
-        for key, (identity, _) in listed.items():
-            e = comparable.get(identity) or RefEntry(now)
-            if now - e.last_observed > g.max_gap:  # nobody watched: a new streak from this run
-                e = replace(e, streak_start=None, streak_runs=0)
-            if inconclusive or key in keep:
-                e = replace(e, streak_start=None, streak_runs=0)
-            elif e.streak_start is None:
-                e = replace(e, streak_start=now, streak_runs=1)
-            else:
-                e = replace(e, streak_runs=e.streak_runs + 1)
-            if e.streak_start is not None and e.streak_runs >= g.runs:
-                if now - e.streak_start >= g.seconds:
-                    proven.add(key)
-            entries[identity] = replace(e, last_observed=now)
-        silent = [s for s, n in sorted(self.live.items()) if n > 0 and live.get(s) == 0]
-        trip = False
-        if breaker and proven:
-            share = len(proven) > g.fraction * len(listed) and len(proven) > g.least
-            on: dict[str, int] = {}
-            going: dict[str, int] = {}
-            for key, (_, accelerator) in listed.items():
-                on[accelerator] = on.get(accelerator, 0) + 1
-                going[accelerator] = going.get(accelerator, 0) + (key in proven)
-            one = any(
-                n > g.accelerator_fraction * on[a] and n > g.accelerator_least
-                for a, n in going.items()
-            )
-            trip = bool(silent) or share or one
-        kept = {s: n for s, n in self.live.items() if s not in live}
-        if breaker:
-            kept |= {s: self.live[s] for s in silent}
-        self.boot, self.entries, self.live = boot, entries, {**live, **kept}
-        return Expected(set() if trip else proven, trip)
-
-
-class RunMachine(RuleBasedStateMachine):
-    """
-    One enforcer run over a driver and its checks; a kind supplies its truth and its reference:
-    `listed()`, `reference(now, breaker)`, `faulted()`, `key_of(verdict)`, `destroyed(key)`,
-    `check_safe(key, reference_says)`, `racing(orphans)`.
-    """
-
-    driver_class: type[Driver]
-    node_name = ""
-    raise_on_violation = True
-    counts = Counts()
-
-    def __init__(self) -> None:
-        super().__init__()
-        base = SHM if os.path.isdir(SHM) and os.access(SHM, os.W_OK) else None
-        self.tmp = Path(tempfile.mkdtemp(prefix="pe-vgpu-model-", dir=base))
-        self.driver = self.driver_class(self.tmp)
-        self.sim = self.driver.sim
-        self.now = float(int(time.time()))  # records' mtimes are real: the node's clock is too
-        self.start = self.now
-        self.log: list[str] = []
-        self.ref = ReferenceLedger()
-        self.raced = False
-        type(self).counts.histories += 1
-
-    def teardown(self) -> None:
-        try:
-            self.driver.close()
-        finally:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def note(self, text: str) -> None:
-        type(self).counts.steps += 1
-        self.log.append(f"t={self.now - self.start:+.0f}s {text}")
-
-    def event(self, what: str) -> None:
-        type(self).counts.events[what] += 1
-
-    def violation(self, kind: str, text: str) -> None:
-        message = f"{kind}: {text}\nhistory:\n  " + "\n  ".join(self.log)
-        c = type(self).counts
-        c.violations += 1
-        c.hazards += kind == "contract-hazard"
-        if len(c.examples) < 6:
-            c.examples.append(message)
-        if self.raise_on_violation:
-            raise AssertionError(message)
-
-    # what a kind supplies
-    def reference(self, now: float, breaker: bool) -> Expected:
-        raise NotImplementedError
-
-    def faulted(self) -> bool:
-        raise NotImplementedError
-
-    def key_of(self, v: Verdict) -> Any:
-        raise NotImplementedError
-
-    def identity_of(self, key: Any) -> Any:
-        raise NotImplementedError
-
-    def destroyed(self, key: Any) -> None:
-        raise NotImplementedError
-
-    def check_safe(self, key: Any, reference_says: bool) -> None:
-        raise NotImplementedError
-
-    def present(self) -> set[Any]:
-        raise NotImplementedError
-
-    def enforce(
-        self, race: Callable[[list[Verdict]], None] | None = None, breaker: bool = True
-    ) -> None:
-        c = type(self).counts
-        c.runs += 1
-        paths = self.driver.paths
-        obs = observe(self.driver.read(), self.node_name, paths, self.claim_sources())
-        obs = replace(obs, now=self.now)
-        bad = [h for h in obs.health if h.status != "ok"]
-        if bool(bad) != self.faulted():
-            self.violation("model", f"source health {bad}, faults expected: {self.faulted()}")
-        try:
-            ledger = ledgers.load(obs.ledger_text)
-        except ledgers.LedgerError as error:
-            self.violation("model", f"the ledger written last run cannot be read: {error}")
-            ledger = ledgers.Ledger()
-        policy = self.driver.policy if breaker else replace(self.driver.policy, breaker=False)
-        decision = decide(obs, ledger, policy, self.now)
-        expected = self.reference(self.now, breaker)
-        verdicts = decision.verdicts
-        orphans = [v for v in verdicts if v.is_orphan]
-        got = {self.key_of(v) for v in orphans}
-        tripped = any(v.status == "breaker" for v in verdicts)
-        c.verdicts.update(v.status for v in verdicts)
-        self.note("enforcer run: " + (", ".join(self.verdict_line(v) for v in verdicts) or "-"))
-        if got != expected.orphans or tripped != expected.trip:
-            self.violation(
-                "conformance",
-                f"decide proved {sorted(got)} orphaned (breaker {tripped}); the reference "
-                f"proves {sorted(expected.orphans)} (breaker {expected.trip})\n"
-                + "\n".join(f"  {self.verdict_line(v)}: {v.reason}" for v in verdicts),
-            )
-        state = Path(paths.state_dir)
-        record = state / "destroyed"
-        if obs.destroyed:  # what write-state.sh.j2 does: the records read are consumed
-            record.write_text("".join(record.read_text().splitlines(True)[len(obs.destroyed) :]))
-        (state / "ledger.json").write_text(ledgers.dump(decision.ledger))
-        self.raced = False
-        if race and orphans:
-            race(orphans)
-            self.raced = True
-        for v in orphans:
-            key = self.key_of(v)
-            outcome, said = self.driver.destroy(v, obs)
-            if outcome == "destroyed":
-                c.destroys += 1
-                self.ref.verified.add(self.identity_of(key))
-                self.check_safe(key, key in expected.orphans)
-                self.note(f"enforcer destroys {key}")
-                self.destroyed(key)
-            elif outcome == "failed":
-                c.failed_destroys += 1
-                self.note(f"destroy of {key} failed: {said.strip()[-120:]}")
-            else:
-                c.kept_by_guard += 1
-                self.note(f"guard keeps {key}: {said.strip()[-120:]}")
-        if self.present() != set(self.listed()):
-            self.violation("model", f"node has {self.present()}, the model {set(self.listed())}")
-        for key in expected.orphans:
-            if key in self.listed() and not self.raced:
-                self.violation("liveness", f"{key} was proven orphaned and survived the run")
-
-    def claim_sources(self) -> tuple[str, ...]:
-        return self.driver.policy.claim_sources
-
-    def listed(self) -> dict[Any, Any]:
-        raise NotImplementedError
-
-    def verdict_line(self, v: Verdict) -> str:
-        return f"{self.key_of(v)}:{v.status}"
-
 
 # --- the vGPU kind: the VM host, the VMM's records, and the product's vGPU rules ----------------
 
@@ -340,6 +101,9 @@ class VgpuNamespaceDriver(NamespaceDriver):
     def start_impostor(self) -> int:
         return self.ns.start_impostor()
 
+    def pid_start_time(self, pid: int) -> int:
+        return self.ns.pid_start_time(pid)
+
     def stop(self, pid: int) -> None:
         self.ns.stop_hypervisor(pid)
 
@@ -361,6 +125,18 @@ class VgpuM:
         # What the product's identity holds that can change: a VF's vGPU of the same type made
         # again in the same boot prints the same fields (a successor the ledger must not confuse).
         return (self.kind, self.id, MDEV_TYPE if self.kind == MDEV else VF_TYPE, self.boot)
+
+    @property
+    def key(self) -> str:
+        return self.id
+
+    @property
+    def accelerator(self) -> str:
+        return f"pci:{T4 if self.kind == MDEV else A40}"
+
+    @property
+    def story(self) -> str:
+        return f"{self.kind} of {self.vm}"
 
 
 @dataclass
@@ -388,29 +164,91 @@ class Proc:
     device: str | None  # the vGPU whose VFIO files it holds
 
 
-class VgpuMachine(RunMachine):
+@dataclass
+class VgpuReference(Reference):
+    """
+    The reference on the VM host (the core's streak and breaker), from the model's truth: every
+    vGPU listed (sysfs never fails here); held by a process (rule 2) or named by a VM alive by
+    the product's rule (rule 3) kept; a torn record fails vm-metadata, which is read only while
+    vGPUs are listed: then every streak restarts and the source counts nothing. No device plugin
+    advertises a VM's vGPU: rule 4's memory never keeps one.
+    """
+
+    def listed(self, m: VgpuMachine) -> list[VgpuM]:  # type: ignore[override]
+        return list(m.vgpus.values())
+
+    def failure(self, m: VgpuMachine) -> bool:  # type: ignore[override]
+        return m.faulted()
+
+    def kept(self, m: VgpuMachine, listed: list, comparable: dict) -> set:  # type: ignore[override]
+        held = {p.device for p in m.procs.values() if p.device in m.vgpus}
+        return held | {vm.device[1] for vm in m.alive()}
+
+    def live_sources(self, m: VgpuMachine) -> dict[str, int]:  # type: ignore[override]
+        return {} if m.faulted() else {VM_METADATA: len(m.alive())}
+
+    def advertisement(self, m: VgpuMachine, listed: list) -> tuple:  # type: ignore[override]
+        return {}, lambda advertiser: False
+
+
+class VgpuMachine(Machine):
     """VMs with mdev and vendor-VFIO vGPUs on one VM host, and the enforcer's runs."""
 
     driver_class = VgpuNamespaceDriver
-    node_name = NODE
+    reference_class = VgpuReference
     counts = Counts()
+    noun = "vGPU"
+    prefix = "pe-vgpu-model-"
 
     def __init__(self) -> None:
         super().__init__()
-        self.boot = self.sim.state()["boot_id"]
+        self.now = self.start = float(int(time.time()))  # records' mtimes are real: the clock too
         self.vgpus: dict[str, VgpuM] = {}
         self.vms: dict[str, VmM] = {}
         self.procs: dict[int, Proc] = {}
-        self.n = 0
 
     @initialize()
     def nothing_yet(self) -> None:
         self.note("a VM host: a T4 (mdevs) and an A40 with 3 vendor-VFIO VFs")
 
-    # --- the kind's hooks -------------------------------------------------------------------------
+    # --- the core's hooks -------------------------------------------------------------------------
 
-    def listed(self) -> dict[str, VgpuM]:
+    @property
+    def partitions(self) -> dict[str, VgpuM]:
         return self.vgpus
+
+    def key_of(self, v: Verdict) -> str:
+        return v.partition.id
+
+    def check_tracking(self) -> None:
+        if self.present() != set(self.vgpus):
+            self.violation("model", f"node has {self.present()}, the model {set(self.vgpus)}")
+
+    def before_read(self) -> None:
+        self._run_events()
+
+    def read(self) -> Observation:
+        paths, sources = self.driver.paths, self.driver.policy.claim_sources
+        return replace(observe(self.driver.read(), NODE, paths, sources), now=self.now)
+
+    def health_as_expected(self, obs: Observation) -> bool:
+        return any(h.status != "ok" for h in obs.health) == self.faulted()
+
+    def keepers(self, key: str, item: VgpuM) -> Iterator[str]:
+        for vm in self.vms.values():
+            if vm.device[1] == key and self.truly_live(vm):
+                yield f"{key} of live VM {vm.name} (pid {vm.pid}) was destroyed"
+
+    def held(self, key: str) -> Iterator[str]:
+        for pid, p in self.procs.items():
+            if p.device == key:
+                yield f"{key} was destroyed while pid {pid} held it"
+
+    def after_run(self) -> None:
+        self.check_tracking()  # the destroys' effects too, at once
+
+    def _gone(self, key: str) -> None:
+        del self.vgpus[key]
 
     def present(self) -> set[str]:
         """
@@ -429,18 +267,17 @@ class VgpuMachine(RunMachine):
             time.sleep(0.05)
         return saved
 
-    def key_of(self, v: Verdict) -> str:
-        return v.partition.id
-
-    def identity_of(self, key: str) -> tuple:
-        return self.vgpus[key].identity()
+    def records(self) -> list[VmM]:
+        """The VM records a run reads: facts/vms.py reads them only while vGPUs are listed."""
+        return [vm for vm in self.vms.values() if vm.fields is not None and self.vgpus]
 
     def faulted(self) -> bool:
         """A torn record fails vm-metadata, which is read only while vGPUs are listed."""
-        return bool(self.vgpus) and any(vm.torn for vm in self.vms.values())
+        return any(vm.torn for vm in self.records())
 
-    def destroyed(self, key: str) -> None:
-        del self.vgpus[key]
+    def alive(self) -> list[VmM]:
+        """The VMs the run finds alive (none while vm-metadata is unreadable)."""
+        return [] if self.faulted() else [vm for vm in self.records() if self.vm_alive(vm)]
 
     def vm_alive(self, vm: VmM) -> bool:
         """
@@ -471,40 +308,20 @@ class VgpuMachine(RunMachine):
             return True
         return vm.pid is None and not vm.fields.get("GPURetainedForCleanup", False)
 
-    def reference(self, now: float, breaker: bool) -> Expected:
-        # facts/vms.py reads the records only while vGPUs are listed: none listed, the healthy
-        # source counts no live owner for the breaker (rule 6a), whatever the records say.
-        records = [vm for vm in self.vms.values() if vm.fields is not None and self.vgpus]
-        torn = any(vm.torn for vm in records)
-        keep = {p.device for p in self.procs.values() if p.device in self.vgpus}  # rule 2
-        alive = [] if torn else [vm for vm in records if self.vm_alive(vm)]
-        keep |= {vm.device[1] for vm in alive}  # rule 3: a live VM's record names it exactly
-        live = {} if torn else {VM_METADATA: len(alive)}
+    def _run_events(self) -> None:
+        """What this run reads (the bench's events)."""
+        torn = self.faulted()
         if not self.vgpus and any(self.vm_alive(vm) for vm in self.vms.values() if vm.fields):
             self.event("runs: no vGPU listed, live VMs' records unread (counted none)")
-        listed = {
-            k: (v.identity(), f"pci:{T4 if v.kind == MDEV else A40}") for k, v in self.vgpus.items()
-        }
-        for vm in records:
+        for vm in self.records():
             if vm.pid is not None and not torn and not self.vm_alive(vm) and self.procs.get(vm.pid):
                 self.event("runs: a record whose PID is another process's (PID reuse)")
             if (
                 vm.pid is None
-                and vm.fields.get("GPURetainedForCleanup")
+                and vm.fields.get("GPURetainedForCleanup")  # type: ignore[union-attr]
                 and vm.device[1] in self.vgpus
             ):
                 self.event("runs: a retention stub's vGPU")
-        return self.ref.run(listed, keep, torn, live, self.boot, now, breaker)
-
-    def check_safe(self, key: str, reference_says: bool) -> None:
-        kind = "contract-hazard" if reference_says else "safety"
-        holders = [pid for pid, p in self.procs.items() if p.device == key]
-        if holders:
-            self.violation("safety", f"{key} was destroyed while pid {holders[0]} held it")
-        owners = [vm for vm in self.vms.values() if vm.device[1] == key and self.truly_live(vm)]
-        if owners:
-            vm = owners[0]
-            self.violation(kind, f"{key} of live VM {vm.name} (pid {vm.pid}) was destroyed")
 
     # --- helpers ----------------------------------------------------------------------------------
 
@@ -668,7 +485,7 @@ class VgpuMachine(RunMachine):
         """
         vm = self._pick(lambda vm: VgpuMachine._stopped(vm) and vm.pid is not None, i)
         pid = self.driver.start_impostor()
-        self.procs[pid] = Proc(self.driver.ns.pid_start_time(pid), None, None)
+        self.procs[pid] = Proc(self.driver.pid_start_time(pid), None, None)
         assert vm.fields is not None
         vm.fields["HypervisorPID"] = pid
         if not start_time:
@@ -715,18 +532,7 @@ class VgpuMachine(RunMachine):
         self.event("node: reboot")
         self.note("node reboots: every vGPU lost, the VM records stay")
 
-    # --- the enforcer's runs ----------------------------------------------------------------------
-
-    @rule(dt=st.sampled_from([60, 300, 300, 600]))
-    def enforcer_run(self, dt: int) -> None:
-        self.now += dt
-        self.enforce()
-
-    @rule(k=st.integers(2, 4), dt=st.sampled_from([300, 450]))
-    def enforcer_runs_on_schedule(self, k: int, dt: int) -> None:
-        for _ in range(k):
-            self.now += dt
-            self.enforce()
+    # --- the enforcer's runs (the core's, and these) ---------------------------------------------
 
     @rule()
     def enforcer_run_breaker_lifted(self) -> None:
@@ -762,8 +568,7 @@ class VgpuMachine(RunMachine):
                 self.note("race: the node reboots before the destroys")
                 self.reboot()
 
-        self.now += 300
-        self.enforce(race=happen)
+        self.racing_run(happen)
         for pid in stray:
             self.driver.stop(pid)
             self.procs.pop(pid, None)
