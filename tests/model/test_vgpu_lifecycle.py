@@ -127,7 +127,7 @@ def test_rule_6_the_last_vm_stopping_trips_the_breaker_until_an_operator_lifts_i
         m.vm_stopped(0)
         m.enforcer_runs_on_schedule(4, 450)
         assert len(m.vgpus) == 1 and m.counts.verdicts["breaker"] == 2, m.log
-        m.enforcer_run_breaker_lifted()
+        m.enforcer_run_breaker_lifted(300)
         assert m.vgpus == {}, m.log
         assert type(m).counts.violations == 0
     finally:

@@ -532,14 +532,7 @@ class VgpuMachine(Machine):
         self.event("node: reboot")
         self.note("node reboots: every vGPU lost, the VM records stay")
 
-    # --- the enforcer's runs (the core's, and these) ---------------------------------------------
-
-    @rule()
-    def enforcer_run_breaker_lifted(self) -> None:
-        """An operator lifts the circuit breaker for one run (`--data enforcer_breaker=off`)."""
-        self.now += 300
-        self.note("an operator lifts the circuit breaker for one run")
-        self.enforce(breaker=False)
+    # --- the enforcer's runs (the core's, and this) ----------------------------------------------
 
     @rule(race=st.sampled_from(["restart", "open", "reboot"]))
     def enforcer_run_racing(self, race: str) -> None:
