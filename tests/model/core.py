@@ -1,7 +1,7 @@
 """
 The model core (issue 32): what every kind's lifecycle machine shares, written once. A machine
-(tests/model/lifecycle_machine.py for Ascend, mig_machine.py for MIG) adds its node, its events
-and its records; the core gives it:
+(tests/model/lifecycle_machine.py for Ascend, mig_machine.py for MIG, vgpu_machine.py for vGPUs)
+adds its node, its events and its records; the core gives it:
 
 - the state store and the driver seam: `Driver` makes the simulated node (SimNode, the one state
   store of every vendor's model); `NamespaceDriver` (`make test`) reads it with the real node read
@@ -10,7 +10,9 @@ and its records; the core gives it:
   the node read's sections with the simulator's own renderers, and destroys only where the
   destroy template's re-checks hold (each kind's `destroy`).
 - the run (`Machine.enforce`): read, observe, decide, the ledger written, the destroys (a race
-  between the read and the destroys drawn by the machine), each outcome counted.
+  between the read and the destroys drawn by the machine), each outcome counted; the enforcer's
+  and the node's events every kind has (`Machine`), and the kubelet's pods' (`PodMachine`: the
+  kinds whose partitions pods get through the kubelet; a VM host's are its VMs').
 - the reference's common parts (`Reference`): "what a perfect enforcer may destroy" decided from
   the model's truth, never from decide's output: identities compared across runs (a new boot
   starts anew, a clock gone backwards restarts every streak and keeps destroy attempts, a
@@ -20,11 +22,12 @@ and its records; the core gives it:
   Each kind says what is listed, what fails, what is kept (pinned, held, claimed), who advertises
   what and which sources count owners.
 - the invariants, checked after every run: safety (no partition destroyed while a process holds
-  it, a keeper of the kind names it, rule 4's memory desires it, or a live pod owns it),
-  conformance (decide proves orphaned exactly what the reference proves; the breaker trips
-  exactly when it says), liveness (what the reference proves orphaned is gone after the run unless
-  its destroy was made to fail or something raced it); a safety violation the reference itself
-  predicts is a `contract-hazard`: the contract is wrong, not only the code.
+  it, `held`: always a safety violation; a keeper of the kind names it, rule 4's memory desires
+  it, or a live pod owns it), conformance (decide proves orphaned exactly what the reference
+  proves; the breaker trips exactly when it says), liveness (what the reference proves orphaned is
+  gone after the run unless its destroy was made to fail or something raced it); a safety
+  violation the reference itself predicts is a `contract-hazard`: the contract is wrong, not only
+  the code.
 """
 
 from __future__ import annotations
