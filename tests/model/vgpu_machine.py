@@ -340,6 +340,9 @@ class VgpuNamespaceDriver(NamespaceDriver):
     def start_impostor(self) -> int:
         return self.ns.start_impostor()
 
+    def pid_start_time(self, pid: int) -> int:
+        return self.ns.pid_start_time(pid)
+
     def stop(self, pid: int) -> None:
         self.ns.stop_hypervisor(pid)
 
@@ -668,7 +671,7 @@ class VgpuMachine(RunMachine):
         """
         vm = self._pick(lambda vm: VgpuMachine._stopped(vm) and vm.pid is not None, i)
         pid = self.driver.start_impostor()
-        self.procs[pid] = Proc(self.driver.ns.pid_start_time(pid), None, None)
+        self.procs[pid] = Proc(self.driver.pid_start_time(pid), None, None)
         assert vm.fields is not None
         vm.fields["HypervisorPID"] = pid
         if not start_time:
