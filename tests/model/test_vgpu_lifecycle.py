@@ -2,9 +2,9 @@
 Model-based lifecycle testing of vGPUs (issue 32): random lifecycles of VMs with mdev and
 vendor-VFIO vGPUs, their hypeman records, the node and the enforcer (tests/model/vgpu_machine.py)
 against the real decision code, the real node read and the real guarded destroy, in the simulated
-VM host's namespace. Slow (about a second a run on an idle machine): a few histories here; the
-counts of more are in docs/RELIABILITY.md (bench/lifecycle.py's `histories()` loop over
-VgpuMachine, `raise_on_violation = False`: no in-process driver yet).
+VM host's namespace. Slow (about a second a run on an idle machine): a few histories here; many
+more run on the in-process driver (tests/model/vgpu_inprocess.py, which tests/model/
+test_vgpu_inprocess.py holds to this one, read by read and destroy by destroy).
 
 The stories below are one history each by hand, one per vGPU rule of the contract; the mutation
 checks break one rule of the product (by monkeypatch) and show the machine's invariants catch it.
