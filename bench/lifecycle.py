@@ -1,17 +1,17 @@
 """
 The model-based lifecycle test at scale (issues 7 and 18): `python bench/lifecycle.py --histories
-10000` runs that many random histories of each machine with its in-process driver — the Ascend
-one (tests/model/lifecycle_machine.py: vNPUs on a 310P3: HAMi's template mode, Huawei's static
-vNPUs and its plugin's absences, Volcano's dynamic vNPUs) and the MIG one (tests/model/
-mig_machine.py: static and dynamic GPU instances on two H100s, advertised devices and their
-plugin's absences, NVIDIA's device-list strategies, HAMi's dynamic MIG and template cache,
-records not understood, NVIDIA's DRA chart preparing and unpreparing claims, its ComputeDomain
-plugin) — and prints, per machine, the count of histories, enforcer runs, destroys and
-violations, what the histories went through (the machine's `events`: allocations by strategy,
-advertisers gone and back, GIs and vNPUs kept by rule 4's memory, DRA claims prepared,
-unprepared half way, leaked, reclaimed...), and the wall time. `--machine <kind>` runs one
-(each kind's machine is on the model core, tests/model/core.py).
-Exit 1 on any violation.
+10000` runs that many random histories of each machine with its in-process driver — the Ascend one
+(tests/model/lifecycle_machine.py: vNPUs on a 310P3: HAMi's template mode, Huawei's static vNPUs
+and its plugin's absences, Volcano's dynamic vNPUs) and the MIG one (tests/model/mig_machine.py:
+static and dynamic GPU instances on two H100s, advertised devices and their plugin's absences,
+NVIDIA's device-list strategies, HAMi's dynamic MIG and template cache, records not understood,
+NVIDIA's DRA chart preparing and unpreparing claims, its ComputeDomain plugin) and the vGPU one
+(tests/model/vgpu_machine.py: VMs with mdev and vendor-VFIO vGPUs on a VM host, hypeman's records,
+hypervisors, reused PIDs, torn records) — and prints, per machine, the count of histories, enforcer
+runs, destroys and violations, what the histories went through (the machine's `events`: allocations
+by strategy, advertisers gone and back, GIs and vNPUs kept by rule 4's memory, DRA claims prepared,
+unprepared half way, leaked, reclaimed...), and the wall time. `--machine <kind>` runs one (each
+kind's machine is on the model core, tests/model/core.py). Exit 1 on any violation.
 
 What differs from `make test`'s node-level run, for speed: the node read's sections are built by
 the simulator's own renderers (npu-smi chip map, vNPU table and host table, crictl pods and ps,
@@ -24,7 +24,9 @@ listing checked. parse_sections, observe, decide and the contract reference are 
 The MIG machine's driver does the same with nvidia-smi's own command code (the default table of
 two MIG GPUs given the rule the simulator leaves out between them), mig-minors cut to the node's
 two GPUs, the DRA driver's checkpoint and CDI specs as the simulator wrote them, and
-destroy-mig.sh.j2's re-checks (see MigInProcessDriver).
+destroy-mig.sh.j2's re-checks (see MigInProcessDriver); the vGPU one the VM host's sections from
+the simulator's sysfs state and a table of processes, and destroy-vgpu.sh.j2's re-checks
+(tests/model/vgpu_inprocess.py, checked against the shell read section by section).
 
 Violations are counted by kind; a contract hazard (a live pod's vNPU destroyed where the
 contract reference itself says so) is one too: the contract is wrong, not only the code.
@@ -48,10 +50,13 @@ from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
 from model.core import Counts, machine_class  # noqa: E402
 from model.lifecycle_machine import InProcessDriver, LifecycleMachine  # noqa: E402
 from model.mig_machine import MigInProcessDriver, MigLifecycle  # noqa: E402
+from model.vgpu_inprocess import VgpuInProcessDriver  # noqa: E402
+from model.vgpu_machine import VgpuMachine  # noqa: E402
 
 MACHINES = {
     "ascend": (LifecycleMachine, InProcessDriver),
     "mig": (MigLifecycle, MigInProcessDriver),
+    "vgpu": (VgpuMachine, VgpuInProcessDriver),
 }
 
 

@@ -60,6 +60,7 @@ from enforcer.model import Observation, Verdict
 from enforcer.policy import Policy, policy_from_host_data
 from facts.snapshot import NodeSnapshot, Sections, parse_sections
 from operations.enforce import destroy_command
+from simulator.dra import CDI_VENDOR
 from simulator.namespace import pod_cgroup
 from simulator.node import SimNode
 from simulator.state import checkpoint_text
@@ -301,6 +302,31 @@ class InProcessDriver(Driver):
         lines.append("PE1 released absent - -")  # no person releases anything here
         lines.append("PE1 drain absent - -")  # never drained
         return lines
+
+    @staticmethod
+    def _file(name: str, path: Path) -> str:
+        """snapshot.sh.j2's `file`: the file as it is, or absent."""
+        if not path.exists():
+            return f"PE1 {name} absent - -"
+        return _line(name, "0", path.read_text(), "")
+
+    def _dra_sections(self) -> list[str]:
+        """snapshot.sh.j2's DRA sections: the kubelet's plugin entries, NVIDIA's DRA driver's and
+        its ComputeDomain plugin's checkpoints as they are, `spec <path> <base64>` per claim spec
+        in each CDI root."""
+        kubelet = Path(self.paths.kubelet_dir)
+        dra = [f for d in ("plugins_registry", "plugins") for f in sorted((kubelet / d).glob("*"))]
+        specs = "".join(
+            f"spec {f} {base64.b64encode(f.read_bytes()).decode() or '-'}\n"
+            for root in self.paths.cdi_roots
+            for f in sorted(Path(root).glob(f"{CDI_VENDOR}-claim_*.yaml"))
+        )
+        return [
+            _line("dra-drivers", "0", "".join(f"{f}\n" for f in dra), ""),
+            self._file("dra-checkpoint", Path(self.paths.dra_checkpoint)),
+            self._file("dra-cd-checkpoint", Path(self.paths.dra_cd_checkpoint)),
+            _line("dra-cdi", "0", specs, ""),
+        ]
 
     def _new_holder(self, held: Any, pod_uid: str | None) -> int:
         """A new pid holding `held`, in the pod's container cgroup (or a host process's)."""

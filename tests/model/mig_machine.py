@@ -248,16 +248,7 @@ class MigInProcessDriver(core.InProcessDriver):
         caps = self._caps()
         lines.append(_line("devnodes", "0", "".join(self._stat(c) + "\n" for c in caps), ""))
         lines += self._holder_sections(3, self._cap)
-        kubelet = Path(self.paths.kubelet_dir)
-        dra = [
-            str(f)
-            for folder in ("plugins_registry", "plugins")
-            for f in sorted((kubelet / folder).glob("*"))
-        ]
-        lines.append(_line("dra-drivers", "0", "".join(f"{d}\n" for d in dra), ""))
-        lines.append(self._dra_checkpoint())
-        lines.append(self._file("dra-cd-checkpoint", self.sim.dra_cd.checkpoint_path))
-        lines.append(_line("dra-cdi", "0", self._dra_cdi(), ""))
+        lines += self._dra_sections()
         lines += self._kubelet_sections(state)
         lines += self._state_sections()
         lines.append(_line("claim-digest", "0", self._digest() + "\n", ""))
@@ -327,25 +318,6 @@ class MigInProcessDriver(core.InProcessDriver):
         self.holders.pop(handle, None)
         with self.sim._mutate() as state:
             state["gpu_processes"] = [p for p in state["gpu_processes"] if p["pid"] != handle]
-
-    def _dra_checkpoint(self) -> str:
-        """The `dra-checkpoint` section: the DRA driver's checkpoint.json as it is, or absent."""
-        return self._file("dra-checkpoint", self.sim.dra.checkpoint_path)
-
-    @staticmethod
-    def _file(name: str, path: Path) -> str:
-        """snapshot.sh.j2's `file`: the file as it is, or absent."""
-        if not path.exists():
-            return f"PE1 {name} absent - -"
-        return _line(name, "0", path.read_text(), "")
-
-    def _dra_cdi(self) -> str:
-        """The `dra-cdi` section: `spec <path> <base64>` per claim spec in each CDI root."""
-        return "".join(
-            f"spec {f} {base64.b64encode(f.read_bytes()).decode() or '-'}\n"
-            for root in self.paths.cdi_roots
-            for f in sorted(Path(root).glob(f"{sim_dra.CDI_VENDOR}-claim_*.yaml"))
-        )
 
     def _digest(self) -> str:
         """node.sh.j2's claim_digest: the kubelet checkpoint's, `+` the DRA checkpoint's if any,

@@ -193,7 +193,7 @@ def test_the_in_process_read_and_destroy_are_the_shells_through_every_vgpu_event
         m.enforcer_run_racing("reboot")
         m.vm_created(MDEV, True)
         m.enforcer_runs_on_schedule(3, 450)
-        m.enforcer_run_breaker_lifted()
+        m.enforcer_run_breaker_lifted(300)
         assert type(m).counts.violations == 0, m.log
     finally:
         m.teardown()

@@ -20,7 +20,7 @@ kinds/*.sh.j2 for the functions named):
   lists it), mdevctl (simulator.mdevctl's own `list --defined --dumpjson`, faults honoured);
 - devnodes (every kind's device-node globs, kinds.REGISTRY), fd-scan (node.sh.j2 `fd_scan`: each
   process's VFIO files from fd 3, as a hypervisor opens them), holder-cgroups;
-- dra-drivers, dra-checkpoint, dra-cd-checkpoint, dra-cdi (MigInProcessDriver's), checkpoint;
+- dra-drivers, dra-checkpoint, dra-cd-checkpoint, dra-cdi (the core's), checkpoint;
 - vm-metadata (node.sh.j2 `vm_trees`), vm-processes (`vm_processes`, for the PIDs the records
   name under facts.vms.pid_keys), unix-sockets (/proc/net/unix: the table's listening sockets);
 - crictl-pods, crictl-ps (missing: crictl is no tool of this node), the state files
@@ -40,7 +40,6 @@ from pathlib import Path
 from framing import framed
 from model import core
 from model.core import _line
-from model.mig_machine import MigInProcessDriver
 from model.vgpu_machine import VgpuNamespaceDriver
 
 from enforcer.model import MDEV, Observation, Partition, Verdict
@@ -167,8 +166,6 @@ class VgpuInProcessDriver(core.InProcessDriver):
         lines.append("PE1 end")
         return parse_sections(framed(lines))
 
-    _file = staticmethod(MigInProcessDriver._file)  # snapshot.sh.j2's `file`
-
     def _host_paths(self) -> str:
         """host-paths.sh.j2's `host_paths`: what it says of each path that is not as expected."""
         return "".join(
@@ -212,18 +209,6 @@ class VgpuInProcessDriver(core.InProcessDriver):
         )
         cgroups = "".join(f"{procfs}/{pid}/cgroup:{core.HOST_CGROUP}" for pid in pids)
         return [_line("fd-scan", "0", scan, ""), _line("holder-cgroups", "0", cgroups, "")]
-
-    def _dra_sections(self) -> list[str]:
-        """snapshot.sh.j2's DRA sections: the kubelet's plugin entries, NVIDIA's DRA driver's and
-        its ComputeDomain plugin's checkpoints, their CDI specs (none on a VM host: as they are)."""
-        kubelet = Path(self.paths.kubelet_dir)
-        dra = [f for d in ("plugins_registry", "plugins") for f in sorted((kubelet / d).glob("*"))]
-        return [
-            _line("dra-drivers", "0", "".join(f"{f}\n" for f in dra), ""),
-            self._file("dra-checkpoint", Path(self.paths.dra_checkpoint)),
-            self._file("dra-cd-checkpoint", Path(self.paths.dra_cd_checkpoint)),
-            _line("dra-cdi", "0", MigInProcessDriver._dra_cdi(self), ""),  # type: ignore[arg-type]
-        ]
 
     def vm_trees(self) -> str:
         """node.sh.j2's `vm_trees`: per metadata root `root <n> <rc|absent>`, then its records
