@@ -383,26 +383,25 @@ class DcuMachine(PodMachine):
             self.driver.unhold(p.holder)
         p.opened, p.holder = False, None
 
-    @precondition(lambda self: self._has(lambda p: p.phase in ("Running", "ContainerCreating")))
-    @rule(i=st.integers(0, 7), failed=st.booleans(), graceful=st.booleans())
-    def terminates(self, i: int, failed: bool, graceful: bool) -> None:
-        p = self._pick(lambda p: p.phase in ("Running", "ContainerCreating"), i)
-        if graceful and p.phase == "Running":
-            p.phase = "Terminating"
-        else:
+    @staticmethod
+    def _ending(p: DcuPodM) -> bool:
+        return p.phase in ("ContainerCreating", "Running", "Terminating")
+
+    @precondition(lambda self: self._has(DcuMachine._ending))
+    @rule(i=st.integers(0, 7), to=st.sampled_from(["Succeeded", "Failed", "Terminating"]))
+    def terminates(self, i: int, to: str) -> None:
+        """
+        A Running pod asked to stop is Terminating (its process may still have the DCU open);
+        otherwise its container exits, Succeeded or Failed (a Terminating one, Succeeded), and
+        closes the DCU.
+        """
+        p = self._pick(DcuMachine._ending, i)
+        if to != "Terminating" or p.phase != "Running":
             self._close(p)
-            p.phase = "Failed" if failed else "Succeeded"
+            to = "Succeeded" if p.phase == "Terminating" or to == "Terminating" else to
+        p.phase = to
         self.sim.set_pod_state(p.uid, p.phase)
         self.note(f"{p.name}: {p.phase}")
-
-    @precondition(lambda self: self._has(lambda p: p.phase == "Terminating"))
-    @rule(i=st.integers(0, 7))
-    def terminated(self, i: int) -> None:
-        p = self._pick(lambda p: p.phase == "Terminating", i)
-        self._close(p)
-        p.phase = "Succeeded"
-        self.sim.set_pod_state(p.uid, p.phase)
-        self.note(f"{p.name}: Succeeded, the DCU closed")
 
     @precondition(lambda self: self._has(lambda p: p.phase in ("Succeeded", "Failed", "Pending")))
     @rule(i=st.integers(0, 7), cleanup=st.booleans(), prune=st.booleans())

@@ -71,7 +71,7 @@ def true_leak(m: DcuMachine) -> None:
     m.admit(1, LEAK, 2)
     m.container_progress(0)  # p1: ContainerCreating (its sandbox: the CRI's live owner)
     m.container_progress(1)  # p2: ContainerCreating, then it fails
-    m.terminates(1, True, False)
+    m.terminates(1, "Failed")
     m.deleted(0, True, True)  # p2, the only one ended
     m.enforcer_runs_on_schedule(2, 450)
     assert set(m.vdcus) == {0, 1}, _log(m)
@@ -108,7 +108,7 @@ def whole_dcu(m: DcuMachine) -> None:
     m.enforcer_runs_on_schedule(4, 450)
     assert set(m.vdcus) == {0, 1, 2}, _log(m)
     assert m.verdicts[1].status == m.verdicts[2].status == "held", _log(m)
-    m.terminates(1, False, False)  # p2 (p1 is ContainerCreating: the first eligible)
+    m.terminates(1, "Succeeded")  # p2 (p1 is ContainerCreating: the first eligible)
     m.deleted(0, True, True)
     m.enforcer_run(450)
     m.create_fails(1, SMALL)
@@ -215,7 +215,7 @@ def breaker(m: DcuMachine) -> None:
     m.admit(0, LEAK, 1)
     m.container_progress(0)
     m.enforcer_run(300)
-    m.terminates(0, True, False)
+    m.terminates(0, "Failed")
     m.deleted(0, True, True)
     m.enforcer_runs_on_schedule(4, 450)
     assert set(m.vdcus) == {0} and m.verdicts[0].status == "breaker", _log(m)
