@@ -42,6 +42,7 @@ from model.core import LIVE, STEPS, Counts, PodMachine, Reference
 
 from enforcer.model import Observation, Verdict
 from enforcer.policy import Policy
+from enforcer.shell import UnsafeValue
 from facts.snapshot import observe
 from kinds.hygon import destroy_dcu
 from simulator import hygon_story
@@ -103,7 +104,9 @@ class DcuNamespaceDriver(core.NamespaceDriver):
             vdcus = [o.partition for o in self.orphans() if o.partition.accelerator == dcu]
             try:
                 command = destroy_dcu(vdcus, replace(obs, boot_id=self.real_boot), self.paths)
-            except ValueError as refusal:  # some, not all, of the DCU's vDCUs
+            except UnsafeValue:
+                raise
+            except ValueError as refusal:  # some, not all, of its vDCUs: decide was wrong
                 self.done[dcu] = ("kept", f"no command: {refusal}")
             else:
                 self.done[dcu] = self.run_destroy(command)

@@ -53,7 +53,7 @@ def _log(m: DcuMachine) -> str:
 
 
 def test_dcu_lifecycle_on_the_node(namespaces):
-    counts = run_histories(_machine("NodeDcuLifecycle"), 3, 10)
+    counts = run_histories(_machine("NodeDcuLifecycle"), 4, 12)
     assert counts.runs > 0 and counts.violations == 0
     print(counts.summary())
 
