@@ -165,7 +165,12 @@ class NamespaceDriver(Driver):
         return sections
 
     def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
-        command = destroy_command(v, replace(obs, boot_id=self.real_boot), self.paths)
+        return self.run_destroy(
+            destroy_command(v, replace(obs, boot_id=self.real_boot), self.paths)
+        )
+
+    def run_destroy(self, command: str) -> tuple[str, str]:
+        """A guarded destroy's shell, judged by its exit code and last words."""
         done = self.ns.run(["sh", "-c", command], timeout=120)
         out = done.stdout + done.stderr
         if done.returncode == 0 and out.rstrip().endswith("destroyed"):
@@ -403,6 +408,9 @@ class Reference:
     # A partition of the boot before whose every other field one of this boot has is carried onto
     # it (an advertiser that restarted with the node); off where identities hold a device node.
     carries_over_boots: ClassVar[bool] = False
+    # The kind's tool destroys every partition of an accelerator at once (contract.WHOLE_DEVICE):
+    # one proven goes only with all the others, and rule 6 counts no accelerator's share.
+    whole_device: ClassVar[bool] = False
 
     # --- what each kind says
 
@@ -479,9 +487,13 @@ class Reference:
                     proven.add(g.key)
             entries[g.identity()] = replace(e, last_observed=now)
 
+        if self.whole_device:
+            short = {g.accelerator for g in listed if g.key not in proven}
+            proven = {g.key for g in listed if g.key in proven and g.accelerator not in short}
         live = self.live_sources(m)
         silent = [s for s, n in sorted(self.live.items()) if n > 0 and live.get(s) == 0]
-        trip = breaker and bool(proven) and (bool(silent) or _share(listed, proven))
+        shares = _share(listed, proven, not self.whole_device)
+        trip = breaker and bool(proven) and (bool(silent) or shares)
         if not trip:
             for g in listed:
                 if g.key in proven:
@@ -544,13 +556,13 @@ class Reference:
         return previous
 
 
-def _share(listed: list[Item], proven: set) -> bool:
+def _share(listed: list[Item], proven: set, per_accelerator: bool = True) -> bool:
     """Rule 6's shares: the node's (more than half, more than 4) or one accelerator's (more than
     half of it, more than 2)."""
     on = Counter(g.accelerator for g in listed)
     going = Counter(g.accelerator for g in listed if g.key in proven)
     node = len(proven) > 0.5 * len(listed) and len(proven) > 4
-    return node or any(n > 0.5 * on[a] and n > 2 for a, n in going.items())
+    return node or per_accelerator and any(n > 0.5 * on[a] and n > 2 for a, n in going.items())
 
 
 # --- the machine ----------------------------------------------------------------------------------
