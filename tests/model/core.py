@@ -434,8 +434,9 @@ class Reference:
         self, m: Machine, listed: list[Item]
     ) -> tuple[dict[Hashable, str], Callable[[str], bool]]:
         """The advertiser listing each partition now (by key), and whether an advertiser lists
-        any device now (its resource not empty)."""
-        raise NotImplementedError
+        any device now (its resource not empty). None here: a kind no device plugin advertises
+        (rule 4's memory then never keeps one)."""
+        return {}, lambda advertiser: False
 
     def released_event(self) -> str:
         raise NotImplementedError

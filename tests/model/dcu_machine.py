@@ -193,9 +193,6 @@ class DcuReference(Reference):
             live["cri"] = sum(m.cri_alive(p) for p in pods)
         return live
 
-    def advertisement(self, m: DcuMachine, listed: list) -> tuple:  # type: ignore[override]
-        return {}, lambda advertiser: False
-
 
 class DcuMachine(PodMachine):
     """Pods, vDCUs and enforcer runs on two simulated Hygon DCUs."""

@@ -187,9 +187,6 @@ class VgpuReference(Reference):
     def live_sources(self, m: VgpuMachine) -> dict[str, int]:  # type: ignore[override]
         return {} if m.faulted() else {VM_METADATA: len(m.alive())}
 
-    def advertisement(self, m: VgpuMachine, listed: list) -> tuple:  # type: ignore[override]
-        return {}, lambda advertiser: False
-
 
 class VgpuMachine(Machine):
     """VMs with mdev and vendor-VFIO vGPUs on one VM host, and the enforcer's runs."""
