@@ -103,7 +103,7 @@ from simulator import mig_smi
 from simulator import nvidia_smi as sim_smi
 from simulator.dra import DraError
 from simulator.mig import MigError
-from simulator.mig_model import H100
+from simulator.mig_model import H100, MigModel
 from simulator.node import SimNode
 from simulator.plugin_story import write_mig_config
 from simulator.state import PROC_DRIVER, ToolError
@@ -555,7 +555,60 @@ class MigContract(Reference):
 # --- the machine
 
 
-class MigLifecycle(PodMachine):
+class GiBook:
+    """
+    A machine's GPU instances as a device plugin makes and destroys them, on one vendor's cards
+    (`cards`: the simulator's MIG model of that vendor, SimNode.nvidia here, SimNode.thead for
+    the T-Head PPU machine, ppu_machine.py); `gis` by (card, GI id), `gpus` the cards.
+    """
+
+    sim: SimNode
+    gpus: tuple[dict, ...]
+    gis: dict[tuple[int, int], GiM]
+    boot: str
+    note: Any
+
+    @property
+    def cards(self) -> MigModel:
+        return self.sim.nvidia
+
+    def _new_gi(self, gpu: int, profile: str, story: str, start: int | None = None) -> GiM | None:
+        gpu %= len(self.gpus)
+        try:
+            gi = self.cards.create_gi(gpu, profile, start=start)
+        except (MigError, ToolError) as refusal:
+            self.note(f"no room for a {profile} GI on GPU {gpu}: {str(refusal)[:60]}")
+            return None
+        row = next(g for g in self.cards.instances(gpu) if g["id"] == gi)
+        uuid = self.cards.mig_uuid(gpu, gi, 0)
+        g = GiM(gpu, gi, profile, int(row["start"]), self.boot, uuid, story)
+        self.gis[gpu, gi] = g
+        return g
+
+    def _plugin_destroys(self, place: tuple[int, int]) -> bool:
+        try:
+            for c in next(g for g in self.cards.instances(place[0]) if g["id"] == place[1])["cis"]:
+                self.cards.destroy_ci(place[0], place[1], c["id"])
+            self.cards.destroy_gi(*place)
+        except (MigError, ToolError, StopIteration) as refusal:
+            self._refresh(place)
+            self.note(f"the plugin cannot destroy GI {place}: {str(refusal)[:60]}")
+            return False
+        self._gone(place)
+        return True
+
+    def _refresh(self, place: tuple[int, int]) -> None:
+        """After a refused destroy: is its compute instance still there (-dci went through)?"""
+        rows = [g for g in self.cards.instances(place[0]) if g["id"] == place[1]]
+        if place in self.gis and rows:
+            self.gis[place].ci = bool(rows[0]["cis"])
+
+    def _listing(self) -> dict[tuple[int, int], dict[str, Any]]:
+        """The GIs the simulator has now, by (GPU, GI id)."""
+        return {(i, g["id"]): g for i in range(len(self.gpus)) for g in self.cards.instances(i)}
+
+
+class MigLifecycle(GiBook, PodMachine):
     """Pods, GPU instances, device plugins, a DRA driver and enforcer runs on two H100s."""
 
     driver_class: type[core.Driver] = MigInProcessDriver
@@ -783,49 +836,12 @@ class MigLifecycle(PodMachine):
             return True
         return self.dra == "installed" and (self.dra_boot != self.boot or self.dra_corrupt)
 
-    def _new_gi(self, gpu: int, profile: str, story: str, start: int | None = None) -> GiM | None:
-        gpu %= len(self.gpus)
-        try:
-            gi = self.sim.create_gi(gpu, profile, start=start)
-        except (MigError, ToolError) as refusal:
-            self.note(f"no room for a {profile} GI on GPU {gpu}: {str(refusal)[:60]}")
-            return None
-        row = next(g for g in self.sim.gpu_instances(gpu) if g["id"] == gi)
-        uuid = self.sim.mig_uuid(gpu, gi, 0)
-        g = GiM(gpu, gi, profile, int(row["start"]), self.boot, uuid, story)
-        self.gis[gpu, gi] = g
-        return g
-
     def _gone(self, place: tuple[int, int]) -> None:
         self.gis.pop(place, None)
         self.template_gis.discard(place)
         for p in self.pods.values():
             if p.gi == place:
                 p.gi = None
-
-    def _plugin_destroys(self, place: tuple[int, int]) -> bool:
-        try:
-            for c in next(g for g in self.sim.gpu_instances(place[0]) if g["id"] == place[1])[
-                "cis"
-            ]:
-                self.sim.destroy_ci(place[0], place[1], c["id"])
-            self.sim.destroy_gi(*place)
-        except (MigError, ToolError, StopIteration) as refusal:
-            self._refresh(place)
-            self.note(f"the plugin cannot destroy GI {place}: {str(refusal)[:60]}")
-            return False
-        self._gone(place)
-        return True
-
-    def _refresh(self, place: tuple[int, int]) -> None:
-        """After a refused destroy: is its compute instance still there (-dci went through)?"""
-        rows = [g for g in self.sim.gpu_instances(place[0]) if g["id"] == place[1]]
-        if place in self.gis and rows:
-            self.gis[place].ci = bool(rows[0]["cis"])
-
-    def _listing(self) -> dict[tuple[int, int], dict[str, Any]]:
-        """The GIs the simulator has now, by (GPU, GI id)."""
-        return {(i, g["id"]): g for i in range(len(self.gpus)) for g in self.sim.gpu_instances(i)}
 
     def _sync(self, why: str) -> None:
         """
