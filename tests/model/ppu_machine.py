@@ -117,9 +117,6 @@ class PpuReference(Reference):
             live["cri"] = sum(m.cri_alive(p) for p in pods)
         return live
 
-    def advertisement(self, m: PpuLifecycle, listed: list) -> tuple:  # type: ignore[override]
-        return {}, lambda advertiser: False
-
 
 class PpuLifecycle(GiBook, PodMachine):
     """Pods of gpustack's T-Head allocator, their GIs and enforcer runs on one PPU-ZW810E."""
