@@ -1,7 +1,8 @@
 """
 The model core (issue 32): what every kind's lifecycle machine shares, written once. A machine
-(tests/model/lifecycle_machine.py for Ascend, mig_machine.py for MIG, vgpu_machine.py for vGPUs)
-adds its node, its events and its records; the core gives it:
+(tests/model/lifecycle_machine.py for Ascend, mig_machine.py for MIG, vgpu_machine.py for vGPUs,
+ppu_machine.py for T-Head PPU, dcu_machine.py for Hygon DCU) adds its node, its events and its
+records; the core gives it:
 
 - the state store and the driver seam: `Driver` makes the simulated node (SimNode, the one state
   store of every vendor's model); `NamespaceDriver` (`make test`) reads it with the real node read
@@ -918,7 +919,7 @@ class Machine(RuleBasedStateMachine):
 
 
 class PodMachine(Machine):
-    """A kind whose partitions pods get through the kubelet (Ascend, MIG): their pods' events."""
+    """A kind whose partitions pods get through the kubelet (all but vGPUs): their pods' events."""
 
     def cri_alive(self, p: Any) -> bool:
         """The CRI lists a ready sandbox (kubelet gives every phase but Pending and ended ones)."""
