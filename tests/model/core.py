@@ -35,18 +35,21 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import os
 import pickle
+import random
 import shutil
 import stat as statmod
 import tempfile
+import uuid
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -58,8 +61,9 @@ from hypothesis.stateful import (
 from enforcer import ledger as ledgers
 from enforcer.contract import decide
 from enforcer.model import Observation, Verdict
-from enforcer.policy import Policy, policy_from_host_data
+from enforcer.policy import DIRECTORY, Policy, policy_from_host_data
 from facts.snapshot import NodeSnapshot, Sections, parse_sections
+from kinds import REGISTRY
 from operations.enforce import destroy_command
 from simulator.dra import CDI_VENDOR
 from simulator.namespace import pod_cgroup
@@ -74,6 +78,27 @@ HOST_CGROUP = "0::/user.slice/user-0.slice/session-1.scope\n"  # a host process:
 # How far a node event moves the clock (a skipped run takes at most 600 s of it; a clock jump
 # all of it, backwards too).
 STEPS = [-7200, -600, -1, 60, 300, 600, 1800, 4000, 90000]
+# Each kind's sections on a node with none of its tools, driver files or sysfs folders, as
+# snapshot.sh.j2 emits them: `tool` of a tool not there (missing), `file` and the glob tests of
+# files not there (absent), the listings of nothing (rc 0, empty): kinds/ascend.sh.j2:3,26 (no
+# chip map: no vNPU table), kinds/mig.sh.j2:4-22, kinds/ppu.sh.j2:4-14, kinds/hygon.sh.j2:4-9,
+# kinds/vgpu.sh.j2:5-10 (mdevctl a tool of its own).
+ABSENT = {
+    "ascend": (("npu-smi-m", "missing"), ("npu-smi-info", "missing")),
+    "mig": (
+        *((f"nvidia-smi{s}", "missing") for s in ("-list", "-lgi", "-lci", "")),
+        ("nvidia-caps", "absent"),
+        ("nvidia-gpus", "absent"),
+        ("nvidia-driver", "0"),
+        ("hami-mig-config", "absent"),
+    ),
+    "ppu": (
+        *((f"ppu-smi{s}", "missing") for s in ("-list", "-lgi", "-lci", "")),
+        ("alixpu-caps", "absent"),
+    ),
+    "hygon": (("hy-smi-devices", "missing"), ("hy-smi-vdevices", "missing"), ("hygon-pci", "0")),
+    "vgpu": (("vgpu", "0"), ("mdevctl", "missing")),
+}
 
 
 def node_policy(node: str, node_dir: Path, tools: Iterable[str], **more: Any) -> Policy:
@@ -333,6 +358,71 @@ class InProcessDriver(Driver):
             self._file("dra-cd-checkpoint", Path(self.paths.dra_cd_checkpoint)),
             _line("dra-cdi", "0", specs, ""),
         ]
+
+    def _host_paths(self) -> str:
+        """host-paths.sh.j2's `host_paths`: what it says of each path that is not as expected."""
+        return "".join(
+            f"host data {key} {path}: expected {expected}\n"
+            for expected, key, path in self.paths.host_checks
+            if not (
+                os.path.isdir(path)
+                if expected == DIRECTORY
+                else os.path.isfile(path) and os.access(path, os.X_OK)
+            )
+        )
+
+    def _node_head(self, state: dict, now: int) -> tuple[list[str], str]:
+        """The read's lines up to the kinds' (host-data, boot-id, clock at `now`, hostname,
+        machine-id), and what host-data refused: the read stops after it then (snapshot.sh.j2)."""
+        begin, boot, _ = self._head(state)
+        refused = self._host_paths()
+        lines = [begin, _line("host-data", "1" if refused else "0", "", refused)]
+        if refused:
+            return lines, refused
+        procfs = Path(self.paths.procfs)
+        lines += [boot, _line("clock", "0", f"{now}\n", "")]
+        lines.append(self._file("hostname", procfs / "sys" / "kernel" / "hostname"))
+        lines.append(self._file("machine-id", Path(self.paths.machine_id)))
+        return lines, ""
+
+    @staticmethod
+    def _kind_sections(own: str, lines: list[str]) -> list[str]:
+        """Every kind's sections in kinds.REGISTRY's order: kind `own`'s `lines`, the others'
+        as on a node without them (ABSENT)."""
+        return [
+            line
+            for kind in REGISTRY
+            for line in (
+                lines
+                if kind.name == own
+                else [f"PE1 {name} {rc} - -" for name, rc in ABSENT[kind.name]]
+            )
+        ]
+
+    def _devs(self) -> list[Path]:
+        """The device nodes of every kind there (kinds.Kind.devnodes), each glob sorted."""
+        dev = Path(self.paths.dev_dir)
+        return [
+            f
+            for kind in REGISTRY
+            for glob in kind.devnodes
+            for f in sorted(dev.glob(glob), key=str)
+        ]
+
+    def _devnodes(self) -> str:
+        """The devnodes section: `stat -L` of every kind's device nodes there."""
+        return _line("devnodes", "0", "".join(self._stat(d) + "\n" for d in self._devs()), "")
+
+    def claim_digest(self, records: str) -> str:
+        """node.sh.j2's `claim_digest` on a node with marker or VM records: `records_digest` (the
+        checkpoint's sha256, then the `records` listing, hashed together), `+` NVIDIA's DRA
+        driver's checkpoint's, `+cd:` its ComputeDomain plugin's, when there."""
+        checkpoint = hashlib.sha256(self.sim.checkpoint_text().encode()).hexdigest()
+        digest = hashlib.sha256(f"{checkpoint}\n{records}".encode()).hexdigest()
+        for mark, path in (("", self.paths.dra_checkpoint), ("cd:", self.paths.dra_cd_checkpoint)):
+            if os.path.exists(path):
+                digest += f"+{mark}{hashlib.sha256(Path(path).read_bytes()).hexdigest()}"
+        return digest
 
     def _new_holder(self, held: Any, pod_uid: str | None) -> int:
         """A new pid holding `held`, in the pod's container cgroup (or a host process's)."""
@@ -973,3 +1063,38 @@ def run_histories(machine: type[Machine], examples: int, steps: int, **more: Any
         ),
     )
     return machine.counts
+
+
+# --- the same histories on two drivers (the in-process drivers' twin tests)
+
+UUIDS = random.Random()
+
+
+class SeededUuids:
+    """A history's UUIDs (its boot ids, its mdevs) drawn from one seed: the same on every driver
+    (which partition races first follows the listing's order, by UUID)."""
+
+    def __init__(self) -> None:
+        UUIDS.seed(32)
+        super().__init__()
+
+
+@contextlib.contextmanager
+def seeded_uuids() -> Iterator[None]:
+    real = uuid.uuid4
+    uuid.uuid4 = lambda: uuid.UUID(int=UUIDS.getrandbits(128), version=4)
+    try:
+        yield
+    finally:
+        uuid.uuid4 = real
+
+
+def derandomized(base: type[Machine], driver: type[Driver], histories: int, steps: int) -> Counts:
+    """`base` on `driver`: Hypothesis' derandomized histories, violations counted."""
+    # One name for either driver: Hypothesis' seed is the test's digest.
+    machine = type(f"Fixed{base.__name__}", (SeededUuids, base), {"driver_class": driver})
+    machine.counts, machine.raise_on_violation = Counts(), False
+    with seeded_uuids():
+        return run_histories(
+            machine, histories, steps, derandomize=True, database=None, phases=[Phase.generate]
+        )

@@ -22,17 +22,18 @@ namespace shares the host's kernel), so it keeps for the next difference it meet
 
 from __future__ import annotations
 
-import contextlib
-import random
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
-from hypothesis import Phase
-from model.core import Counts, Driver, MemorySimNode, _reboot_identity, machine_class, run_histories
+from model.core import (
+    MemorySimNode,
+    _reboot_identity,
+    derandomized,
+    machine_class,
+    run_histories,
+)
 from model.vgpu_inprocess import Proc, VgpuInProcessDriver, say
 from model.vgpu_machine import NODE, VgpuMachine, VgpuNamespaceDriver
 
@@ -225,43 +226,10 @@ def test_a_section_the_in_process_driver_gets_wrong_is_found(namespaces, monkeyp
 # --- the machine on either driver, derandomized: the same histories, the same counts
 
 
-UUIDS = random.Random()
-
-
-class SeededUuids:
-    """A history's UUIDs (its boot ids, its mdevs) drawn from one seed: the same on every driver
-    (which vGPU races first follows the listing's order, by UUID)."""
-
-    def __init__(self) -> None:
-        UUIDS.seed(32)
-        super().__init__()
-
-
-@contextlib.contextmanager
-def seeded_uuids() -> Iterator[None]:
-    real = uuid.uuid4
-    uuid.uuid4 = lambda: uuid.UUID(int=UUIDS.getrandbits(128), version=4)
-    try:
-        yield
-    finally:
-        uuid.uuid4 = real
-
-
-def derandomized(driver: type[Driver], histories: int, steps: int) -> Counts:
-    """VgpuMachine on `driver`: Hypothesis' derandomized histories, violations counted."""
-    bases = (SeededUuids, VgpuMachine)  # one name: Hypothesis' seed is the test's digest
-    machine = type("FixedVgpuMachine", bases, {"driver_class": driver, "counts": Counts()})
-    machine.raise_on_violation = False
-    with seeded_uuids():
-        return run_histories(
-            machine, histories, steps, derandomize=True, database=None, phases=[Phase.generate]
-        )
-
-
 def test_the_machine_counts_the_same_on_both_drivers(namespaces):
     """The same derandomized histories on the namespace driver and on the in-process one: the
     same steps, runs, verdicts, destroys, guard keeps and events."""
-    on_node = derandomized(VgpuNamespaceDriver, 2, 10)
-    in_process = derandomized(VgpuInProcessDriver, 2, 10)
+    on_node = derandomized(VgpuMachine, VgpuNamespaceDriver, 2, 10)
+    in_process = derandomized(VgpuMachine, VgpuInProcessDriver, 2, 10)
     assert on_node.runs > 0 and on_node.violations == 0, on_node.examples
     assert in_process.summary() == on_node.summary()
