@@ -48,6 +48,7 @@ from simulator.state import GPUSTACK_PODS
 
 NODE = ppu_story.NODE_NAME
 PROFILES = ["1g12gb", "1g12gb", "2g24gb", "4g48gb"]
+SMI_TIME = "Mon Dec 29 09:20:00 2025"  # ppu-smi's table's first line (core.START)
 FAULTS = {
     ("crictl", "pods"): "cri unreadable (node)",
     ("ppu-smi", "table"): "ppu-smi process table unreadable (PPU)",
@@ -72,7 +73,8 @@ class PpuNamespaceDriver(core.NamespaceDriver):
     gpus = (PPU,)
 
     def make_node(self, path: Path) -> tuple[SimNode, Policy]:
-        sim = SimNode.create(path, [], ppus=self.gpus)
+        # The table's timestamp fixed: the in-process read prints the same bytes a second later.
+        sim = SimNode.create(path, [], ppus=self.gpus, ppu_smi_time=SMI_TIME)
         (sim.rootfs / GPUSTACK_PODS.lstrip("/")).mkdir(parents=True)  # gpustack is installed
         return sim, ppu_policy(path)
 
