@@ -50,6 +50,8 @@ from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
 from model.core import Counts, machine_class  # noqa: E402
 from model.lifecycle_machine import InProcessDriver, LifecycleMachine  # noqa: E402
 from model.mig_machine import MigInProcessDriver, MigLifecycle  # noqa: E402
+from model.ppu_inprocess import PpuInProcessDriver  # noqa: E402
+from model.ppu_machine import PpuLifecycle  # noqa: E402
 from model.vgpu_inprocess import VgpuInProcessDriver  # noqa: E402
 from model.vgpu_machine import VgpuMachine  # noqa: E402
 
@@ -57,6 +59,7 @@ MACHINES = {
     "ascend": (LifecycleMachine, InProcessDriver),
     "mig": (MigLifecycle, MigInProcessDriver),
     "vgpu": (VgpuMachine, VgpuInProcessDriver),
+    "ppu": (PpuLifecycle, PpuInProcessDriver),
 }
 
 
