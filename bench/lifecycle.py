@@ -5,13 +5,15 @@ The model-based lifecycle test at scale (issues 7 and 18): `python bench/lifecyc
 and its plugin's absences, Volcano's dynamic vNPUs) and the MIG one (tests/model/mig_machine.py:
 static and dynamic GPU instances on two H100s, advertised devices and their plugin's absences,
 NVIDIA's device-list strategies, HAMi's dynamic MIG and template cache, records not understood,
-NVIDIA's DRA chart preparing and unpreparing claims, its ComputeDomain plugin) and the vGPU one
+NVIDIA's DRA chart preparing and unpreparing claims, its ComputeDomain plugin), the vGPU one
 (tests/model/vgpu_machine.py: VMs with mdev and vendor-VFIO vGPUs on a VM host, hypeman's records,
-hypervisors, reused PIDs, torn records) — and prints, per machine, the count of histories, enforcer
-runs, destroys and violations, what the histories went through (the machine's `events`: allocations
-by strategy, advertisers gone and back, GIs and vNPUs kept by rule 4's memory, DRA claims prepared,
-unprepared half way, leaked, reclaimed...), and the wall time. `--machine <kind>` runs one (each
-kind's machine is on the model core, tests/model/core.py). Exit 1 on any violation.
+hypervisors, reused PIDs, torn records) and the PPU one (tests/model/ppu_machine.py: gpustack's
+T-Head allocator on a PPU-ZW810E, its ownership records and their GC) — and prints, per
+machine, the count of histories, enforcer runs, destroys and violations, what the histories went
+through (the machine's `events`: allocations by strategy, advertisers gone and back, GIs and
+vNPUs kept by rule 4's memory, DRA claims prepared, unprepared half way, leaked, reclaimed...),
+and the wall time. `--machine <kind>` runs one (each kind's machine is on the model core,
+tests/model/core.py). Exit 1 on any violation.
 
 What differs from `make test`'s node-level run, for speed: the node read's sections are built by
 the simulator's own renderers (npu-smi chip map, vNPU table and host table, crictl pods and ps,
@@ -26,7 +28,9 @@ two MIG GPUs given the rule the simulator leaves out between them), mig-minors c
 two GPUs, the DRA driver's checkpoint and CDI specs as the simulator wrote them, and
 destroy-mig.sh.j2's re-checks (see MigInProcessDriver); the vGPU one the VM host's sections from
 the simulator's sysfs state and a table of processes, and destroy-vgpu.sh.j2's re-checks
-(tests/model/vgpu_inprocess.py, checked against the shell read section by section).
+(tests/model/vgpu_inprocess.py, checked against the shell read section by section); the PPU one
+ppu-smi's outputs by the simulator's own command code over a table of holders, gpustack's
+records, and destroy-ppu.sh.j2's re-checks (tests/model/ppu_inprocess.py, checked the same way).
 
 Violations are counted by kind; a contract hazard (a live pod's vNPU destroyed where the
 contract reference itself says so) is one too: the contract is wrong, not only the code.
