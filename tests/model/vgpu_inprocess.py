@@ -252,11 +252,10 @@ class VgpuInProcessDriver(core.InProcessDriver):
         )
 
     def digest(self, trees: str) -> str:
-        """node.sh.j2's `claim_digest`: `records_digest` (the checkpoint's sha256, then the VM
-        trees, hashed together), `+` the DRA driver's checkpoint's, `+cd:` the ComputeDomain
-        plugin's, when there."""
+        """node.sh.j2's `claim_digest`: the checkpoint's sha256, `+v:` the VM trees', `+` the DRA
+        driver's checkpoint's, `+cd:` the ComputeDomain plugin's, when there."""
         checkpoint = hashlib.sha256(self.sim.checkpoint_text().encode()).hexdigest()
-        records = hashlib.sha256(f"{checkpoint}\n{trees}".encode()).hexdigest()
+        records = f"{checkpoint}+v:{hashlib.sha256(trees.encode()).hexdigest()}"
         for mark, path in (("", self.paths.dra_checkpoint), ("cd:", self.paths.dra_cd_checkpoint)):
             if os.path.exists(path):
                 records += f"+{mark}{hashlib.sha256(Path(path).read_bytes()).hexdigest()}"
