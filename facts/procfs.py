@@ -129,7 +129,7 @@ def _eperm_pid(line: str, lineno: int) -> int | None:
 
 
 def parse_fd_scan(stdout: str, stderr: str) -> FdScan:
-    """`find <procfs>/[0-9]*/fd ... | xargs stat -L -c ...`: its stdout and its stderr."""
+    """`find <procfs>/[0-9]*/fd ... -exec stat -L -c ... {} +`: its stdout and its stderr."""
     fds = tuple(_open_fd(line, lineno) for lineno, line in _numbered_lines(stdout))
     eperm = {_eperm_pid(line, lineno) for lineno, line in _numbered_lines(stderr)}
     return FdScan(fds=fds, eperm_pids=tuple(sorted(pid for pid in eperm if pid is not None)))

@@ -207,22 +207,22 @@ def observe(
     vgpus = any(p.kind in VGPU_KINDS for p in listed)
     instances, hypervisors, listening = vms.observe_vms(r, paths, claim_sources, vgpus)
     devnodes = r.read("devnodes", "proc-fd", lambda s: procfs.parse_devnodes(s.stdout))
-    # find and xargs exit non-zero when a process vanishes or cannot be inspected mid-scan:
-    # the parser judges every stderr line instead.
+    # find exits 1 when a process vanishes or cannot be inspected mid-scan: the parser judges
+    # every stderr line instead.
     scan = r.read(
         "fd-scan",
         "proc-fd",
         lambda s: procfs.parse_fd_scan(s.stdout, s.stderr),
-        ok_rcs=("0", "1", "123"),
+        ok_rcs=("0", "1"),
     )
-    # Which pod each process of the fd scan is in, of those with a device node open (xargs
-    # exits 123 when a process ended: the parser judges every stderr line).
+    # Which pod each process of the fd scan is in, of those with a device node open (grep exits
+    # 2 when a process ended, 1 when it read no line: the parser judges every stderr line).
     holding = procfs.holding_pids(scan, devnodes) if scan and devnodes else set()
     owners = r.read(
         "holder-cgroups",
         "proc-fd",
         lambda s: cgroups.parse_cgroups(s.stdout, s.stderr, paths.procfs, holding),
-        ok_rcs=("0", "123"),
+        ok_rcs=("0", "1", "2"),
     )
     kubelet = r.read(
         "checkpoint", "kubelet-checkpoint", lambda s: checkpoint.parse_checkpoint_file(s.stdout)

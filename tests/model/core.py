@@ -413,12 +413,12 @@ class InProcessDriver(Driver):
         """The devnodes section: `stat -L` of every kind's device nodes there."""
         return _line("devnodes", "0", "".join(self._stat(d) + "\n" for d in self._devs()), "")
 
-    def claim_digest(self, records: str) -> str:
-        """node.sh.j2's `claim_digest` on a node with marker or VM records: `records_digest` (the
-        checkpoint's sha256, then the `records` listing, hashed together), `+` NVIDIA's DRA
-        driver's checkpoint's, `+cd:` its ComputeDomain plugin's, when there."""
-        checkpoint = hashlib.sha256(self.sim.checkpoint_text().encode()).hexdigest()
-        digest = hashlib.sha256(f"{checkpoint}\n{records}".encode()).hexdigest()
+    def claim_digest(self, mark: str, records: str) -> str:
+        """node.sh.j2's `claim_digest` on a node with marker (`mark` "m") or VM ("v") records: the
+        checkpoint's sha256, `+<mark>:` the `records` listing's, `+` NVIDIA's DRA driver's
+        checkpoint's, `+cd:` its ComputeDomain plugin's, when there."""
+        digest = hashlib.sha256(self.sim.checkpoint_text().encode()).hexdigest()
+        digest += f"+{mark}:{hashlib.sha256(records.encode()).hexdigest()}"
         for mark, path in (("", self.paths.dra_checkpoint), ("cd:", self.paths.dra_cd_checkpoint)):
             if os.path.exists(path):
                 digest += f"+{mark}{hashlib.sha256(Path(path).read_bytes()).hexdigest()}"

@@ -144,7 +144,7 @@ class PpuInProcessDriver(core.InProcessDriver):
         checkpoint, *cri = self._kubelet_sections(state)
         lines += [checkpoint, _line("markers", "0", marks, ""), *cri]  # the records, then the CRI
         lines += self._state_sections()
-        lines.append(_line("claim-digest", "0", self.claim_digest(marks) + "\n", ""))
+        lines.append(_line("claim-digest", "0", self.claim_digest("m", marks) + "\n", ""))
         lines.append("PE1 end")
         return parse_sections(framed(lines))
 
@@ -253,7 +253,7 @@ class PpuInProcessDriver(core.InProcessDriver):
         state = self.sim.state()
         if state["boot_id"] != obs.boot_id:
             return "the node rebooted since the run read it"
-        if self.claim_digest(self.marker_trees()) != obs.claim_digest:
+        if self.claim_digest("m", self.marker_trees()) != obs.claim_digest:
             return "claim records changed since the run read them"
         rc, out, err = self._smi(state, "-L")
         if rc != "0":

@@ -132,7 +132,7 @@ class VgpuInProcessDriver(core.InProcessDriver):
         lines.append(_line("unix-sockets", "0", self._unix_sockets(), ""))
         lines += [f"PE1 {name} missing - -" for name in ("crictl-pods", "crictl-ps")]
         lines += self._state_sections()
-        lines.append(_line("claim-digest", "0", self.claim_digest(trees) + "\n", ""))
+        lines.append(_line("claim-digest", "0", self.claim_digest("v", trees) + "\n", ""))
         lines.append("PE1 end")
         return parse_sections(framed(lines))
 
@@ -246,7 +246,7 @@ class VgpuInProcessDriver(core.InProcessDriver):
         state = self.sim.state()
         if state["boot_id"] != obs.boot_id:
             return "the node rebooted since the run read it"
-        if self.claim_digest(self.vm_trees()) != obs.claim_digest:
+        if self.claim_digest("v", self.vm_trees()) != obs.claim_digest:
             return "VM or pod records changed since the run read them"
         listed = vgpu_listing(state.get("vgpu") or sim_vgpu.new_state(), p.id).rstrip("\n")
         if listed != _listing_line(p):

@@ -264,7 +264,7 @@ def test_an_fd_holder_whose_cgroup_names_two_pods_is_no_ones_and_says_why():
 def test_an_fd_holder_outside_any_pod_or_gone_before_its_cgroup_was_read_is_no_ones():
     for section in [
         ("0", under(PID, "0::/system.slice/vllm.service"), ""),
-        ("123", "", f"grep: /proc/{PID}/cgroup: No such file or directory\n"),
+        ("2", "", f"grep: /proc/{PID}/cgroup: No such file or directory\n"),
     ]:
         obs = read({"holder-cgroups": section})
         assert obs.health == ()
@@ -300,8 +300,8 @@ def test_a_read_without_the_cgroups_section_is_unreadable_like_any_other():
             "grep '' /proc/<pid>/cgroup of the fd holders exited 124: ",
         ),
         (
-            ("2", under(PID, V2_SYSTEMD_BURSTABLE), ""),
-            "grep '' /proc/<pid>/cgroup of the fd holders exited 2: "
+            ("3", under(PID, V2_SYSTEMD_BURSTABLE), ""),
+            "grep '' /proc/<pid>/cgroup of the fd holders exited 3: "
             f"/proc/{PID}/cgroup:{V2_SYSTEMD_BURSTABLE}",
         ),
     ],
@@ -365,7 +365,7 @@ def test_the_node_read_reads_every_scanned_process_cgroup_and_python_picks_the_h
     )
     sections = parse_sections(done.stdout.splitlines())
     cgroups = sections.by_name["holder-cgroups"]
-    assert cgroups.rc == "123"  # pid 14's file is gone
+    assert cgroups.rc == "2"  # pid 14's file is gone
     assert cgroups.stderr == f"grep: {proc}/14/cgroup: No such file or directory\n"
     assert sorted({line.split(":")[0] for line in cgroups.stdout.splitlines()}) == [
         f"{proc}/{pid}/cgroup" for pid in (11, 12, 13, 15)

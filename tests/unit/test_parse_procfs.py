@@ -17,10 +17,7 @@ from facts.procfs import DevNode, FdScan, OpenFd, holds, parse_devnodes, parse_f
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "procfs"
 FORMAT = "%n|%d:%i:%t:%T|%F"
 # The fd-scan command of docs/INTERNALS.md, for the fd directories given as arguments.
-SCAN = (
-    "find \"$@\" -mindepth 1 -maxdepth 1 -lname '*/dev/*' -print0"
-    f" | xargs -0 -r stat -L -c '{FORMAT}'"
-)
+SCAN = f"find \"$@\" -mindepth 1 -maxdepth 1 -lname '*/dev/*' -exec stat -L -c '{FORMAT}' {{}} +"
 
 live = pytest.mark.skipif(
     not (

@@ -196,7 +196,7 @@ def test_the_node_read_renders_every_value_shlex_quoted():
     checkpoint = "/srv/n1/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
     assert f'elif cp {checkpoint} "$o" 2>"$e"; then records=$o; emit checkpoint 0' in script
     assert "file ledger /srv/n1/var/lib/partition-enforcer/ledger.json\n" in script
-    assert "file boot-id /proc/sys/kernel/random/boot_id\n" in script
+    assert "text boot-id /proc/sys/kernel/random/boot_id\n" in script
     assert f'  timeout -k 5 {PATHS.command_timeout} "$@" </dev/null' in script
     assert "{{" not in script and "{%" not in script
 
@@ -206,7 +206,7 @@ def test_the_node_read_runs_under_timeout_only_what_can_hang():
     file's cat, date or a builtin; and no process per section to encode it."""
     script = snapshot()
     assert script.count("timeout -k") == 1  # in hangs()
-    assert "run clock date +%s\n" in script and "file boot-id " in script
+    assert "run clock date +%s\n" in script and "text boot-id " in script
     assert "hangs pod-resources python3 " in script or "pod-resources" not in script
     assert script.count("| base64\n") == 0 and script.count("| base64 &&") == 1  # frame()
 
@@ -352,6 +352,76 @@ def test_the_node_read_stops_at_host_data_paths_that_are_not_there(tmp_path: Pat
         "executable file: nothing was read or written"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-tool"]
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shutil.which("sh") and shutil.which("sha256sum")),
+    reason="needs Linux, sh and GNU coreutils",
+)
+def test_the_claim_digest_is_the_same_from_the_reads_copies_and_from_the_records(tmp_path: Path):
+    """
+    Rule 7's digest: the read hashes the copies it parsed (checkpoint, marker and VM listings),
+    the destroy the records as they are then; the same records give the same digest, a marker
+    record changed in between another.
+    """
+    rootfs = tmp_path / "rootfs"
+    paths = NodePaths.from_rootfs(
+        str(rootfs),
+        tools={"crictl": "no-crictl"},
+        marker_roots=("/var/lib/gpustack",),
+        vm_metadata_roots=("/var/lib/hypeman",),
+    )
+    Path(paths.checkpoint).parent.mkdir(parents=True)
+    Path(paths.checkpoint).write_text('{"Data":{}}')
+    marker = rootfs / "var/lib/gpustack/worker/ns/pod-mig-0.json"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("{}")
+    (rootfs / "var/lib/hypeman/guests/g1").mkdir(parents=True)
+    (rootfs / "var/lib/hypeman/guests/g1/metadata.json").write_text('{"pid": 1}')
+    done = subprocess.run(
+        ["sh", "-c", snapshot(paths, pod_resources=False)], capture_output=True, text=True
+    )
+    sections = parse_sections(done.stdout.splitlines()).by_name
+
+    def sha(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    trees = sha(sections["markers"].stdout), sha(sections["vm-metadata"].stdout)
+    read = f"{sha(Path(paths.checkpoint).read_text())}+m:{trees[0]}+v:{trees[1]}\n"
+    assert (sections["claim-digest"].rc, sections["claim-digest"].stdout) == ("0", read)
+    again = ENV.from_string('{% include "node.sh.j2" %}\nclaim_digest').render(paths=paths)
+    assert subprocess.run(["sh", "-c", again], capture_output=True, text=True).stdout == read
+    marker.write_text('{"changed": 1}')
+    assert subprocess.run(["sh", "-c", again], capture_output=True, text=True).stdout != read
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shutil.which("sh")), reason="needs Linux and sh"
+)
+def test_the_node_read_takes_the_kernels_one_line_files_byte_exact_by_the_shell(tmp_path: Path):
+    """Issue 33: boot id and hostname are read by the shell's `read`, no `cat`: each as cat gives
+    it, a last line without its newline too; a file not there is absent."""
+    (tmp_path / "rootfs").mkdir()
+    kernel = tmp_path / "proc" / "sys" / "kernel"
+    (kernel / "random").mkdir(parents=True)
+    (kernel / "random" / "boot_id").write_text(BOOT_ID + "\n")
+    (kernel / "hostname").write_text("gpu-3")
+    paths = NodePaths.from_rootfs(
+        str(tmp_path / "rootfs"), procfs=str(tmp_path / "proc"), tools={"crictl": "no-crictl"}
+    )
+
+    def read() -> dict:
+        command = ["sh", "-c", snapshot(paths, pod_resources=False)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        return parse_sections(done.stdout.splitlines()).by_name
+
+    sections = read()
+    assert (sections["boot-id"].rc, sections["boot-id"].stdout) == ("0", BOOT_ID + "\n")
+    assert (sections["hostname"].rc, sections["hostname"].stdout) == ("0", "gpu-3")
+    (kernel / "hostname").write_text("gpu-3\nsecond line\n")
+    assert read()["hostname"].stdout == "gpu-3\nsecond line\n"
+    (kernel / "hostname").unlink()
+    assert (read()["hostname"].rc, read()["hostname"].stdout) == ("absent", "")
 
 
 @pytest.mark.skipif(

@@ -588,13 +588,13 @@ def test_a_process_the_fd_scan_cannot_inspect_holds_everything_and_the_scan_stay
 
 def test_a_process_that_vanished_during_the_scan_holds_nothing():
     stderr = "stat: cannot statx '/proc/6941/fd/0': No such file or directory\n"
-    obs = read({"fd-scan": ("123", FD_OPEN_101, stderr)})
+    obs = read({"fd-scan": ("1", FD_OPEN_101, stderr)})
     assert obs.health == ()
     assert [h for h in obs.holders if h.partition_key is None] == []
 
 
 def test_an_unknown_fd_scan_error_line_makes_proc_fd_unreadable():
-    obs = read({"fd-scan": ("123", FD_OPEN_101, "xargs: stat: terminated by signal 9\n")})
+    obs = read({"fd-scan": ("1", FD_OPEN_101, "xargs: stat: terminated by signal 9\n")})
     assert obs.health == (
         SourceHealth(
             "proc-fd",
