@@ -40,8 +40,9 @@ import pickle
 import shutil
 import stat as statmod
 import tempfile
+import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -58,8 +59,9 @@ from hypothesis.stateful import (
 from enforcer import ledger as ledgers
 from enforcer.contract import decide
 from enforcer.model import Observation, Verdict
-from enforcer.policy import Policy, policy_from_host_data
+from enforcer.policy import DIRECTORY, Policy, policy_from_host_data
 from facts.snapshot import NodeSnapshot, Sections, parse_sections
+from kinds import REGISTRY
 from operations.enforce import destroy_command
 from simulator.dra import CDI_VENDOR
 from simulator.namespace import pod_cgroup
@@ -74,6 +76,27 @@ HOST_CGROUP = "0::/user.slice/user-0.slice/session-1.scope\n"  # a host process:
 # How far a node event moves the clock (a skipped run takes at most 600 s of it; a clock jump
 # all of it, backwards too).
 STEPS = [-7200, -600, -1, 60, 300, 600, 1800, 4000, 90000]
+# Each kind's sections on a node with none of its tools, driver files or sysfs folders, by kind
+# (kinds.REGISTRY's names): snapshot.sh.j2's `tool` of a tool not on the node (missing), `file` and
+# the glob tests of files not there (absent), and the listings of nothing (rc 0, empty):
+# kinds/ascend.sh.j2:3,26 (no chip map: no vNPU table), kinds/mig.sh.j2:4-22,
+# kinds/ppu.sh.j2:4-14, kinds/hygon.sh.j2:4-9, kinds/vgpu.sh.j2:5-10 (no mdevctl given).
+NO_KIND = {
+    "ascend": (("npu-smi-m", "missing"), ("npu-smi-info", "missing")),
+    "mig": (
+        *((f"nvidia-smi{s}", "missing") for s in ("-list", "-lgi", "-lci", "")),
+        ("nvidia-caps", "absent"),
+        ("nvidia-gpus", "absent"),
+        ("nvidia-driver", "0"),
+        ("hami-mig-config", "absent"),
+    ),
+    "ppu": (
+        *((f"ppu-smi{s}", "missing") for s in ("-list", "-lgi", "-lci", "")),
+        ("alixpu-caps", "absent"),
+    ),
+    "hygon": (("hy-smi-devices", "missing"), ("hy-smi-vdevices", "missing"), ("hygon-pci", "0")),
+    "vgpu": (("vgpu", "0"), ("mdevctl", "missing")),
+}
 
 
 def node_policy(node: str, node_dir: Path, tools: Iterable[str], **more: Any) -> Policy:
@@ -272,12 +295,65 @@ class InProcessDriver(Driver):
             _line("clock", "0", f"{int(START)}\n", ""),
         ]
 
+    def _host_head(self, state: dict) -> tuple[list[str], bool]:
+        """
+        snapshot.sh.j2's first sections, its shell's procfs the host's: host-data (`host_paths`:
+        a path not as expected ends the read there: False), the simulator's boot id, the clock
+        (now), hostname and machine-id.
+        """
+        begin, boot, _ = self._head(state)
+        refused = self._host_paths()
+        lines = [begin, _line("host-data", "1" if refused else "0", "", refused)]
+        if refused:
+            return lines, False
+        procfs = Path(self.paths.procfs)
+        lines += [boot, _line("clock", "0", f"{int(time.time())}\n", "")]
+        lines.append(self._file("hostname", procfs / "sys" / "kernel" / "hostname"))
+        lines.append(self._file("machine-id", Path(self.paths.machine_id)))
+        return lines, True
+
+    def _host_paths(self) -> str:
+        """host-paths.sh.j2's `host_paths`: what it says of each path that is not as expected."""
+        return "".join(
+            f"host data {key} {path}: expected {expected}\n"
+            for expected, key, path in self.paths.host_checks
+            if not (
+                os.path.isdir(path)
+                if expected == DIRECTORY
+                else os.path.isfile(path) and os.access(path, os.X_OK)
+            )
+        )
+
+    def _kinds(self, own: Mapping[str, Callable[[], list[str]]]) -> list[str]:
+        """Every kind's sections in kinds.REGISTRY's order: the node's kinds' by `own`, the
+        others' as on a node without them (NO_KIND)."""
+        lines = []
+        for kind in REGISTRY:
+            if kind.name in own:
+                lines += own[kind.name]()
+            else:
+                lines += [f"PE1 {name} {rc} - -" for name, rc in NO_KIND[kind.name]]
+        return lines
+
+    def _devnodes(self) -> str:
+        """`devnodes`: `stat -L` of the device nodes of every kind there (kinds.Kind.devnodes),
+        each glob sorted."""
+        dev = Path(self.paths.dev_dir)
+        found = [
+            f
+            for kind in REGISTRY
+            for glob in kind.devnodes
+            for f in sorted(dev.glob(glob), key=str)
+        ]
+        return _line("devnodes", "0", "".join(self._stat(f) + "\n" for f in found), "")
+
     def _holder_sections(self, fd: int, device: Callable[[Any], Path]) -> list[str]:
         """`fd-scan` (each holder's fd `fd` on its partition's device) and `holder-cgroups`."""
+        # The shell's glob /proc/[0-9]* sorts the pids as text ("10" before "9").
         scan = "".join(
             f"{self.paths.procfs}/{pid}/fd/{fd}|{self._stat(device(held)).split('|')[1]}"
             f"|regular empty file\n"
-            for pid, held in sorted(self.holders.items())
+            for pid, held in sorted(self.holders.items(), key=lambda h: str(h[0]))
         )
         # The shell's `grep -H ''` over the holders' cgroup files, in `sort -u` order.
         files = sorted((f"{self.paths.procfs}/{pid}/cgroup", pid) for pid in self.holders)
@@ -286,9 +362,13 @@ class InProcessDriver(Driver):
 
     def _kubelet_sections(self, state: dict) -> list[str]:
         """The kubelet's checkpoint and the CRI's pods and containers (`crictl`, faults too)."""
+        return [_line("checkpoint", "0", self.sim.checkpoint_text(), ""), *self._cri(state)]
+
+    def _cri(self, state: dict) -> list[str]:
+        """The CRI's pods and containers (`crictl`, faults too)."""
         from simulator import crictl as sim_crictl
 
-        lines = [_line("checkpoint", "0", self.sim.checkpoint_text(), "")]
+        lines = []
         for name, sub, render in (
             ("crictl-pods", "pods", lambda: sim_crictl.render_pods(state)),
             ("crictl-ps", "ps", lambda: sim_crictl.render_containers(state, True)),

@@ -15,7 +15,7 @@ kinds/*.sh.j2 for the functions named):
 - host-data (host-paths.sh.j2 `host_paths`), boot-id (the simulator's), clock, hostname (the
   host's: the namespace has no UTS namespace of its own), machine-id;
 - the other kinds' sections (kinds/ascend, mig, ppu, hygon.sh.j2) as on a node with none of
-  their tools, driver files or sysfs folders: `OTHER_KINDS`;
+  their tools, driver files or sysfs folders (core.NO_KIND);
 - vgpu (vgpu-functions.sh.j2 `vgpu_listing`: the simulator's vGPU state as its sysfs tree
   lists it), mdevctl (simulator.mdevctl's own `list --defined --dumpjson`, faults honoured);
 - devnodes (every kind's device-node globs, kinds.REGISTRY), fd-scan (node.sh.j2 `fd_scan`: each
@@ -33,7 +33,6 @@ import base64
 import hashlib
 import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,33 +42,13 @@ from model.core import _line
 from model.vgpu_machine import VgpuNamespaceDriver
 
 from enforcer.model import MDEV, Observation, Partition, Verdict
-from enforcer.policy import DIRECTORY
 from facts.snapshot import Sections, parse_sections
 from facts.vms import pid_keys
-from kinds import REGISTRY
 from kinds.vgpu import _listing_line, devnodes_of
 from simulator import mdevctl as sim_mdevctl
 from simulator import vgpu as sim_vgpu
 from simulator.vgpu import VgpuError
 
-# The other kinds' sections on this node, in kinds.REGISTRY's order: snapshot.sh.j2's `tool` of a
-# tool not on the node (missing), `file` and the glob tests of files not there (absent), and the
-# listings of nothing (rc 0, empty): kinds/ascend.sh.j2:3,26 (no chip map: no vNPU table),
-# kinds/mig.sh.j2:4-22, kinds/ppu.sh.j2:4-14, kinds/hygon.sh.j2:4-9.
-OTHER_KINDS = (
-    ("npu-smi-m", "missing"),
-    ("npu-smi-info", "missing"),
-    *((f"nvidia-smi{s}", "missing") for s in ("-list", "-lgi", "-lci", "")),
-    ("nvidia-caps", "absent"),
-    ("nvidia-gpus", "absent"),
-    ("nvidia-driver", "0"),
-    ("hami-mig-config", "absent"),
-    *((f"ppu-smi{s}", "missing") for s in ("-list", "-lgi", "-lci", "")),
-    ("alixpu-caps", "absent"),
-    ("hy-smi-devices", "missing"),
-    ("hy-smi-vdevices", "missing"),
-    ("hygon-pci", "0"),
-)
 UNIX_HEADER = "Num       RefCount Protocol Flags    Type St Inode Path\n"  # /proc/net/unix's
 SPACE = r"[ \t\r\f\v]"  # grep's [[:space:]] within a line
 FIRST_FD = 3  # a hypervisor's first VFIO file (0-2: its stdio)
@@ -137,22 +116,13 @@ class VgpuInProcessDriver(core.InProcessDriver):
 
     def read(self) -> Sections:
         state = self.sim.state()
-        begin, boot, _ = self._head(state)
-        refused = self._host_paths()
-        lines = [begin, _line("host-data", "1" if refused else "0", "", refused)]
-        if refused:  # the read stops there (snapshot.sh.j2)
+        lines, whole = self._host_head(state)
+        if not whole:  # the read stops there (snapshot.sh.j2)
             return parse_sections(framed([*lines, "PE1 end"]))
-        procfs = Path(self.paths.procfs)
-        lines += [boot, _line("clock", "0", f"{int(time.time())}\n", "")]
-        lines.append(self._file("hostname", procfs / "sys" / "kernel" / "hostname"))
-        lines.append(self._file("machine-id", Path(self.paths.machine_id)))
-        lines += [f"PE1 {name} {rc} - -" for name, rc in OTHER_KINDS]
         vg = state.get("vgpu") or sim_vgpu.new_state()
-        lines.append(_line("vgpu", "0", vgpu_listing(vg), ""))
-        lines.append(self._mdevctl(state))
-        lines.append(
-            _line("devnodes", "0", "".join(self._stat(d) + "\n" for d in self._devs()), "")
-        )
+        own = [_line("vgpu", "0", vgpu_listing(vg), ""), self._mdevctl(state)]
+        lines += self._kinds({"vgpu": lambda: own})
+        lines.append(self._devnodes())
         lines += self._fd_sections()
         lines += self._dra_sections()
         lines.append(_line("checkpoint", "0", self.sim.checkpoint_text(), ""))
@@ -166,18 +136,6 @@ class VgpuInProcessDriver(core.InProcessDriver):
         lines.append("PE1 end")
         return parse_sections(framed(lines))
 
-    def _host_paths(self) -> str:
-        """host-paths.sh.j2's `host_paths`: what it says of each path that is not as expected."""
-        return "".join(
-            f"host data {key} {path}: expected {expected}\n"
-            for expected, key, path in self.paths.host_checks
-            if not (
-                os.path.isdir(path)
-                if expected == DIRECTORY
-                else os.path.isfile(path) and os.access(path, os.X_OK)
-            )
-        )
-
     def _mdevctl(self, state: dict) -> str:
         """`mdevctl list --defined --dumpjson`, simulator.mdevctl's answer (faults honoured)."""
         tool = self.paths.tool("mdevctl")
@@ -186,16 +144,6 @@ class VgpuInProcessDriver(core.InProcessDriver):
         args = ["--defined", "--dumpjson"]
         answer = lambda: sim_mdevctl.list_command(self.sim, args)[0]  # noqa: E731
         return _line("mdevctl", *self._tool(state, "mdevctl", "list-defined", answer))
-
-    def _devs(self) -> list[Path]:
-        """The device nodes of every kind there (kinds.Kind.devnodes), each glob sorted."""
-        dev = Path(self.paths.dev_dir)
-        return [
-            f
-            for kind in REGISTRY
-            for glob in kind.devnodes
-            for f in sorted(dev.glob(glob), key=str)
-        ]
 
     def _fd_sections(self) -> list[str]:
         """`fd-scan` (each process's VFIO files, the glob's order of /proc/<pid>) and
