@@ -7,13 +7,14 @@ static and dynamic GPU instances on two H100s, advertised devices and their plug
 NVIDIA's device-list strategies, HAMi's dynamic MIG and template cache, records not understood,
 NVIDIA's DRA chart preparing and unpreparing claims, its ComputeDomain plugin), the vGPU one
 (tests/model/vgpu_machine.py: VMs with mdev and vendor-VFIO vGPUs on a VM host, hypeman's records,
-hypervisors, reused PIDs, torn records) and the PPU one (tests/model/ppu_machine.py: gpustack's
-T-Head allocator on a PPU-ZW810E, its ownership records and their GC) — and prints, per
-machine, the count of histories, enforcer runs, destroys and violations, what the histories went
-through (the machine's `events`: allocations by strategy, advertisers gone and back, GIs and
-vNPUs kept by rule 4's memory, DRA claims prepared, unprepared half way, leaked, reclaimed...),
-and the wall time. `--machine <kind>` runs one (each kind's machine is on the model core,
-tests/model/core.py). Exit 1 on any violation.
+hypervisors, reused PIDs, torn records), the PPU one (tests/model/ppu_machine.py: gpustack's
+T-Head allocator on a PPU-ZW810E, its ownership records and their GC) and the Hygon DCU one
+(tests/model/dcu_machine.py: pods given vDCUs on two DCUs, gpustack's vdev records, failed
+creates, a DCU's vDCUs destroyed all at once) — and prints, per machine, the count of histories,
+enforcer runs, destroys and violations, what the histories went through (the machine's `events`:
+allocations by strategy, advertisers gone and back, GIs and vNPUs kept by rule 4's memory, DRA
+claims prepared, unprepared half way, leaked, reclaimed...), and the wall time. `--machine <kind>`
+runs one (each kind's machine is on the model core, tests/model/core.py). Exit 1 on any violation.
 
 What differs from `make test`'s node-level run, for speed: the node read's sections are built by
 the simulator's own renderers (npu-smi chip map, vNPU table and host table, crictl pods and ps,
@@ -30,7 +31,10 @@ destroy-mig.sh.j2's re-checks (see MigInProcessDriver); the vGPU one the VM host
 the simulator's sysfs state and a table of processes, and destroy-vgpu.sh.j2's re-checks
 (tests/model/vgpu_inprocess.py, checked against the shell read section by section); the PPU one
 ppu-smi's outputs by the simulator's own command code over a table of holders, gpustack's
-records, and destroy-ppu.sh.j2's re-checks (tests/model/ppu_inprocess.py, checked the same way).
+records, and destroy-ppu.sh.j2's re-checks (tests/model/ppu_inprocess.py, checked the same way);
+the DCU one hy-smi's listings, the hydcu driver's PCI functions and gpustack's records from the
+simulator's state, and destroy-vdcu.sh.j2's re-checks, one destroy per DCU
+(tests/model/dcu_inprocess.py, checked so too).
 
 Violations are counted by kind; a contract hazard (a live pod's vNPU destroyed where the
 contract reference itself says so) is one too: the contract is wrong, not only the code.
@@ -52,6 +56,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from hypothesis import HealthCheck, Phase, settings  # noqa: E402
 from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
 from model.core import Counts, machine_class  # noqa: E402
+from model.dcu_inprocess import DcuInProcessDriver  # noqa: E402
+from model.dcu_machine import DcuMachine  # noqa: E402
 from model.lifecycle_machine import InProcessDriver, LifecycleMachine  # noqa: E402
 from model.mig_machine import MigInProcessDriver, MigLifecycle  # noqa: E402
 from model.ppu_inprocess import PpuInProcessDriver  # noqa: E402
@@ -64,6 +70,7 @@ MACHINES = {
     "mig": (MigLifecycle, MigInProcessDriver),
     "vgpu": (VgpuMachine, VgpuInProcessDriver),
     "ppu": (PpuLifecycle, PpuInProcessDriver),
+    "dcu": (DcuMachine, DcuInProcessDriver),
 }
 
 

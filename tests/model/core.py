@@ -39,6 +39,7 @@ import hashlib
 import os
 import pickle
 import random
+import re
 import shutil
 import stat as statmod
 import tempfile
@@ -218,6 +219,43 @@ def _reboot_identity(line: str, real: str, sim: str) -> str:
     return f"identity {base64.b64encode(identity.encode()).decode()}\n"
 
 
+# --- what the twin tests (test_*_inprocess.py) share: one node read and destroyed both ways
+
+
+def sim_boot_recorded(twin: Any) -> None:
+    """The identities a destroy script recorded on the twin's namespace, of the kernel's boot id,
+    as the in-process driver records them (the simulator's): the namespace read rewrites them so
+    too."""
+    record = Path(twin.paths.state_dir) / "destroyed"
+    sim = twin.sim.state()["boot_id"]
+    lines = record.read_text().splitlines(True)
+    record.write_text("".join(_reboot_identity(line, twin.real_boot, sim) for line in lines))
+
+
+def count_destroy(compared: Counter[str], outcome: str, why: str | None) -> None:
+    """A compared destroy, by its outcome and a keep by its first words (without pids)."""
+    compared[f"destroys: {outcome}"] += 1
+    if why is not None:
+        words = [w for w in why.split()[:3] if not w[0].isdigit()]
+        compared[f"kept: {' '.join(words)}"] += 1
+
+
+def same_sections(real: Sections, mine: Sections, parsed: set[str]) -> None:
+    """Both reads whole alike, with the same sections in the same order, each byte for byte but
+    those in `parsed` (where the namespace's own processes show: compared as observations)."""
+    assert (real.complete, real.problem) == (mine.complete, mine.problem)
+    assert list(real.by_name) == list(mine.by_name)
+    for name, section in real.by_name.items():
+        ours = mine.by_name[name]
+        if name not in parsed:
+            assert (section.rc, section.stdout, section.stderr) == (
+                ours.rc,
+                ours.stdout,
+                ours.stderr,
+            ), name
+    assert int(real.by_name["clock"].stdout) > 0 and int(mine.by_name["clock"].stdout) > 0
+
+
 class MemorySimNode(SimNode):
     """
     The same SimNode, its state kept in memory instead of state.json (the bench's many small
@@ -299,10 +337,11 @@ class InProcessDriver(Driver):
 
     def _holder_sections(self, fd: int, device: Callable[[Any], Path]) -> list[str]:
         """`fd-scan` (each holder's fd `fd` on its partition's device) and `holder-cgroups`."""
+        # The shell's glob /proc/[0-9]* sorts the pids as text ("10" before "9").
         scan = "".join(
             f"{self.paths.procfs}/{pid}/fd/{fd}|{self._stat(device(held)).split('|')[1]}"
             f"|regular empty file\n"
-            for pid, held in sorted(self.holders.items())
+            for pid, held in sorted(self.holders.items(), key=lambda h: str(h[0]))
         )
         # The shell's `grep -H ''` over the holders' cgroup files, in `sort -u` order.
         files = sorted((f"{self.paths.procfs}/{pid}/cgroup", pid) for pid in self.holders)
@@ -311,9 +350,13 @@ class InProcessDriver(Driver):
 
     def _kubelet_sections(self, state: dict) -> list[str]:
         """The kubelet's checkpoint and the CRI's pods and containers (`crictl`, faults too)."""
+        return [_line("checkpoint", "0", self.sim.checkpoint_text(), ""), *self._cri(state)]
+
+    def _cri(self, state: dict) -> list[str]:
+        """The CRI's pods and containers (`crictl`, faults too)."""
         from simulator import crictl as sim_crictl
 
-        lines = [_line("checkpoint", "0", self.sim.checkpoint_text(), "")]
+        lines = []
         for name, sub, render in (
             ("crictl-pods", "pods", lambda: sim_crictl.render_pods(state)),
             ("crictl-ps", "ps", lambda: sim_crictl.render_containers(state, True)),
@@ -424,6 +467,16 @@ class InProcessDriver(Driver):
                 digest += f"+{mark}{hashlib.sha256(Path(path).read_bytes()).hexdigest()}"
         return digest
 
+    def marker_trees(self) -> str:
+        """node.sh.j2's `marker_trees`: per marker root `root <n> <rc|absent>`, then its records
+        (`marker_records`), `<b64 path below the root> <b64 bytes|!>`, sorted."""
+        out = []
+        for n, (root, _layout) in enumerate(self.paths.marker_roots):
+            top = Path(root)
+            out.append(f"root {n} {'0' if top.is_dir() else 'absent'}\n")
+            out += sorted(f"{_marker_record(top, f)}\n" for f in _marker_files(top))
+        return "".join(out)
+
     def _new_holder(self, held: Any, pod_uid: str | None) -> int:
         """A new pid holding `held`, in the pod's container cgroup (or a host process's)."""
         cgroup = HOST_CGROUP
@@ -439,6 +492,37 @@ class InProcessDriver(Driver):
 
     def reboot_done(self) -> None:
         self.holders.clear()
+
+
+# node.sh.j2's marker_records: gpustack's MIG records and Hygon's vdev.conf, below a root.
+MARKER = re.compile(r"[^/]+/[^/]+/(?:[^/]*-mig-[^/]*\.json|etc/vdev/docker/vdev[^/]*\.conf)")
+
+
+def _marker_files(top: Path) -> list[Path]:
+    """marker_records' `find . -mindepth 3 -maxdepth 6 -regex ... ! -type d` (no link
+    followed)."""
+    if not top.is_dir():
+        return []
+    found = []
+    for folder, dirs, files in os.walk(top):
+        for name in [*dirs, *files]:
+            f = Path(folder) / name
+            below = f.relative_to(top)
+            if 3 <= len(below.parts) <= 6 and MARKER.fullmatch(str(below)) and not _is_dir(f):
+                found.append(f)
+    return found
+
+
+def _is_dir(f: Path) -> bool:
+    return f.is_dir() and not f.is_symlink()
+
+
+def _marker_record(top: Path, f: Path) -> str:
+    """One `marker_records` line: `!` for a file that is not a regular one."""
+    path = base64.b64encode(str(f.relative_to(top)).encode()).decode()
+    if f.is_symlink() or not f.is_file():
+        return f"{path} !"
+    return f"{path} {base64.b64encode(f.read_bytes()).decode()}"
 
 
 # --- the reference: what a perfect enforcer may destroy -----------------------------------------

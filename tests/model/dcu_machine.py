@@ -8,7 +8,8 @@ code (facts.snapshot.observe, enforcer.contract.decide, enforcer.ledger).
 `DcuNamespaceDriver` (`make test`): the core's NamespaceDriver (the real node read and the real
 guarded destroy, destroy-vdcu.sh.j2, `sh -c` in the node's namespace) on two DCUs. The destroy is
 the deploy's (operations.enforce.destroy_orphans): one command per DCU, for every vDCU of it the
-run proved orphaned (kinds.hygon.destroy_dcu refuses some, not all).
+run proved orphaned (kinds.hygon.destroy_dcu refuses some, not all). `DcuInProcessDriver`
+(tests/model/dcu_inprocess.py, `make bench`): the same node in memory, checked against this one.
 
 The kind adds to the core its events (pods admitted on a DCU: a vDCU made at Allocate, gpustack's
 `vdev<i>.conf` record and kubelet's checkpoint entry with the answer's /dev/kfd, card and renderD
@@ -40,7 +41,7 @@ from hypothesis.stateful import initialize, precondition, rule
 from model import core
 from model.core import LIVE, STEPS, Counts, PodMachine, Reference
 
-from enforcer.model import Observation, Verdict
+from enforcer.model import Observation, Partition, Verdict
 from enforcer.policy import Policy
 from enforcer.shell import UnsafeValue
 from facts.snapshot import observe
@@ -74,12 +75,18 @@ def dcu_policy(node_dir: Path) -> Policy:
     )
 
 
-class DcuNamespaceDriver(core.NamespaceDriver):
-    """The Hygon node in its namespace: the real node read, destroy-vdcu.sh.j2 per DCU."""
+class DcuNode(core.Driver):
+    """
+    The Hygon node on either driver: two DCUs, HAMi's slots registered, gpustack's pods folder.
+    The destroy is the deploy's (operations.enforce.destroy_orphans): one command per DCU, for
+    every vDCU of it the run proved orphaned (kinds.hygon.destroy_dcu refuses some, not all);
+    each driver carries the command out (`run_whole`).
+    """
 
     def __init__(self, root: Path):
         super().__init__(root)
         self.orphans: Callable[[], list[Verdict]] = list  # the run's (the machine sets it)
+        self.event: Callable[[str], None] = lambda what: None  # the machine's counter
         self.done: dict[str, tuple[str, str]] = {}  # this run's outcome per DCU
         self.done_for: Observation | None = None
 
@@ -89,11 +96,13 @@ class DcuNamespaceDriver(core.NamespaceDriver):
         register_slots(sim)
         return sim, dcu_policy(path)
 
-    def hold(self, dcu: int, pod_uid: str | None = None) -> int:
-        return self.ns.hold_dcu(dcu, pod_uid)
+    def kernel_boot(self, obs: Observation) -> str:
+        """The boot id the guard compares (the kernel's)."""
+        return obs.boot_id
 
-    def unhold(self, handle: int) -> None:
-        self.ns.unhold(handle)
+    def run_whole(self, command: str, vdcus: list[Partition], obs: Observation) -> tuple[str, str]:
+        """destroy-vdcu.sh.j2 (`command`) for `vdcus`, every vDCU of one DCU."""
+        raise NotImplementedError
 
     def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
         """Every vDCU the run proved orphaned on v's DCU, by one command (its outcome for each)."""
@@ -102,15 +111,42 @@ class DcuNamespaceDriver(core.NamespaceDriver):
         dcu = v.partition.accelerator
         if dcu not in self.done:
             vdcus = [o.partition for o in self.orphans() if o.partition.accelerator == dcu]
+            guarded = replace(obs, boot_id=self.kernel_boot(obs))
             try:
-                command = destroy_dcu(vdcus, replace(obs, boot_id=self.real_boot), self.paths)
+                command = destroy_dcu(vdcus, guarded, self.paths)
             except UnsafeValue:
                 raise
             except ValueError as refusal:  # some, not all, of its vDCUs: decide was wrong
                 self.done[dcu] = ("kept", f"no command: {refusal}")
             else:
-                self.done[dcu] = self.run_destroy(command)
+                self.done[dcu] = self.run_whole(command, vdcus, obs)
+            self.event(outcome_event(*self.done[dcu]))
         return self.done[dcu]
+
+
+class DcuNamespaceDriver(DcuNode, core.NamespaceDriver):
+    """The Hygon node in its namespace: the real node read, destroy-vdcu.sh.j2 per DCU."""
+
+    def kernel_boot(self, obs: Observation) -> str:
+        return self.real_boot  # the namespace's kernel is the host's
+
+    def run_whole(self, command: str, vdcus: list[Partition], obs: Observation) -> tuple[str, str]:
+        return self.run_destroy(command)
+
+    def hold(self, dcu: int, pod_uid: str | None = None) -> int:
+        return self.ns.hold_dcu(dcu, pod_uid)
+
+    def unhold(self, handle: int) -> None:
+        self.ns.unhold(handle)
+
+
+def outcome_event(outcome: str, said: str) -> str:
+    """A DCU's destroy as the bench counts it: what kept it by its words, without pids and
+    listings."""
+    if outcome != "kept":
+        return f"destroys: a DCU's vDCUs {outcome}"
+    why = said.split("kept, not destroyed: ", 1)[-1].split(":", 1)[0].strip()
+    return f"destroys: a DCU's vDCUs kept: {' '.join(w for w in why.split() if not w.isdigit())}"
 
 
 def register_slots(sim: SimNode) -> None:
@@ -209,6 +245,7 @@ class DcuMachine(PodMachine):
         self.vdcus: dict[int, VdcuM] = {}
         self.fail_dcus: set[int] = set()  # DCUs whose destroy hy-smi refuses
         self.driver.orphans = lambda: [v for v in self.verdicts.values() if v.is_orphan]
+        self.driver.event = self.event
 
     @initialize()
     def nothing_yet(self) -> None:
@@ -481,15 +518,16 @@ class DcuMachine(PodMachine):
             self.destroys_work_again()
 
     @rule(
-        race=st.sampled_from(["hold", "admit", "reboot"]),
+        race=st.sampled_from(["hold", "admit", "create", "reboot"]),
         shape=st.sampled_from(SHAPES),
         rank=st.integers(0, 255),
     )
     def enforcer_run_racing(self, race: str, shape: tuple[int, int], rank: int) -> None:
         """
         Between the run's read and its destroys: a process opens the first orphan's DCU, a pod
-        is admitted on it (a vDCU made, the records changed), the node reboots. The guarded
-        destroy must re-prove the DCU and keep it (rule 7).
+        is admitted on it (a vDCU made, the records changed), a create on it whose pod failed (a
+        vDCU made, no record: only the listing tells), the node reboots. The guarded destroy
+        must re-prove the DCU and keep it (rule 7).
         """
 
         def happen(orphans: list[Verdict]) -> None:
@@ -501,6 +539,9 @@ class DcuMachine(PodMachine):
             elif race == "admit" and self._room():
                 self.note(f"race: a pod is admitted on DCU {dcu} before the destroys")
                 self.admit(dcu, shape, rank)
+            elif race == "create":
+                self.note(f"race: a create on DCU {dcu} before the destroys")
+                self.create_fails(dcu, shape)
             elif race == "reboot":
                 self.note("race: the node reboots before the destroys")
                 self.reboot()

@@ -30,8 +30,6 @@ kinds/ppu.sh.j2 for the functions named):
 
 from __future__ import annotations
 
-import base64
-import os
 import re
 import time
 from pathlib import Path
@@ -51,8 +49,6 @@ from simulator.ppu_smi import SMI
 from simulator.state import PROC_DRIVER, State
 
 FIRST_FD = 3  # a holder's first device file (0-2: its stdio)
-# node.sh.j2's `marker_records`: gpustack's MIG records and Hygon's vdev files below a root.
-MARKER = re.compile(r"[^/]+/[^/]+/(?:[^/]*-mig-[^/]*\.json|etc/vdev/docker/vdev[^/]*\.conf)")
 
 
 class TableMigModel(MigModel):
@@ -191,16 +187,6 @@ class PpuInProcessDriver(core.InProcessDriver):
         )
         cgroups = "".join(f"{procfs}/{pid}/cgroup:{self.cgroups[pid]}" for pid in pids)
         return [_line("fd-scan", "0", scan, ""), _line("holder-cgroups", "0", cgroups, "")]
-
-    def marker_trees(self) -> str:
-        """node.sh.j2's `marker_trees`: per marker root `root <n> <rc|absent>`, then its records
-        (`marker_records`), `<b64 path below the root> <b64 bytes|!>`, sorted."""
-        out = []
-        for n, (root, _) in enumerate(self.paths.marker_roots):
-            top = Path(root)
-            out.append(f"root {n} {'0' if top.is_dir() else 'absent'}\n")
-            out += sorted(f"{_marker_record(top, f)}\n" for f in _marker_files(top))
-        return "".join(out)
 
     # --- the guarded destroy
 
@@ -378,25 +364,3 @@ def _users(table: str, ppu: str, gi: str) -> list[str]:
         if on and len(w) >= 5 and w[0] == "|" and w[1] == ppu and w[2] in (gi, "N/A"):
             users.append(w[4])
     return users
-
-
-def _marker_files(top: Path) -> list[Path]:
-    """`find . -mindepth 3 -maxdepth 6 -regex ... ! -type d` below `top` (no link followed)."""
-    if not top.is_dir():
-        return []
-    found = []
-    for dirpath, dirs, files in os.walk(top):
-        rel = Path(dirpath).relative_to(top)
-        if len(rel.parts) >= 5:
-            dirs.clear()
-        names = files + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]
-        found += [Path(dirpath) / n for n in names if MARKER.fullmatch(str(rel / n))]
-    return found
-
-
-def _marker_record(top: Path, f: Path) -> str:
-    """One `marker_records` line: `!` for a file that is not a regular one."""
-    path = base64.b64encode(str(f.relative_to(top)).encode()).decode()
-    if f.is_symlink() or not f.is_file():
-        return f"{path} !"
-    return f"{path} {base64.b64encode(f.read_bytes()).decode()}"

@@ -3,7 +3,8 @@ Model-based lifecycle testing of Hygon vDCUs (issue 32): random lifecycles of po
 of two DCUs, their vDCUs and records, the node and the enforcer (tests/model/dcu_machine.py)
 against the real decision code, the real node read and the real guarded destroy
 (destroy-vdcu.sh.j2), in the simulated node's namespace. Slow (a second or two a run): a few
-histories here (no in-process driver yet).
+histories here; `python bench/lifecycle.py --machine dcu` runs thousands on the in-process driver
+(tests/model/dcu_inprocess.py, checked against this one by test_dcu_inprocess.py).
 
 The stories below are one history by hand each, one per Hygon rule of the contract. Each is run
 again on the product broken the way it guards against (by monkeypatch): the machine finds it.

@@ -27,10 +27,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
+from model import core
 from model.core import (
     HOST_CGROUP,
     MemorySimNode,
-    _reboot_identity,
     derandomized,
     machine_class,
     run_histories,
@@ -105,40 +105,19 @@ class TwinDriver(PpuNamespaceDriver):
             assert said == expected, (v.partition.id, said, expected)
         elif why is None:
             assert outcome == "destroyed", (v.partition.id, said)
-            self._sim_boot_recorded()
+            core.sim_boot_recorded(self)
         elif why == REBOOTED:  # the namespace's kernel is the host's: its boot id stays
             assert outcome == "kept", (v.partition.id, said)
         else:
             expected = say(v.partition, f"kept, not destroyed: {why}")
             assert (outcome, said) == ("kept", expected), (v.partition.id, said, expected)
-        type(self).compared[f"destroys: {outcome}"] += 1
-        if why is not None:  # counted by its first words, without pids
-            words = [w for w in why.split()[:3] if not w[0].isdigit()]
-            type(self).compared[f"kept: {' '.join(words)}"] += 1
+        core.count_destroy(type(self).compared, outcome, why)
         return outcome, said
-
-    def _sim_boot_recorded(self) -> None:
-        """The identity the script recorded, of the kernel's boot id, as the in-process driver
-        records it (the simulator's): the namespace read rewrites it so too."""
-        record = Path(self.paths.state_dir) / "destroyed"
-        sim = self.sim.state()["boot_id"]
-        lines = record.read_text().splitlines(True)
-        record.write_text("".join(_reboot_identity(line, self.real_boot, sim) for line in lines))
 
 
 def same_read(real: Sections, mine: Sections, twin: PpuNamespaceDriver) -> None:
     """The two reads of one node agree (the module's doc says how)."""
-    assert (real.complete, real.problem) == (mine.complete, mine.problem)
-    assert list(real.by_name) == list(mine.by_name)
-    for name, section in real.by_name.items():
-        ours = mine.by_name[name]
-        if name not in PARSED:
-            assert (section.rc, section.stdout, section.stderr) == (
-                ours.rc,
-                ours.stdout,
-                ours.stderr,
-            ), name
-    assert int(real.by_name["clock"].stdout) > 0 and int(mine.by_name["clock"].stdout) > 0
+    core.same_sections(real, mine, PARSED)
     seen = [observe(s, NODE, twin.paths, twin.policy.claim_sources) for s in (real, mine)]
     ns, ours = (asdict(replace(obs, now=0.0)) for obs in seen)
     assert ns == ours, {k: (v, ours[k]) for k, v in ns.items() if v != ours[k]}
