@@ -462,9 +462,9 @@ class InProcessDriver(Driver):
         checkpoint's, `+cd:` its ComputeDomain plugin's, when there."""
         digest = hashlib.sha256(self.sim.checkpoint_text().encode()).hexdigest()
         digest += f"+{mark}:{hashlib.sha256(records.encode()).hexdigest()}"
-        for mark, path in (("", self.paths.dra_checkpoint), ("cd:", self.paths.dra_cd_checkpoint)):
+        for sign, path in (("", self.paths.dra_checkpoint), ("cd:", self.paths.dra_cd_checkpoint)):
             if os.path.exists(path):
-                digest += f"+{mark}{hashlib.sha256(Path(path).read_bytes()).hexdigest()}"
+                digest += f"+{sign}{hashlib.sha256(Path(path).read_bytes()).hexdigest()}"
         return digest
 
     def marker_trees(self) -> str:
