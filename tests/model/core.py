@@ -232,6 +232,23 @@ def sim_boot_recorded(twin: Any) -> None:
     record.write_text("".join(_reboot_identity(line, twin.real_boot, sim) for line in lines))
 
 
+REBOOTED = "the node rebooted since the run read it"  # reproof.sh.j2's keep
+
+
+def check_destroy(twin: Any, p: Any, outcome: str, said: str, why: str | None, say: Any) -> None:
+    """The shell's destroy of `p` ended as the in-process driver's re-proof (`why`, None: none
+    keeps it) says, in its words (`say`); a reboot apart: the namespace's kernel is the host's,
+    its boot id stays."""
+    if why is None:
+        assert outcome == "destroyed", (p.id, said)
+        sim_boot_recorded(twin)
+    elif why == REBOOTED:
+        assert outcome == "kept", (p.id, said)
+    else:
+        expected = say(p, f"kept, not destroyed: {why}")
+        assert (outcome, said) == ("kept", expected), (p.id, said, expected)
+
+
 def count_destroy(compared: Counter[str], outcome: str, why: str | None) -> None:
     """A compared destroy, by its outcome and a keep by its first words (without pids)."""
     compared[f"destroys: {outcome}"] += 1

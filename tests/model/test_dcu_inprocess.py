@@ -33,7 +33,6 @@ from model.dcu_machine import NODE, DcuMachine, DcuNamespaceDriver
 from enforcer.model import Observation, Partition
 from facts.snapshot import Sections, observe
 
-REBOOTED = "the node rebooted since the run read it"
 PARSED = {"clock", "fd-scan", "holder-cgroups"}
 LEAK, SMALL = (20, 8192), (10, 4096)
 
@@ -94,7 +93,7 @@ class TwinDriver(DcuNamespaceDriver):
     def run_whole(self, command: str, vdcus: list[Partition], obs: Observation) -> tuple[str, str]:
         expected = self.mirror.look().run_whole(command, vdcus, obs)
         outcome, said = super().run_whole(command, vdcus, obs)
-        if expected == ("kept", say(vdcus[0], f"kept, not destroyed: {REBOOTED}")):
+        if expected == ("kept", say(vdcus[0], f"kept, not destroyed: {core.REBOOTED}")):
             assert outcome == "kept", (
                 said
             )  # the namespace's kernel is the host's: its boot id stays

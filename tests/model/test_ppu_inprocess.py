@@ -43,7 +43,6 @@ from facts.snapshot import Sections, observe
 from kinds.mig import gi_vars
 from simulator.namespace import pod_cgroup
 
-REBOOTED = "the node rebooted since the run read it"
 PARSED = {"clock", "fd-scan", "holder-cgroups"}
 
 
@@ -103,14 +102,8 @@ class TwinDriver(PpuNamespaceDriver):
             refused, _ = self.mirror.look()._destroys(args, "")
             expected = say(v.partition, f"destroy failed: ppu-smi mig -dgi {refused}")
             assert said == expected, (v.partition.id, said, expected)
-        elif why is None:
-            assert outcome == "destroyed", (v.partition.id, said)
-            core.sim_boot_recorded(self)
-        elif why == REBOOTED:  # the namespace's kernel is the host's: its boot id stays
-            assert outcome == "kept", (v.partition.id, said)
         else:
-            expected = say(v.partition, f"kept, not destroyed: {why}")
-            assert (outcome, said) == ("kept", expected), (v.partition.id, said, expected)
+            core.check_destroy(self, v.partition, outcome, said, why, say)
         core.count_destroy(type(self).compared, outcome, why)
         return outcome, said
 

@@ -41,7 +41,6 @@ from enforcer.model import MDEV, VFIO, Observation, Verdict
 from facts.snapshot import Sections, observe
 from simulator import vgpu as sim_vgpu
 
-REBOOTED = "the node rebooted since the run read it"
 PARSED = {"clock", "fd-scan", "holder-cgroups", "vm-processes", "unix-sockets"}
 
 
@@ -97,14 +96,7 @@ class TwinDriver(VgpuNamespaceDriver):
     def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
         why = self.mirror.look().reproof(v.partition, obs)
         outcome, said = super().destroy(v, obs)
-        if why is None:
-            assert outcome == "destroyed", (v.partition.id, said)
-            core.sim_boot_recorded(self)
-        elif why == REBOOTED:  # the namespace's kernel is the host's: its boot id stays
-            assert outcome == "kept", (v.partition.id, said)
-        else:
-            expected = say(v.partition, f"kept, not destroyed: {why}")
-            assert (outcome, said) == ("kept", expected), (v.partition.id, said, expected)
+        core.check_destroy(self, v.partition, outcome, said, why, say)
         core.count_destroy(type(self).compared, outcome, why)
         return outcome, said
 
