@@ -10,7 +10,7 @@ import base64
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from facts import strictjson, strictyaml
@@ -139,26 +139,49 @@ def fitting(
 # --- the strict pieces -------------------------------------------------------------------------
 
 
-def _object(value: Any, what: str, fields: str) -> dict:
+@dataclass(frozen=True)
+class Rules:
     """
-    A Go struct as json.Marshal writes it: only its keys, the required ones, in field order.
-    `fields` lists the JSON keys in field order, `?` marking the ones that may be absent.
+    How a value is read: `source` names it in an error; `strict` reads it as Go's json.Marshal
+    wrote it (only its keys, in field order). Not strict: the keys read must be there and of
+    their types, and others are ignored (an API server newer than the types vendored here).
+    """
+
+    source: str
+    strict: bool = True
+
+
+CHECKPOINT = Rules("DRA checkpoint")
+
+
+def _object(value: Any, what: str, fields: str, rules: Rules = CHECKPOINT) -> dict:
+    """
+    A Go struct as json.Marshal writes it: only its keys, the required ones, in field order
+    (not strict: the required ones). `fields` lists the JSON keys in field order, `?` marking
+    the ones that may be absent.
     """
     order = tuple(f.rstrip("?") for f in fields.split())
     if not isinstance(value, dict):
-        raise ParseError(f"DRA checkpoint: {what} is not an object")
-    if unknown := [k for k in value if k not in order]:
-        raise ParseError(f"DRA checkpoint: unknown key(s) {unknown} in {what}")
+        raise ParseError(f"{rules.source}: {what} is not an object")
+    if rules.strict and (unknown := [k for k in value if k not in order]):
+        raise ParseError(f"{rules.source}: unknown key(s) {unknown} in {what}")
     if missing := [f for f in fields.split() if not f.endswith("?") and f not in value]:
-        raise ParseError(f"DRA checkpoint: {what} lacks {missing}")
-    if [k for k in order if k in value] != list(value):
-        raise ParseError(f"DRA checkpoint: keys of {what} are not in Go's field order {order}")
+        raise ParseError(f"{rules.source}: {what} lacks {missing}")
+    if rules.strict and [k for k in order if k in value] != list(value):
+        raise ParseError(f"{rules.source}: keys of {what} are not in Go's field order {order}")
     return value
 
 
-def _str(value: Any, what: str) -> str:
+def _str(value: Any, what: str, rules: Rules = CHECKPOINT) -> str:
     if not isinstance(value, str):
-        raise ParseError(f"DRA checkpoint: {what} is not a string")
+        raise ParseError(f"{rules.source}: {what} is not a string")
+    return value
+
+
+def _name(value: Any, what: str, rules: Rules) -> str:
+    """A string the API server requires to be set (a name, a uid): never empty."""
+    if not _str(value, what, rules):
+        raise ParseError(f"{rules.source}: {what} is empty")
     return value
 
 
@@ -168,17 +191,17 @@ def _uint(value: Any, what: str) -> int:
     return value
 
 
-def _list(value: Any, what: str) -> list:
+def _list(value: Any, what: str, rules: Rules = CHECKPOINT) -> list:
     """A Go slice: a list, or null for a nil one."""
     if value is None:
         return []
     if not isinstance(value, list):
-        raise ParseError(f"DRA checkpoint: {what} is not a list")
+        raise ParseError(f"{rules.source}: {what} is not a list")
     return value
 
 
-def _strs(value: Any, what: str) -> tuple[str, ...]:
-    return tuple(_str(v, f"an item of {what}") for v in _list(value, what))
+def _strs(value: Any, what: str, rules: Rules = CHECKPOINT) -> tuple[str, ...]:
+    return tuple(_str(v, f"an item of {what}", rules) for v in _list(value, what, rules))
 
 
 def _map(value: Any, what: str) -> dict:
@@ -247,51 +270,120 @@ def _verify_v2(raw_v2: str) -> None:
     _verify(stored, b'{"checksum":0' + raw_v2[head.end() :].encode("utf-8"), "v2")
 
 
-# --- status: resource.k8s.io/v1 ResourceClaimStatus as vendored (k8s.io/api v0.34-v0.36) --------
+# --- status: resource.k8s.io ResourceClaimStatus, read once for the checkpoint and the API -----
+#
+# The checkpoint holds the status as the driver vendors the types (k8s.io/api v0.34-v0.36,
+# resource/v1 types.go), written by Go: read with CHECKPOINT, as the rest of the file. The API
+# server lists it in its own version of the types, which may be newer (1.34's came with
+# bindingConditions, shareID and consumedCapacity): facts.kubeapi reads it not strictly, for what
+# it says about ownership, with the same fields required and typed.
 
 _RESULT = (
     "request driver pool device adminAccess? tolerations? bindingConditions?"
     " bindingFailureConditions? shareID? consumedCapacity?"
 )
 _DEVICE_STATUS = "driver pool device shareID? conditions data? networkData?"
+_PINNED_BY = ("metadata.name", "kubernetes.io/hostname")  # what a selector names a node by
 
 
-def _result(value: Any, what: str) -> AllocatedDevice:
-    raw = _object(value, what, _RESULT)
+@dataclass(frozen=True)
+class ClaimStatus:
+    """What a ResourceClaimStatus says about ownership."""
+
+    results: tuple[AllocatedDevice, ...] = ()  # allocation.devices.results, every driver's
+    nodes: tuple[str, ...] = ()  # the node names allocation.nodeSelector pins
+    # reservedFor, by (consumer, name, uid): the consumer is "pod", or "<resource>.<apiGroup>"
+    reserved_for: tuple[tuple[str, str, str], ...] = ()
+
+
+def claim_status(value: Any, what: str, rules: Rules = CHECKPOINT) -> ClaimStatus:
+    """A ResourceClaimStatus, a checkpoint's (CHECKPOINT) or the API server's (facts.kubeapi)."""
+    raw = _object(value, what, "allocation? reservedFor? devices?", rules)
+    status = (
+        _allocation(raw["allocation"], f"{what}.allocation", rules)
+        if "allocation" in raw
+        else ClaimStatus()
+    )
+    if rules.strict:  # the drivers' device status says nothing of owners: only Go's shape checked
+        for i, row in enumerate(_list(raw.get("devices"), f"{what}.devices")):
+            _object(row, f"{what}.devices[{i}]", _DEVICE_STATUS)
+    rows = _list(raw.get("reservedFor"), f"{what}.reservedFor", rules)
+    reserved = tuple(_consumer(r, f"{what}.reservedFor[{i}]", rules) for i, r in enumerate(rows))
+    return replace(status, reserved_for=reserved)
+
+
+def _allocation(value: Any, what: str, rules: Rules) -> ClaimStatus:
+    alloc = _object(value, what, "devices nodeSelector? allocationTimestamp?", rules)
+    devices = _object(alloc["devices"], f"{what}.devices", "results? config?", rules)
+    rows = _list(devices.get("results"), f"{what}.devices.results", rules)
+    results = tuple(_result(r, f"{what}.devices.results[{i}]", rules) for i, r in enumerate(rows))
+    if "nodeSelector" not in alloc:
+        return ClaimStatus(results)
+    return ClaimStatus(results, _nodes(alloc["nodeSelector"], f"{what}.nodeSelector", rules))
+
+
+def _result(value: Any, what: str, rules: Rules) -> AllocatedDevice:
+    raw = _object(value, what, _RESULT, rules)
     admin = raw.get("adminAccess", False)
     if not isinstance(admin, bool):
-        raise ParseError(f"DRA checkpoint: {what}.adminAccess is not a boolean")
+        raise ParseError(f"{rules.source}: {what}.adminAccess is not a boolean")
     request, driver, pool, device = (
-        _str(raw[k], f"{what}.{k}") for k in ("request", "driver", "pool", "device")
+        _name(raw[k], f"{what}.{k}", rules) for k in ("request", "driver", "pool", "device")
     )
     return AllocatedDevice(request, driver, pool, device, admin)
 
 
-def _consumer(value: Any, what: str) -> tuple[str, str]:
-    """A pod; any other consumer is one this tool cannot check is alive, so it fails closed."""
-    raw = _object(value, what, "apiGroup? resource name uid")
-    if raw.get("apiGroup", "") != "" or raw["resource"] != "pods":
-        raise ParseError(f"DRA checkpoint: {what} reserves the claim for a non-pod", str(raw))
-    return _str(raw["name"], f"{what}.name"), _str(raw["uid"], f"{what}.uid")
+def _nodes(value: Any, what: str, rules: Rules) -> tuple[str, ...]:
+    """
+    The node names a NodeSelector (core/v1 types.go) pins: the values of its terms' `In`
+    requirements on a node's name or hostname label, in matchExpressions or matchFields.
+    """
+    raw = _object(value, what, "nodeSelectorTerms", rules)
+    names: list[str] = []
+    for t, term in enumerate(_list(raw["nodeSelectorTerms"], f"{what}.nodeSelectorTerms", rules)):
+        at = f"{what}.nodeSelectorTerms[{t}]"
+        term = _object(term, at, "matchExpressions? matchFields?", rules)
+        for field in ("matchExpressions", "matchFields"):
+            for r, row in enumerate(_list(term.get(field), f"{at}.{field}", rules)):
+                req = _object(row, f"{at}.{field}[{r}]", "key operator values?", rules)
+                key, operator = (
+                    _str(req[k], f"{at}.{field}[{r}].{k}", rules) for k in ("key", "operator")
+                )
+                values = _strs(req.get("values"), f"{at}.{field}[{r}].values", rules)
+                names += values if key in _PINNED_BY and operator == "In" else ()
+    return tuple(names)
 
 
-def _results(value: Any, what: str) -> tuple[AllocatedDevice, ...]:
-    alloc = _object(value, what, "devices nodeSelector? allocationTimestamp?")
-    devices = _object(alloc["devices"], f"{what}.devices", "results? config?")
-    rows = _list(devices.get("results"), f"{what}.devices.results")
-    return tuple(_result(r, f"{what}.devices.results[{i}]") for i, r in enumerate(rows))
+def _consumer(value: Any, what: str, rules: Rules) -> tuple[str, str, str]:
+    """A ResourceClaimConsumerReference: (consumer, name, uid)."""
+    raw = _object(value, what, "apiGroup? resource name uid", rules)
+    group = _str(raw.get("apiGroup", ""), f"{what}.apiGroup", rules)
+    resource = _name(raw["resource"], f"{what}.resource", rules)
+    consumer = (
+        "pod" if (resource, group) == ("pods", "") else ".".join(filter(None, (resource, group)))
+    )
+    return (
+        consumer,
+        _name(raw["name"], f"{what}.name", rules),
+        _name(raw["uid"], f"{what}.uid", rules),
+    )
 
 
 def _status(
     value: Any, what: str
 ) -> tuple[tuple[AllocatedDevice, ...], tuple[tuple[str, str], ...]]:
-    """(allocation results, reservedFor pods); the rest of the status is checked, not kept."""
-    raw = _object(value, what, "allocation? reservedFor? devices?")
-    results = _results(raw["allocation"], f"{what}.allocation") if "allocation" in raw else ()
-    for i, row in enumerate(_list(raw.get("devices"), f"{what}.devices")):
-        _object(row, f"{what}.devices[{i}]", _DEVICE_STATUS)
-    rows = _list(raw.get("reservedFor"), f"{what}.reservedFor")
-    return results, tuple(_consumer(r, f"{what}.reservedFor[{i}]") for i, r in enumerate(rows))
+    """
+    A checkpoint's status: (allocation results, reservedFor pods). A consumer that is not a pod
+    is one this tool cannot check is alive from the node, so the checkpoint fails closed.
+    """
+    status = claim_status(value, what)
+    for i, (consumer, name, _) in enumerate(status.reserved_for):
+        if consumer != "pod":
+            raise ParseError(
+                f"DRA checkpoint: {what}.reservedFor[{i}] reserves the claim for a non-pod",
+                f"{consumer} {name}",
+            )
+    return status.results, tuple((name, uid) for _, name, uid in status.reserved_for)
 
 
 # --- preparedDevices (prepared.go, deviceinfo.go, mig.go, checkpointv.go at each tag) ------------

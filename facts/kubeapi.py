@@ -32,6 +32,7 @@ import yaml
 
 from enforcer.model import CLAIM, DRA, OwnerRecord, Pod, SourceHealth
 from facts.cri import Sandbox
+from facts.dra import AllocatedDevice, Rules, claim_status
 
 if TYPE_CHECKING:  # imported on first use: _kubernetes
     import urllib3
@@ -52,6 +53,7 @@ CLAIM_VERSIONS = ("v1", "v1beta2", "v1beta1")
 # config.mirror (pod/mirror_client.go CreateMirrorPod).
 CONFIG_SOURCE = "kubernetes.io/config.source"
 CONFIG_MIRROR = "kubernetes.io/config.mirror"
+_API = Rules(SOURCE, strict=False)  # facts.dra: an API server may be newer than its types
 
 
 @dataclass(frozen=True)
@@ -81,14 +83,14 @@ class ApiClaim:
     uid: str
     name: str
     namespace: str
-    results: tuple[tuple[str, str, str], ...]
+    results: tuple[AllocatedDevice, ...]
     nodes: tuple[str, ...]
     reserved: tuple[tuple[str, str, str], ...]
 
     def on(self, node_name: str) -> bool:
         """Allocated to that node: its selector names it, or a device is of its pool (the DRA
         drivers of node-local devices publish one pool per node, named after it)."""
-        return node_name in self.nodes or any(pool == node_name for _, pool, _ in self.results)
+        return node_name in self.nodes or any(r.pool == node_name for r in self.results)
 
 
 @dataclass(frozen=True)
@@ -207,18 +209,18 @@ def _allocated(c: ApiClaim, node_name: str) -> tuple[OwnerRecord, ...]:
     its uid, so it counts as alive (enforcer.liveness.owner_liveness). One reserved for nothing
     claims nothing: nothing uses it, and it may be deallocated.
     """
-    drivers = dict.fromkeys(d for d, pool, _ in c.results if pool == node_name)
+    mine = [r for r in c.results if r.pool == node_name]
     return tuple(
         OwnerRecord(
             uid,
             SOURCE,
             f"ResourceClaim {c.namespace}/{c.name} ({c.uid}) reserved for {consumer} {name}",
             f"{DRA}{driver}",
-            tuple(f"{d}/{p}/{x}" for d, p, x in c.results if d == driver and p == node_name),
+            tuple(f"{r.driver}/{r.pool}/{r.device}" for r in mine if r.driver == driver),
             annotations=((CLAIM, c.uid),),
         )
         for consumer, name, uid in c.reserved
-        for driver in drivers
+        for driver in dict.fromkeys(r.driver for r in mine)
     )
 
 
@@ -497,43 +499,22 @@ def _slice_device(item: dict[str, Any], version: str) -> SliceDevice:
 
 
 def _parse_claim(item: dict[str, Any], version: str = "v1") -> ApiClaim:
-    meta, status = item["metadata"], item.get("status") or {}
-    allocation = status.get("allocation") or {}
-    results = (allocation.get("devices") or {}).get("results") or []
-    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []
+    """A ResourceClaim: its status read as facts.dra reads a checkpoint's, not strictly."""
+    meta = item["metadata"]
+    name, namespace = (
+        _text(meta["name"], "metadata.name"),
+        _text(meta["namespace"], "metadata.namespace"),
+    )
+    status = item.get("status") or {}  # a claim not yet allocated may have no status at all
+    found = claim_status(status, f"ResourceClaim {namespace}/{name} status", _API)
     return ApiClaim(
-        uid=_text(meta["uid"], "metadata.uid"),
-        name=_text(meta["name"], "metadata.name"),
-        namespace=_text(meta["namespace"], "metadata.namespace"),
-        results=tuple(
-            (_text(r["driver"], "driver"), _text(r["pool"], "pool"), _text(r["device"], "device"))
-            for r in results
-        ),
-        nodes=tuple(n for t in terms for n in _selected(t)),
-        reserved=tuple(_consumer(c) for c in status.get("reservedFor") or ()),
+        _text(meta["uid"], "metadata.uid"),
+        name,
+        namespace,
+        found.results,
+        found.nodes,
+        found.reserved_for,
     )
-
-
-def _consumer(ref: dict[str, Any]) -> tuple[str, str, str]:
-    """A reservedFor entry (types.go ResourceClaimConsumerReference): (consumer, name, uid)."""
-    resource = _text(ref["resource"], "reservedFor.resource")
-    group = _text(ref.get("apiGroup") or "", "reservedFor.apiGroup", empty=True)
-    consumer = (
-        "pod" if (resource, group) == ("pods", "") else ".".join(filter(None, (resource, group)))
-    )
-    return consumer, _text(ref["name"], "reservedFor.name"), _text(ref["uid"], "reservedFor.uid")
-
-
-def _selected(term: dict[str, Any]) -> list[str]:
-    """The node names a node selector term pins (metadata.name or the hostname label, In)."""
-    keys = ("metadata.name", "kubernetes.io/hostname")
-    found = [*(term.get("matchFields") or ()), *(term.get("matchExpressions") or ())]
-    return [
-        _text(v, "nodeSelector value")
-        for e in found
-        if e.get("key") in keys and e.get("operator") == "In"
-        for v in e.get("values") or ()
-    ]
 
 
 def _request(what: str, deadline: float, call: Callable[..., Any], *args: Any, **kw: Any) -> bytes:

@@ -251,6 +251,22 @@ CASES = {
         ),
         "non-pod",
     ),
+    # The API server requires a consumer's uid, and a selector's terms are a list.
+    "a pod reserved without a uid": (
+        build.write_v1({build.C_GPU: build.claim_v1(build.status([], [("train-0", "")]), None)}),
+        f"v1 claim {build.C_GPU}.status.reservedFor[0].uid is empty",
+    ),
+    "a node selector of no terms list": (
+        build.write_v1(
+            {
+                build.C_GPU: build.claim_v1(
+                    {"allocation": {"devices": {}, "nodeSelector": {"nodeSelectorTerms": {}}}},
+                    None,
+                )
+            }
+        ),
+        "allocation.nodeSelector.nodeSelectorTerms is not a list",
+    ),
 }
 
 
@@ -272,6 +288,7 @@ def _replace_once(text: str, old: str, new: str) -> str:
         ("device", '"CDIDeviceIDs":[', '"Extra":1,"CDIDeviceIDs":['),
         ("concrete", '"giId":7,', '"giId":7,"gpuInstanceProfileId":19,'),
         ("status", '"reservedFor":', '"deallocationRequested":true,"reservedFor":'),
+        ("node selector", '"operator":"In",', '"operator":"In","x":1,'),
         (
             "claim",
             '"checkpointState":"PrepareCompleted",',
@@ -353,8 +370,9 @@ def _device(draw: st.DrawFn, concrete: bool) -> tuple[dict, DraDevice]:
 def _claim(draw: st.DrawFn, release: str) -> tuple[tuple[str, dict], PreparedClaim]:
     uid = str(draw(st.uuids()))
     state = COMPLETED if release == "v25.3" else draw(st.sampled_from([STARTED, COMPLETED]))
-    results = [build.result(draw(_text), draw(_text)) for _ in range(draw(st.integers(0, 2)))]
-    pods = tuple(draw(st.lists(st.tuples(_text, _text), max_size=2)))
+    # A status is the API server's, which requires its names and uids (facts.dra._name).
+    results = [build.result(draw(_name), draw(_name)) for _ in range(draw(st.integers(0, 2)))]
+    pods = tuple(draw(st.lists(st.tuples(_name, _name), max_size=2)))
     status = build.status(results, pods)
     done = tuple(
         AllocatedDevice(r["request"], r["driver"], r["pool"], r["device"]) for r in results

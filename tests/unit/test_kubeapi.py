@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,8 +23,11 @@ import pytest
 
 from enforcer.liveness import owner_liveness
 from enforcer.model import OwnerRecord, Pod, SourceHealth
-from facts import kubeapi
+from facts import dra, kubeapi
+from facts.errors import ParseError
 from facts.kubeapi import ApiPod, PodList, for_node, list_pods, list_pods_once
+
+DRA_FIXTURES = Path(__file__).parents[1] / "fixtures" / "dra"
 
 TOKEN = "t0ken-for-tests"
 # The client's time budget where the test is not about it: a bound for a loaded machine.
@@ -393,7 +396,8 @@ def test_a_failed_list_is_never_read_as_no_pods():
 WITHOUT_CLIENT = """
 import json, sys
 sys.modules["kubernetes"] = None
-from facts import kubeapi
+from facts import dra, kubeapi
+from facts.errors import ParseError
 listed = kubeapi.list_pods(None)
 _, _, health = kubeapi.for_node(listed, "node3")
 try:
@@ -523,12 +527,92 @@ def test_resource_claims_that_cannot_be_listed_leave_the_source_unavailable(
     assert for_node(listed, "n1")[2].status == "unavailable"
 
 
-def test_a_malformed_resource_claim_leaves_the_list_not_whole(
+def _newer(claim: dict[str, Any]) -> dict[str, Any]:
+    """The claim as an API server with types newer than the vendored ones may list it."""
+    status = claim["status"]
+    status["futureField"] = {"a": 1}
+    status["allocation"]["futureAllocation"] = []
+    status["allocation"]["devices"]["results"][0]["consumedCapacity"] = {"memory": "10Gi"}
+    status["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["futureTerm"] = True
+    status["reservedFor"][0]["futureRef"] = "x"
+    return claim
+
+
+def test_a_resource_claim_with_fields_newer_than_the_types_here_is_read_the_same(
     fake: FakeApiServer, tmp_path: Path
 ) -> None:
+    # The API is read for what it says about ownership; a newer server adds fields (1.34
+    # bindingConditions, 1.35 consumedCapacity) and must not make every node inconclusive.
+    fake.items = [pod("a", "n1", "Running")]
+    fake.claims["v1"] = [_newer(resource_claim("mig-a", "n1", ["gpu-0-mig-1g10gb-19-0"], ["a"]))]
+    listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=BUDGET)
+    assert listed.ok, listed.reason
+    (claim,) = listed.claims
+    assert claim.nodes == ("n1",) and claim.reserved == (("pod", "a", "uid-a"),)
+    (record,) = [r for r in for_node(listed, "n1")[1] if r.resource.startswith("dra:")]
+    assert record.device_ids == ("gpu.nvidia.com/n1/gpu-0-mig-1g10gb-19-0",)
+
+
+def test_the_api_and_the_checkpoint_read_one_status_alike() -> None:
+    """One parser (facts.dra.claim_status): a status the driver checkpointed, read as the API's,
+    says the same; the API's rules only add tolerance of keys newer than the types."""
+    statuses = [
+        claim["status"]
+        for path in sorted(DRA_FIXTURES.glob("checkpoint-v*.json"))
+        for half in ("v1", "v2")
+        for claim in (json.loads(path.read_text()).get(half) or {})
+        .get("preparedClaims", {})
+        .values()
+    ]
+    assert len(statuses) >= 6 and any(s.get("reservedFor") for s in statuses)
+    for status in statuses:
+        assert dra.claim_status(status, "s") == dra.claim_status(status, "s", kubeapi._API)
+    newer = _newer(resource_claim("x", "n1", ["gpu-0"], ["a"]))["status"]
+    with pytest.raises(ParseError, match="unknown key"):
+        dra.claim_status(newer, "s")
+
+
+def _drop(path: str) -> Callable[[dict[str, Any]], None]:
+    def drop(claim: dict[str, Any]) -> None:
+        *parents, key = path.split(".")
+        node: Any = claim["status"]
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        del node[int(key) if key.isdigit() else key]
+
+    return drop
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def set_(claim: dict[str, Any]) -> None:
+        *parents, key = path.split(".")
+        node: Any = claim["status"]
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[key] = value
+
+    return set_
+
+
+@pytest.mark.parametrize(
+    ("break_", "says"),
+    [
+        (_drop("allocation.devices.results.0.device"), "results[0] lacks ['device']"),
+        (_drop("allocation.devices"), "allocation lacks ['devices']"),
+        (_set("reservedFor.0.uid", ""), "reservedFor[0].uid is empty"),
+        (_set("reservedFor", {"name": "a"}), "reservedFor is not a list"),
+        (_set("allocation.devices.results.0.adminAccess", "yes"), "adminAccess is not a boolean"),
+        (_set("allocation.nodeSelector.nodeSelectorTerms", {}), "nodeSelectorTerms is not a list"),
+    ],
+)
+def test_a_malformed_resource_claim_leaves_the_list_not_whole_saying_where(
+    fake: FakeApiServer, tmp_path: Path, break_: Callable[[dict[str, Any]], None], says: str
+) -> None:
     broken = resource_claim("x", "n1", ["gpu-0"], ["a"])
-    del broken["status"]["allocation"]["devices"]["results"][0]["device"]
+    break_(broken)
     fake.claims["v1"] = [broken]
     listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=BUDGET)
     assert not listed.ok
     assert "malformed ResourceClaim" in listed.reason
+    assert "kubernetes-api: ResourceClaim ai/x status." in listed.reason
+    assert says in listed.reason
