@@ -24,6 +24,8 @@ import base64
 import binascii
 import json
 import time
+import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -213,18 +215,19 @@ def collect(host) -> None:
     machine = under(s.rootfs, MACHINE_ID)
     kept = host.get_fact(KeptReport, path=path, procfs=procfs, machine_id=machine)
     said = host_said(kept, (s.node_data or {}).get("enforcer_node_name"), machine)
-    before = _kept_run_at(directory, host.name)
+    view = fleet_view(host.inventory, directory)
+    before = _run_at(view, host.name)
     if kept.state == "absent":  # the fleet view lists it with no report: it needs a person
         print(f"{host.name}: no report at {path} on the node yet: nothing kept", flush=True)
         _said(host.name, directory, fleet.Said(host.name, time.time(), said, None, before))
         return
     try:
         report = _readable(kept)
-        refused = refusal(directory, host.name, report, said, before)
+        refused = refusal(view, host.name, report, said, before)
         if refused:
             _said(host.name, directory, fleet.Said(host.name, time.time(), said, refused, before))
             raise ReportError(f"{refused}; the last kept report stays")
-        target = keep_report(directory, host.name, {**report, "host": host.name})
+        target = keep(view, directory, host.name, report)
         record = fleet.Said(host.name, time.time(), said, None, report["run_at"])
         write_atomically(fleet.identity_file(directory, host.name), _json(record))
     except ReportError as error:
@@ -271,7 +274,7 @@ def _one_line(text: str, what: str) -> str:
 
 
 def refusal(
-    directory: Path,
+    view: Mapping[str, dict[str, Any]],
     host_name: str,
     report: dict[str, Any],
     said: fleet.Identity,
@@ -279,17 +282,18 @@ def refusal(
 ) -> str | None:
     """
     Why a node's report is not kept as `host_name`'s (issue 31), naming both hosts where there
-    are two: it is not of the machine the host says it is, another host's kept report names the
-    same machine, or it is older than the one kept (`before`: that one's run_at). None: keep it.
+    are two: it is not of the machine the host says it is, another host's kept report in the
+    fleet view (`view`: kept_reports) names the same machine, or it is older than the one kept
+    (`before`: that one's run_at). None: keep it.
     """
     problems = []
     wrong = fleet.not_its_own(host_name, report, said)
     if wrong:
         problems.append(f"not {host_name}'s own report: " + "; ".join(wrong))
     others = {
-        fleet.kept_for(path.name, other): fleet.of_report(other)
-        for path, other in _kept_reports(directory)
-        if fleet.kept_for(path.name, other) != host_name
+        fleet.kept_for(file, other): fleet.of_report(other)
+        for file, other in view.items()
+        if fleet.kept_for(file, other) != host_name
     }
     identities = {**others, host_name: fleet.of_report(report)}
     problems += fleet.shared(identities, "the reports").get(host_name, [])
@@ -301,22 +305,46 @@ def refusal(
     return "; ".join(problems) or None
 
 
-def _kept_reports(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """The fleet view's kept reports that read as reports (the others are the view's to say)."""
-    found = []
+def kept_reports(directory: Path) -> dict[str, dict[str, Any]]:
+    """The fleet view's kept reports that read as reports, by file name (the others are the
+    view's to say)."""
+    found = {}
     for path in sorted(directory.glob("[!.]*.json")):
         try:
             report = json.loads(path.read_text(encoding="utf-8"))
             VALIDATOR.validate(report)
         except (OSError, UnicodeDecodeError, ValueError, jsonschema.ValidationError):
             continue  # `enforcer report` says it is unreadable
-        found.append((path, report))
+        found[path.name] = report
     return found
 
 
-def _kept_run_at(directory: Path, host_name: str) -> float | None:
+# A run's fleet views, by inventory and reports directory: each read once (kept_reports), then
+# kept up to date by the run's own keeps, so that a run of N hosts reads N reports, not N².
+# Another process's writes during the run are seen by the next run and by `enforcer report`.
+_VIEWS: weakref.WeakKeyDictionary[Any, dict[Path, dict[str, dict[str, Any]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def fleet_view(inventory, directory: Path) -> dict[str, dict[str, Any]]:
+    views = _VIEWS.setdefault(inventory, {})
+    if directory not in views:
+        views[directory] = kept_reports(directory)
+    return views[directory]
+
+
+def keep(view: dict[str, dict[str, Any]], directory: Path, host_name: str, report: dict) -> Path:
+    """Keep the node's report as `host_name`'s, in the fleet view and in `view`."""
+    kept = {**report, "host": host_name}
+    target = keep_report(directory, host_name, kept)
+    view[target.name] = kept
+    return target
+
+
+def _run_at(view: Mapping[str, dict[str, Any]], host_name: str) -> float | None:
     """The run_at of the report kept for the host, if one that reads as a report is kept."""
-    kept = dict(_kept_reports(directory)).get(directory / report_file_name(host_name))
+    kept = view.get(report_file_name(host_name))
     return None if kept is None else kept["run_at"]
 
 

@@ -160,35 +160,52 @@ def mine(host: str, machine: str, **fields: object) -> dict:
     return report(host, machine_id=machine, machine_id_why=None, **fields)
 
 
-def test_a_report_of_another_machine_is_refused_naming_what_was_expected_and_found(tmp_path):
-    refused = collect.refusal(
-        tmp_path, "node2", mine(NODE_HOST, M1, node="node1"), identity(), None
-    )
+def test_a_report_of_another_machine_is_refused_naming_what_was_expected_and_found():
+    refused = collect.refusal({}, "node2", mine(NODE_HOST, M1, node="node1"), identity(), None)
     assert refused == (
         f"not node2's own report: node name: expected node2, found node1; machine id: expected "
         f"{M2}, found {M1}"
     )
-    assert (
-        collect.refusal(tmp_path, "node2", mine(NODE_HOST, M2, node="node2"), identity(), None)
-        is None
-    )
+    assert collect.refusal({}, "node2", mine(NODE_HOST, M2, node="node2"), identity(), None) is None
 
 
 def test_a_report_naming_the_machine_of_another_host_s_kept_report_is_refused_naming_both(tmp_path):
     write_reports(tmp_path, mine("node1", M1, node="node1"))
     said = identity(machine=None)  # a node that has no machine id says nothing against it
-    refused = collect.refusal(tmp_path, "node2", mine(NODE_HOST, M1, node="node2"), said, None)
+    view = collect.kept_reports(tmp_path)
+    refused = collect.refusal(view, "node2", mine(NODE_HOST, M1, node="node2"), said, None)
     assert refused is not None and refused.startswith(
         f"not node2's own report: machine id: expected none, found {M1}; the reports of node2 "
         f"and node1 name one machine (machine id {M1})"
     ), refused
 
 
-def test_a_report_older_than_the_one_kept_is_refused_and_the_kept_one_stays(tmp_path):
+def test_a_report_older_than_the_one_kept_is_refused_and_the_kept_one_stays():
     newer = time.time()
     older = mine(NODE_HOST, M2, node="node2", run_at=newer - 300)
-    refused = collect.refusal(tmp_path, "node2", older, identity(), newer)
+    refused = collect.refusal({}, "node2", older, identity(), newer)
     assert refused is not None and refused.startswith(
         "older than the report kept for node2: expected one run at "
     )
-    assert collect.refusal(tmp_path, "node2", older, identity(), newer - 300) is None
+    assert collect.refusal({}, "node2", older, identity(), newer - 300) is None
+
+
+def test_one_run_reads_the_fleet_view_once_and_sees_its_own_keeps(tmp_path):
+    """A run of N hosts reads the view's N reports once, not once per host; a report it kept
+    for one host still refuses another host's report of the same machine."""
+
+    class Inventory:  # a run's inventory: only its identity matters (weakly keyed)
+        pass
+
+    run, directory = Inventory(), tmp_path / "reports"
+    write_reports(directory, mine("node0", M1, node="node0"))
+    view = collect.fleet_view(run, directory)
+    assert set(view) == {"node0.json"}
+    (directory / "node0.json").write_text("{}")  # read once: not read again within the run
+    assert collect.fleet_view(run, directory) is view and view["node0.json"]["host"] == "node0"
+    assert set(collect.fleet_view(Inventory(), directory)) == set()  # the next run: not a report
+    kept = collect.keep(view, directory, "node2", mine(NODE_HOST, M2, node="node2"))
+    assert json.loads(kept.read_text())["host"] == "node2" and view[kept.name]["host"] == "node2"
+    said = identity("node3", machine=None)
+    refused = collect.refusal(view, "node3", mine(NODE_HOST, M2, node="node3"), said, None)
+    assert refused and "the reports of node3 and node2 name one machine" in refused, refused
