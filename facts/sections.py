@@ -108,7 +108,7 @@ def _section(command: str, rc: str, raw_out: bytes, raw_err: bytes) -> Section:
 def frame(sections: Sequence[tuple[str, str, bytes | str, bytes | str]]) -> list[str]:
     """
     The lines of a node read holding `sections` (name, rc, stdout, stderr), framed as the node
-    frames them (snapshot.sh.j2's `frame`; base64's 76-character lines): stored reads and tests.
+    frames them (snapshot.sh.j2's `frame`: the base64 on one line): stored reads and tests.
     """
     stream = b""
     for name, rc, out, err in sections:
@@ -116,7 +116,7 @@ def frame(sections: Sequence[tuple[str, str, bytes | str, bytes | str]]) -> list
         raw_err = err.encode() if isinstance(err, str) else err
         stream += f"PE2 {name} {rc} {len(raw_out)} {len(raw_err)}\n".encode() + raw_out + raw_err
     text = base64.b64encode(stream + END.encode() + b"\n").decode()
-    return [BEGIN, *(text[i : i + 76] for i in range(0, len(text), 76)), END]
+    return [BEGIN, text, END]
 
 
 class Reader:

@@ -31,7 +31,7 @@ def cut_short(read: list[str]) -> list[str]:
     the last line came all the same)."""
     body = base64.b64decode("".join(read[1:-1]))
     text = base64.b64encode(body.removesuffix(b"PE2 end\n")).decode()
-    return [read[0], *(text[i : i + 76] for i in range(0, len(text), 76)), read[-1]]
+    return [read[0], text, read[-1]]
 
 
 def _raw(field: str) -> bytes:

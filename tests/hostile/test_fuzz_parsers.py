@@ -554,7 +554,7 @@ def test_a_stream_spliced_anywhere_is_read_whole_or_not_at_all(at, cut, inserted
     read is incomplete, or complete with every byte in a section, never partly read."""
     spliced = STREAM[:at] + inserted + STREAM[at + cut :]
     text = base64.b64encode(spliced).decode()
-    lines = ["PE2 begin 2", *(text[i : i + 76] for i in range(0, len(text), 76)), "PE2 end"]
+    lines = ["PE2 begin 2", text, "PE2 end"]
     sections = parse_sections(lines)
     if sections.complete:
         holds_every_byte(lines, sections)

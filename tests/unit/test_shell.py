@@ -208,7 +208,7 @@ def test_the_node_read_runs_under_timeout_only_what_can_hang():
     assert script.count("timeout -k") == 1  # in hangs()
     assert "run clock date +%s\n" in script and "text boot-id " in script
     assert "hangs pod-resources python3 " in script or "pod-resources" not in script
-    assert script.count("| base64\n") == 0 and script.count("| base64 &&") == 1  # frame()
+    assert script.count("| base64\n") == 0 and script.count("| base64 -w0 &&") == 1  # frame()
 
 
 def test_the_guarded_destroy_renders_every_value_shlex_quoted():
@@ -264,6 +264,8 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         ["sh", "-c", snapshot(paths)], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0
+    # three lines, the whole read's base64 on one: pyinfra reads an answer line by line
+    assert len(done.stdout.splitlines()) == 3, done.stdout[:300]
     sections = parse_sections(done.stdout.splitlines())
     assert sections.complete is True
     assert list(sections.by_name) == [

@@ -167,7 +167,7 @@ def test_output_after_the_end_marker_makes_the_read_incomplete():
 
 def test_a_read_that_is_not_base64_makes_the_read_incomplete():
     lines = node_read()
-    lines[2] = "1764451800"  # printed raw, not base64
+    lines.insert(1, "clock 1764451800")  # printed raw, not base64
     sections = parse_sections(lines)
     assert (sections.complete, sections.by_name) == (False, {})
     assert sections.problem.startswith("node read is not base64 text: ")
@@ -178,8 +178,7 @@ def stream(lines: list[str]) -> bytes:
 
 
 def reframed(data: bytes) -> list[str]:
-    text = base64.b64encode(data).decode()
-    return ["PE2 begin 2", *(text[i : i + 76] for i in range(0, len(text), 76)), "PE2 end"]
+    return ["PE2 begin 2", base64.b64encode(data).decode(), "PE2 end"]
 
 
 def test_a_section_shorter_or_longer_than_its_header_says_makes_the_read_incomplete():
@@ -278,7 +277,7 @@ def test_a_read_cut_short_makes_the_whole_node_unreadable_and_lists_no_partition
 
 def test_a_garbage_line_in_the_middle_makes_the_whole_node_unreadable():
     lines = node_read()
-    lines.insert(5, "sh: 1: npu-smi: Input/output error")
+    lines.insert(1, "sh: 1: npu-smi: Input/output error")
     obs = observe(parse_sections(lines), "n1", PATHS, SOURCES)
     assert obs.health == (
         SourceHealth(
