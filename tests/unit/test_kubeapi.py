@@ -396,8 +396,7 @@ def test_a_failed_list_is_never_read_as_no_pods():
 WITHOUT_CLIENT = """
 import json, sys
 sys.modules["kubernetes"] = None
-from facts import dra, kubeapi
-from facts.errors import ParseError
+from facts import kubeapi
 listed = kubeapi.list_pods(None)
 _, _, health = kubeapi.for_node(listed, "node3")
 try:
@@ -541,8 +540,8 @@ def _newer(claim: dict[str, Any]) -> dict[str, Any]:
 def test_a_resource_claim_with_fields_newer_than_the_types_here_is_read_the_same(
     fake: FakeApiServer, tmp_path: Path
 ) -> None:
-    # The API is read for what it says about ownership; a newer server adds fields (1.34
-    # bindingConditions, 1.35 consumedCapacity) and must not make every node inconclusive.
+    # The API is read for what it says about ownership; a newer server adds fields (1.34's
+    # bindingConditions, consumedCapacity) and must not make every node inconclusive.
     fake.items = [pod("a", "n1", "Running")]
     fake.claims["v1"] = [_newer(resource_claim("mig-a", "n1", ["gpu-0-mig-1g10gb-19-0"], ["a"]))]
     listed = list_pods(kubeconfig(tmp_path, fake.url), timeout=BUDGET)
@@ -572,23 +571,26 @@ def test_the_api_and_the_checkpoint_read_one_status_alike() -> None:
         dra.claim_status(newer, "s")
 
 
+def _at(claim: dict[str, Any], path: str) -> tuple[Any, Any]:
+    """The container and key `path` (dotted, list indexes as numbers) names in the status."""
+    *parents, key = (int(p) if p.isdigit() else p for p in path.split("."))
+    node: Any = claim["status"]
+    for part in parents:
+        node = node[part]
+    return node, key
+
+
 def _drop(path: str) -> Callable[[dict[str, Any]], None]:
     def drop(claim: dict[str, Any]) -> None:
-        *parents, key = path.split(".")
-        node: Any = claim["status"]
-        for part in parents:
-            node = node[int(part)] if part.isdigit() else node[part]
-        del node[int(key) if key.isdigit() else key]
+        node, key = _at(claim, path)
+        del node[key]
 
     return drop
 
 
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     def set_(claim: dict[str, Any]) -> None:
-        *parents, key = path.split(".")
-        node: Any = claim["status"]
-        for part in parents:
-            node = node[int(part)] if part.isdigit() else node[part]
+        node, key = _at(claim, path)
         node[key] = value
 
     return set_
