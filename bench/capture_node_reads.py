@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
 from enforcer.policy import NodePaths, policy_from_host_data  # noqa: E402
+from facts import markers  # noqa: E402
 from facts.sections import frame  # noqa: E402
 from facts.sections import parse_sections as parse_framing  # noqa: E402
 from facts.snapshot import NodeSnapshot  # noqa: E402
@@ -120,12 +121,15 @@ class Normaliser:
     Fixed placeholders for what is this machine's, the same over all sections of one read: the
     node's folder, the VM sockets' temporary folder, the kernel's boot id and hostname, and the
     inode (and device) numbers. PIDs are the node namespace's own (small, in order of start).
+    The marker records' bytes are kept as they are (their sizes frame them), with each record's
+    inode and ctime made "1 1" (`markers.listing`'s): `roots` marker roots.
     """
 
-    def __init__(self, node: Path):
+    def __init__(self, node: Path, roots: int):
         boot_id = KERNEL.joinpath("random/boot_id").read_text().strip()
         self.replace = {str(node): NODE_ROOT, boot_id: FIXED_BOOT_ID}
         self.inodes: dict[str, str] = {}
+        self.roots = roots
 
     def read(self, raw: str) -> str:
         read = parse_framing(raw.splitlines(), str)
@@ -139,6 +143,10 @@ class Normaliser:
         for parts in sections:
             if parts[1] == "hostname":
                 parts[3] = _b64(FIXED_HOSTNAME + "\n")
+                continue
+            if parts[1] == "markers" and parts[2] == "0":
+                trees = markers.parse_trees(_unb64(parts[3]), self.roots)
+                parts[3] = _b64(markers.listing([f if rc == "0" else None for rc, f in trees]))
                 continue
             parts[3:5] = [_b64(self._text(parts[1], _unb64(f))) for f in parts[3:5]]
         return "\n".join(" ".join(parts) for parts in lines) + "\n"
@@ -212,7 +220,8 @@ def main() -> int:
     for name in HOST_DATA:
         with tempfile.TemporaryDirectory() as tmp:
             node = Path(tmp) / "node"
-            text = Normaliser(node).read(capture(name, node))
+            roots = len(paths(name, node).marker_roots)
+            text = Normaliser(node, roots).read(capture(name, node))
         if "/tmp/" in text:
             raise SystemExit(f"{name}: a temporary path is left in the read")
         (READS / f"{name}.txt").write_text(text)

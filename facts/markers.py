@@ -6,8 +6,7 @@ one record per container per card at `<root>/<podUID>/c-<container>/<vendor>-mig
 `json.Marshal` of a flat struct (no omitempty), published by write-then-rename. Its Hygon
 allocator (allocator/hygon/vdev.go) also gives a container slices of DCUs as `vdev<i>.conf`
 records under `<root>/<podUID>/c-<container>/etc/vdev/docker/` (facts.hygon reads one). The node
-read prints one line per such file, `<b64 relative path> <b64 bytes>`, or `<b64 relative path> !`
-when the file could not be read.
+read lists each root's such files with their bytes (node.sh.j2 `marker_trees`, `parse_trees`).
 
 A record that cannot be read whole is an `Unreadable`, attributed to the card its file name names
 (as gpustack's own reader attributes a corrupt marker), so the caller fails closed on that card
@@ -16,10 +15,8 @@ alone. A listing that is not the node read's shape raises ParseError: nothing in
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -123,52 +120,101 @@ class _Bad(Exception):
     """A record that cannot be read whole; the message is the Unreadable reason."""
 
 
-# --- the listing -------------------------------------------------------------------------------
+# --- the section: per root, its files and their bytes -------------------------------------------
+
+Entry = tuple[str, bytes | None]  # a file below a root: its path there, its bytes (None: not a
+# regular file, so not read)
+
+_NUMBER = rb"(0|[1-9][0-9]{0,19})"  # 64 bits at most
+_ROOT = re.compile(rb"root %s (0|absent) %s\n" % (_NUMBER, _NUMBER))
+_STAT = re.compile(rb"%s %s %s\n" % (_NUMBER, _NUMBER, _NUMBER))  # size inode ctime
 
 
-def _lines(text: str) -> list[str]:
-    body = text.removesuffix("\n")
-    return body.split("\n") if body else []
+def parse_trees(text: str, roots: int) -> list[tuple[str, list[Entry]]]:
+    """
+    The `markers` section (node.sh.j2 `marker_trees`), one tree per marker root in order: "0" and
+    its files, or "absent" and none. Per root a line `root <n> <0|absent> <count>`; its files'
+    names, each `f <path>` (a regular file) or `! <path>` (anything else) ended by a NUL; a line
+    `<size> <inode> <ctime>` per regular file; then their bytes, back to back. Anything else, or
+    a byte too many or too few, raises ParseError: the sizes frame the bytes, nothing is guessed.
+    """
+    raw, trees, at = text.encode(), [], 0
+    while at < len(raw):
+        at, tree = _tree(raw, at, len(trees))
+        trees.append(tree)
+    if len(trees) != roots:
+        raise ParseError(f"markers: expected {roots} marker roots, read {len(trees)}", text[:80])
+    return trees
 
 
-def _unb64(field: str, what: str, line: str, lineno: int) -> bytes:
-    try:
-        return base64.b64decode(field, validate=True)
-    except (binascii.Error, ValueError) as err:  # ValueError: non-ASCII text
-        raise ParseError(f"markers: {what} is not base64", line, lineno) from err
+def _tree(raw: bytes, at: int, n: int) -> tuple[int, tuple[str, list[Entry]]]:
+    head = _ROOT.match(raw, at)
+    if head is None or int(head[1]) != n or (head[2] == b"absent" and head[3] != b"0"):
+        raise _shape(raw, at, f"not the line 'root {n} <0|absent> <files>'")
+    at, names = head.end(), []
+    for _ in range(int(head[3])):
+        end = raw.find(b"\0", at)
+        if end < 0 or raw[at : at + 2] not in (b"f ", b"! ") or end == at + 2:
+            raise _shape(raw, at, f"root {n}: not a file's 'f <path>' or '! <path>'")
+        names.append((raw[at + 2 : end].decode(), raw[at : at + 1] == b"f"))
+        at = end + 1
+    sizes = []
+    for _ in [path for path, regular in names if regular]:
+        if (line := _STAT.match(raw, at)) is None:
+            raise _shape(raw, at, f"root {n}: not a regular file's '<size> <inode> <ctime>'")
+        sizes.append(int(line[1]))
+        at = line.end()
+    files: list[Entry] = []
+    framed = iter(sizes)
+    for path, regular in names:
+        size = next(framed) if regular else 0
+        if at + size > len(raw):
+            raise ParseError(f"markers: root {n}: the bytes of {path!r} were cut short")
+        files.append((path, raw[at : at + size] if regular else None))
+        at += size
+    return at, (head[2].decode(), files)
 
 
-def _split(line: str, lineno: int) -> tuple[str, bytes | None]:
-    """(relative path, file bytes or None for `!`)."""
-    fields = line.split(" ")
-    if len(fields) != 2:
-        raise ParseError("markers: not '<b64 path> <b64 content>|!'", line, lineno)
-    try:
-        path = _unb64(fields[0], "path", line, lineno).decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ParseError("markers: path is not UTF-8", line, lineno) from err
-    content = None if fields[1] == "!" else _unb64(fields[1], "content", line, lineno)
-    return path, content
+def _shape(raw: bytes, at: int, what: str) -> ParseError:
+    return ParseError(f"markers: {what}", raw[at : at + 80].decode(errors="replace"))
 
 
-def _place(path: str, line: str, lineno: int) -> _Place | None:
+def listing(
+    trees: Sequence[Sequence[Entry] | None], stamp: Callable[[int, str], str] = lambda n, p: "1 1"
+) -> str:
+    """
+    The `markers` section as the node read prints it, of `trees` (per root its files, or None:
+    absent), `stamp(root, path)` a regular file's "<inode> <ctime>": for the in-process model
+    drivers (tests/model/core.py) and tests. The inverse of `parse_trees`.
+    """
+    out = []
+    for n, files in enumerate(trees):
+        out.append(f"root {n} {'absent' if files is None else 0} {len(files or ())}\n".encode())
+        out += [b"%s %s\0" % (b"!" if b is None else b"f", p.encode()) for p, b in files or ()]
+        regular = [(p, b) for p, b in files or () if b is not None]
+        out += [f"{len(b)} {stamp(n, p)}\n".encode() for p, b in regular]
+        out += [b for _, b in regular]
+    return b"".join(out).decode()
+
+
+def _place(path: str) -> _Place | None:
     """Where the file sits in the tree; None for the writer's temp file."""
     parts = path.split("/")
     vdev = len(parts) == 6 and parts[2:5] == _VDEV_DIR
     if not vdev and len(parts) != 3:
-        raise ParseError("markers: path is not <podUID>/c-<container>/<file>", line, lineno)
+        raise ParseError("markers: path is not <podUID>/c-<container>/<file>", path)
     pod_uid, ctr_dir, name = parts[0], parts[1], parts[-1]
     if not _POD_UID.fullmatch(pod_uid):
-        raise ParseError(f"markers: {pod_uid!r} is not a pod UID", line, lineno)
+        raise ParseError(f"markers: {pod_uid!r} is not a pod UID", path)
     if not (ctr_dir.startswith("c-") and _CONTAINER.fullmatch(ctr_dir[2:])):
-        raise ParseError(f"markers: {ctr_dir!r} is not c-<container name>", line, lineno)
+        raise ParseError(f"markers: {ctr_dir!r} is not c-<container name>", path)
     if vdev:
         return _Place(pod_uid, ctr_dir[2:], VDEV, name, path)
     if _WRITER_TEMP.fullmatch(name):
         return None
     found = _MARKER_NAME.fullmatch(name)
     if not found:
-        raise ParseError(f"markers: {name!r} is not <vendor>-mig-<card>.json", line, lineno)
+        raise ParseError(f"markers: {name!r} is not <vendor>-mig-<card>.json", path)
     return _Place(pod_uid, ctr_dir[2:], found["vendor"], found["card"], path)
 
 
@@ -280,23 +326,22 @@ def _entry(place: _Place, content: bytes | None) -> Marker | Vdev | Unreadable:
 
 
 def parse_marker_listing(
-    text: str, layout: str = "gpustack"
+    files: Sequence[Entry], layout: str = "gpustack"
 ) -> tuple[list[Marker | Vdev], list[Unreadable]]:
     """
-    The markers of one root's listing, and the files among them that could not be read whole.
-    Raises ParseError when the listing itself is not the node read's shape.
+    The markers among one root's files (`parse_trees`), and the files among them that could not
+    be read whole. Raises ParseError when the tree itself is not gpustack's layout.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"unknown marker layout {layout!r}; known: {', '.join(LAYOUTS)}")
     markers: list[Marker | Vdev] = []
     unreadable: list[Unreadable] = []
     seen: set[str] = set()
-    for lineno, line in enumerate(_lines(text), start=1):
-        path, content = _split(line, lineno)
+    for path, content in files:
         if path in seen:
-            raise ParseError("markers: path listed twice", line, lineno)
+            raise ParseError("markers: path listed twice", path)
         seen.add(path)
-        place = _place(path, line, lineno)
+        place = _place(path)
         if place is None:
             continue
         entry = _entry(place, content)

@@ -398,19 +398,21 @@ def _markers(r: Reader, paths: NodePaths, gpus: Sequence[Gpu] = ()) -> list[Owne
     if not paths.marker_roots:
         r.fail(MARKERS, "unavailable", "no marker roots are configured (enforcer_marker_roots)")
         return []
-    trees = r.read(MARKERS, MARKERS, lambda s: _marker_trees(s.stdout, len(paths.marker_roots)))
+    walked = r.sections.by_name.get(MARKERS)
+    if walked is not None and walked.rc != "0":  # a root's walk failed: no root's is whole
+        r.fail_kinds(MARKERS, "unreadable", walked.failure(), kinds)
+        return []
+    count = len(paths.marker_roots)
+    trees = r.read(MARKERS, MARKERS, lambda s: markers.parse_trees(s.stdout, count))
     found: list[OwnerRecord] = []
-    for (root, layout), (rc, text) in zip(paths.marker_roots, trees or (), strict=False):
-        if rc != "0":
-            status = "unavailable" if rc == "absent" else "unreadable"
-            for kind in kinds:
-                r.fail(MARKERS, status, f"marker root {root}: {rc}", kind)
+    for (root, layout), (rc, files) in zip(paths.marker_roots, trees or (), strict=False):
+        if rc == "absent":
+            r.fail_kinds(MARKERS, "unavailable", f"marker root {root}: absent", kinds)
             continue
         try:
-            records, bad = markers.parse_marker_listing(text, layout)
+            records, bad = markers.parse_marker_listing(files, layout)
         except ParseError as error:
-            for kind in kinds:
-                r.fail(MARKERS, "unreadable", f"marker root {root}: {error}", kind)
+            r.fail_kinds(MARKERS, "unreadable", f"marker root {root}: {error}", kinds)
             continue
         for b in bad:
             for scope in _unreadable_scopes(b, kinds, gpus):
@@ -433,22 +435,6 @@ def _unreadable_scopes(
         kind = next((g.kind for g in gpus if g.uuid == b.card and g.kind in by_card), default)
         return (f"{PREFIXES[kind]}:{b.card}",)
     return kinds
-
-
-def _marker_trees(text: str, roots: int) -> list[tuple[str, str]]:
-    """The `markers` section: per root, `root <n> <rc>` then its record lines."""
-    trees: list[tuple[str, list[str]]] = []
-    for line in text.splitlines():
-        words = line.split(" ")
-        if words[0] == "root" and len(words) == 3 and words[1] == str(len(trees)):
-            trees.append((words[2], []))
-        elif trees and words[0] != "root":
-            trees[-1][1].append(line)
-        else:
-            raise ParseError("not a marker tree line", line)
-    if len(trees) != roots:
-        raise ParseError(f"expected {roots} marker roots, read {len(trees)}", text[:80])
-    return [(rc, "".join(f"{x}\n" for x in lines)) for rc, lines in trees]
 
 
 def _marker_record(root: str, m: markers.Marker | markers.Vdev) -> OwnerRecord:

@@ -112,12 +112,21 @@ def test_hy_smi_outputs_parse_or_raise_parse_error(text):
 
 @FUZZ
 @given(either([RECORD]), st.sampled_from([PATH, PATH.replace("c-vllm", "c-"), "x/y/z.json"]))
-def test_marker_listing_keeps_every_line_as_a_marker_or_an_unreadable(record, path):
-    text = f"{_b64(path)} {_b64(record)}\n"
-    found = parse_or_error(markers.parse_marker_listing, text)
+def test_marker_listing_keeps_every_file_as_a_marker_or_an_unreadable(record, path):
+    found = parse_or_error(markers.parse_marker_listing, [(path, record.encode())])
     if found is not None:
         good, bad = found
         assert len(good) + len(bad) == 1
+
+
+@FUZZ
+@given(either([markers.listing([[(PATH, RECORD.encode()), (PATH + "x", None)], None])]))
+def test_marker_trees_parse_whole_or_raise_parse_error(text):
+    trees = parse_or_error(lambda t: markers.parse_trees(t, 2), text)
+    if trees is not None:  # every byte framed: what was read is no longer than what was printed
+        framed = sum(len(p.encode()) + len(b or b"") for _, files in trees for p, b in files)
+        assert [rc in ("0", "absent") for rc, _ in trees] == [True, True]
+        assert framed <= len(text.encode())
 
 
 # --- vGPUs and VM records ----------------------------------------------------------------------

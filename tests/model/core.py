@@ -35,11 +35,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fnmatch
 import hashlib
 import os
 import pickle
 import random
-import re
 import shutil
 import stat as statmod
 import tempfile
@@ -63,6 +63,7 @@ from enforcer import ledger as ledgers
 from enforcer.contract import decide
 from enforcer.model import Observation, Verdict
 from enforcer.policy import DIRECTORY, Policy, policy_from_host_data
+from facts import markers
 from facts.snapshot import NodeSnapshot, Sections, parse_sections
 from kinds import REGISTRY
 from operations.enforce import destroy_command
@@ -485,14 +486,10 @@ class InProcessDriver(Driver):
         return digest
 
     def marker_trees(self) -> str:
-        """node.sh.j2's `marker_trees`: per marker root `root <n> <rc|absent>`, then its records
-        (`marker_records`), `<b64 path below the root> <b64 bytes|!>`, sorted."""
-        out = []
-        for n, (root, _layout) in enumerate(self.paths.marker_roots):
-            top = Path(root)
-            out.append(f"root {n} {'0' if top.is_dir() else 'absent'}\n")
-            out += sorted(f"{_marker_record(top, f)}\n" for f in _marker_files(top))
-        return "".join(out)
+        """node.sh.j2's `marker_trees`: per marker root, its files (`marker_tree`'s walk) and
+        bytes, as facts.markers.listing prints them; "absent" when the root is no directory."""
+        roots = [Path(root) for root, _layout in self.paths.marker_roots]
+        return markers.listing([_marker_files(r) for r in roots], lambda n, f: _stamp(roots[n] / f))
 
     def _new_holder(self, held: Any, pod_uid: str | None) -> int:
         """A new pid holding `held`, in the pod's container cgroup (or a host process's)."""
@@ -511,22 +508,36 @@ class InProcessDriver(Driver):
         self.holders.clear()
 
 
-# node.sh.j2's marker_records: gpustack's MIG records and Hygon's vdev.conf, below a root.
-MARKER = re.compile(r"[^/]+/[^/]+/(?:[^/]*-mig-[^/]*\.json|etc/vdev/docker/vdev[^/]*\.conf)")
+# node.sh.j2's marker_tree: the shell's globs, each word's names sorted by bytes (dash's strcmp),
+# a leading "." matched only by a leading "." of the pattern.
+DIRS, RECORDS, VDEVS = ("*", ".[!.]*", "..?*"), ("*-mig-*.json", ".*-mig-*.json"), ("vdev*.conf",)
 
 
-def _marker_files(top: Path) -> list[Path]:
-    """marker_records' `find . -mindepth 3 -maxdepth 6 -regex ... ! -type d` (no link
-    followed)."""
+def _globbed(folder: Path, patterns: tuple[str, ...]) -> list[Path]:
+    names = sorted(os.listdir(folder), key=os.fsencode) if folder.is_dir() else []
+    return [
+        folder / n
+        for p in patterns
+        for n in names
+        if fnmatch.fnmatchcase(n, p) and (p.startswith(".") or not n.startswith("."))
+    ]
+
+
+def _marker_files(top: Path) -> list[markers.Entry] | None:
+    """marker_tree's walk of one root: <pod>/<container>/ and its records, no link followed."""
     if not top.is_dir():
-        return []
+        return None
     found = []
-    for folder, dirs, files in os.walk(top):
-        for name in [*dirs, *files]:
-            f = Path(folder) / name
-            below = f.relative_to(top)
-            if 3 <= len(below.parts) <= 6 and MARKER.fullmatch(str(below)) and not _is_dir(f):
-                found.append(f)
+    for pod in (d for d in _globbed(top, DIRS) if _is_dir(d)):
+        for ctr in (d for d in _globbed(pod, DIRS) if _is_dir(d)):
+            vdev = ctr / "etc/vdev/docker"
+            links = any(d.is_symlink() for d in (ctr / "etc", ctr / "etc/vdev", vdev))
+            for f in _globbed(ctr, RECORDS) + ([] if links else _globbed(vdev, VDEVS)):
+                below = str(f.relative_to(top))
+                if f.is_file() and not f.is_symlink():
+                    found.append((below, f.read_bytes()))
+                elif f.is_symlink() or (f.exists() and not f.is_dir()):
+                    found.append((below, None))
     return found
 
 
@@ -534,12 +545,10 @@ def _is_dir(f: Path) -> bool:
     return f.is_dir() and not f.is_symlink()
 
 
-def _marker_record(top: Path, f: Path) -> str:
-    """One `marker_records` line: `!` for a file that is not a regular one."""
-    path = base64.b64encode(str(f.relative_to(top)).encode()).decode()
-    if f.is_symlink() or not f.is_file():
-        return f"{path} !"
-    return f"{path} {base64.b64encode(f.read_bytes()).decode()}"
+def _stamp(f: Path) -> str:
+    """`stat -c '%i %Z'`: a regular file's inode and ctime (seconds)."""
+    st = f.stat()
+    return f"{st.st_ino} {st.st_ctime_ns // 10**9}"
 
 
 # --- the reference: what a perfect enforcer may destroy -----------------------------------------

@@ -185,7 +185,7 @@ def test_random_histories_read_alike_both_ways(namespaces):
 
 def test_a_section_the_in_process_driver_gets_wrong_is_found(namespaces, monkeypatch):
     """The comparison is not blind: the in-process driver made to read no gpustack record."""
-    monkeypatch.setattr(PpuInProcessDriver, "marker_trees", lambda self: "root 0 0\n")
+    monkeypatch.setattr(PpuInProcessDriver, "marker_trees", lambda self: "root 0 0 0\n")
     m = _twin("TwinBroken")()
     try:
         m.ppu_node([])

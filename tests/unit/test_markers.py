@@ -1,5 +1,6 @@
 """
-gpustack MIG ownership markers, parsed from the node read's listing of the per-pod tree.
+gpustack MIG ownership markers, parsed from the node read's listing of the per-pod tree (the
+`markers` section, framed by `parse_trees`, below).
 
 Fixtures are the writer's bytes (gpustack/gpustack-operator pkg/devicemanager/allocator/
 {nvidia,thead,hygon}/mig.go `writeMarker`: `json.Marshal` of `migMarker`); see
@@ -8,14 +9,22 @@ tests/fixtures/markers/README.md for the commits read.
 
 from __future__ import annotations
 
-import base64
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from facts.errors import ParseError
-from facts.markers import LAYOUTS, Marker, Unreadable, parse_marker_listing
+from facts.markers import (
+    LAYOUTS,
+    Entry,
+    Marker,
+    Unreadable,
+    listing,
+    parse_marker_listing,
+    parse_trees,
+)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "markers"
 
@@ -39,17 +48,13 @@ THEAD = fixture("thead-mig_1c.10g.json")
 HYGON = fixture("hygon-mig_2g.15gb.json")
 
 
-def b64(data: bytes | str) -> str:
-    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+def entry(path: str, content: bytes | str | None) -> Entry:
+    """One file of a root's tree; None is a file that is not a regular one (`!`)."""
+    return path, content.encode() if isinstance(content, str) else content
 
 
-def entry(path: str, content: bytes | str | None) -> str:
-    """One listing line as the node read prints it; None is a file it could not read (`!`)."""
-    return f"{b64(path)} {'!' if content is None else b64(content)}"
-
-
-def listing(*entries: str) -> str:
-    return "".join(e + "\n" for e in entries)
+def files(*entries: Entry) -> list[Entry]:
+    return list(entries)
 
 
 def edited(raw: bytes, **changes) -> str:
@@ -63,8 +68,8 @@ def edited(raw: bytes, **changes) -> str:
     return json.dumps(record, separators=(",", ":"))
 
 
-def one_unreadable(text: str) -> Unreadable:
-    markers, unreadable = parse_marker_listing(text)
+def one_unreadable(tree: list[Entry]) -> Unreadable:
+    markers, unreadable = parse_marker_listing(tree)
     assert markers == []
     (bad,) = unreadable
     return bad
@@ -89,7 +94,7 @@ def test_fixtures_carry_exactly_the_writer_keys_in_struct_order():
 
 
 def test_nvidia_marker_names_pod_container_card_and_mig_device():
-    assert parse_marker_listing(listing(entry(NV_PATH, NVIDIA))) == (
+    assert parse_marker_listing(files(entry(NV_PATH, NVIDIA))) == (
         [
             Marker(
                 vendor="nvidia",
@@ -110,7 +115,7 @@ def test_nvidia_marker_names_pod_container_card_and_mig_device():
 
 
 def test_thead_marker_parses_with_its_profile_id_ignored():
-    (marker,), unreadable = parse_marker_listing(listing(entry(TH_PATH, THEAD)))
+    (marker,), unreadable = parse_marker_listing(files(entry(TH_PATH, THEAD)))
     assert unreadable == []
     assert marker == Marker(
         "thead", TH_POD, "worker", TH_CARD, "1c.10g", 7, 1,
@@ -119,7 +124,7 @@ def test_thead_marker_parses_with_its_profile_id_ignored():
 
 
 def test_hygon_marker_parses_with_its_pci_bus_and_conf_path():
-    (marker,), unreadable = parse_marker_listing(listing(entry(HY_PATH, HYGON)))
+    (marker,), unreadable = parse_marker_listing(files(entry(HY_PATH, HYGON)))
     assert unreadable == []
     assert marker == Marker(
         "hygon", HY_POD, "infer", HY_CARD, "2g.15gb", 3, 0,
@@ -128,21 +133,21 @@ def test_hygon_marker_parses_with_its_pci_bus_and_conf_path():
 
 
 def test_zero_ids_are_legal_and_kept_as_zero_not_absent():
-    text = listing(entry(NV_PATH, edited(NVIDIA, giID=0, ciID=0, start=0)))
-    ((marker,), _) = parse_marker_listing(text)
+    tree = files(entry(NV_PATH, edited(NVIDIA, giID=0, ciID=0, start=0)))
+    ((marker,), _) = parse_marker_listing(tree)
     assert (marker.gi, marker.ci, marker.start) == (0, 0, 0)
 
 
 def test_listing_of_several_pods_keeps_every_marker_in_listing_order():
     second_card = "GPU-0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
     sidecar = f"{NV_POD}/c-sidecar-2/nvidia-mig-{second_card}.json"
-    text = listing(
+    tree = files(
         entry(HY_PATH, HYGON),
         entry(NV_PATH, NVIDIA),
         entry(sidecar, edited(NVIDIA, container="sidecar-2", card=second_card, giID=1)),
         entry(TH_PATH, THEAD),
     )
-    markers, unreadable = parse_marker_listing(text)
+    markers, unreadable = parse_marker_listing(tree)
     assert unreadable == []
     assert [(m.vendor, m.pod_uid, m.container, m.card, m.gi) for m in markers] == [
         ("hygon", HY_POD, "infer", HY_CARD, 3),
@@ -152,31 +157,24 @@ def test_listing_of_several_pods_keeps_every_marker_in_listing_order():
     ]
 
 
-def test_empty_listing_is_a_tree_with_no_markers():
-    assert parse_marker_listing("") == ([], [])
-    assert parse_marker_listing("\n") == ([], [])
-
-
-def test_listing_without_final_newline_parses_the_same():
-    assert parse_marker_listing(entry(NV_PATH, NVIDIA)) == parse_marker_listing(
-        listing(entry(NV_PATH, NVIDIA))
-    )
+def test_empty_tree_has_no_markers():
+    assert parse_marker_listing([]) == ([], [])
 
 
 def test_unknown_extra_field_from_a_newer_writer_is_allowed():
-    text = listing(entry(NV_PATH, edited(NVIDIA, placementNote={"x": [1, "y"]})))
-    ((marker,), unreadable) = parse_marker_listing(text)
+    tree = files(entry(NV_PATH, edited(NVIDIA, placementNote={"x": [1, "y"]})))
+    ((marker,), unreadable) = parse_marker_listing(tree)
     assert unreadable == [] and marker.gi == 9
 
 
 def test_absent_optional_numbers_read_as_none_not_zero():
-    text = listing(entry(NV_PATH, edited(NVIDIA, giID=..., ciID=..., start=..., length=...)))
-    ((marker,), _) = parse_marker_listing(text)
+    tree = files(entry(NV_PATH, edited(NVIDIA, giID=..., ciID=..., start=..., length=...)))
+    ((marker,), _) = parse_marker_listing(tree)
     assert (marker.gi, marker.ci, marker.start, marker.length) == (None, None, None, None)
 
 
 def test_absent_container_field_takes_the_directory_name():
-    ((marker,), _) = parse_marker_listing(listing(entry(NV_PATH, edited(NVIDIA, container=...))))
+    ((marker,), _) = parse_marker_listing(files(entry(NV_PATH, edited(NVIDIA, container=...))))
     assert marker.container == "vllm"
 
 
@@ -184,13 +182,13 @@ def test_absent_container_field_takes_the_directory_name():
 
 
 def test_file_the_node_could_not_read_is_unreadable_on_its_card():
-    assert one_unreadable(listing(entry(NV_PATH, None))) == Unreadable(
+    assert one_unreadable(files(entry(NV_PATH, None))) == Unreadable(
         NV_CARD, NV_PATH, "the node could not read the file", "nvidia"
     )
 
 
 def test_unreadable_record_does_not_hide_a_readable_one_on_another_card():
-    markers, unreadable = parse_marker_listing(listing(entry(HY_PATH, "{"), entry(NV_PATH, NVIDIA)))
+    markers, unreadable = parse_marker_listing(files(entry(HY_PATH, "{"), entry(NV_PATH, NVIDIA)))
     assert [m.card for m in markers] == [NV_CARD]
     assert [(u.card, u.path) for u in unreadable] == [(HY_CARD, HY_PATH)]
 
@@ -211,7 +209,7 @@ def test_unreadable_record_does_not_hide_a_readable_one_on_another_card():
     ],
 )
 def test_content_that_is_not_a_utf8_json_object_is_unreadable(content, reason):
-    bad = one_unreadable(listing(entry(NV_PATH, content)))
+    bad = one_unreadable(files(entry(NV_PATH, content)))
     assert (bad.card, bad.path) == (NV_CARD, NV_PATH)
     assert bad.reason.startswith(reason)
 
@@ -229,18 +227,18 @@ def test_content_that_is_not_a_utf8_json_object_is_unreadable(content, reason):
     ],
 )
 def test_missing_required_field_is_unreadable(raw, path, missing):
-    bad = one_unreadable(listing(entry(path, edited(raw, **{missing: ...}))))
+    bad = one_unreadable(files(entry(path, edited(raw, **{missing: ...}))))
     assert bad.reason == f"missing field {missing!r}"
     assert bad.card == path.rsplit("-mig-", 1)[1].removesuffix(".json")
 
 
 def test_empty_required_field_is_unreadable():
-    bad = one_unreadable(listing(entry(NV_PATH, edited(NVIDIA, migUUID=""))))
+    bad = one_unreadable(files(entry(NV_PATH, edited(NVIDIA, migUUID=""))))
     assert bad.reason == "field 'migUUID' is empty"
 
 
 def test_nvidia_without_conf_path_is_fine_because_only_hygon_requires_it():
-    ((marker,), unreadable) = parse_marker_listing(listing(entry(NV_PATH, NVIDIA)))
+    ((marker,), unreadable) = parse_marker_listing(files(entry(NV_PATH, NVIDIA)))
     assert "confPath" not in json.loads(NVIDIA) and unreadable == [] and marker.vendor == "nvidia"
 
 
@@ -262,20 +260,20 @@ def test_nvidia_without_conf_path_is_fine_because_only_hygon_requires_it():
     ],
 )
 def test_known_field_with_the_wrong_type_is_unreadable(changes, reason):
-    bad = one_unreadable(listing(entry(NV_PATH, edited(NVIDIA, **changes))))
+    bad = one_unreadable(files(entry(NV_PATH, edited(NVIDIA, **changes))))
     assert (bad.card, bad.path) == (NV_CARD, NV_PATH)
     assert bad.reason.startswith(reason)
 
 
 def test_thead_profile_id_must_be_a_uint32_but_nvidia_ignores_the_key():
-    bad = one_unreadable(listing(entry(TH_PATH, edited(THEAD, profileID="3"))))
+    bad = one_unreadable(files(entry(TH_PATH, edited(THEAD, profileID="3"))))
     assert bad.reason == "field 'profileID' is not a uint32: '3'"
-    ((marker,), _) = parse_marker_listing(listing(entry(NV_PATH, edited(NVIDIA, profileID="3"))))
+    ((marker,), _) = parse_marker_listing(files(entry(NV_PATH, edited(NVIDIA, profileID="3"))))
     assert marker.card == NV_CARD
 
 
 def test_card_field_that_differs_from_the_file_name_is_unreadable_on_the_name_card():
-    bad = one_unreadable(listing(entry(NV_PATH, edited(NVIDIA, card="GPU-other"))))
+    bad = one_unreadable(files(entry(NV_PATH, edited(NVIDIA, card="GPU-other"))))
     assert bad == Unreadable(
         NV_CARD,
         NV_PATH,
@@ -286,18 +284,18 @@ def test_card_field_that_differs_from_the_file_name_is_unreadable_on_the_name_ca
 
 def test_pod_uid_field_that_differs_from_its_directory_is_unreadable():
     other = "11111111-2222-4333-8444-555555555555"
-    bad = one_unreadable(listing(entry(NV_PATH, edited(NVIDIA, podUID=other))))
+    bad = one_unreadable(files(entry(NV_PATH, edited(NVIDIA, podUID=other))))
     assert bad.reason == f"podUID field {other!r} is not its directory {NV_POD!r}"
 
 
 def test_container_field_that_differs_from_its_directory_is_unreadable():
-    bad = one_unreadable(listing(entry(NV_PATH, edited(NVIDIA, container="sidecar"))))
+    bad = one_unreadable(files(entry(NV_PATH, edited(NVIDIA, container="sidecar"))))
     assert bad.reason == "container field 'sidecar' is not its directory 'vllm'"
 
 
 def test_unknown_vendor_is_unreadable_on_the_card_its_name_gives():
     path = f"{NV_POD}/c-vllm/metax-mig-GPU-abc.json"
-    assert one_unreadable(listing(entry(path, NVIDIA))) == Unreadable(
+    assert one_unreadable(files(entry(path, NVIDIA))) == Unreadable(
         "GPU-abc", path, "unknown vendor 'metax'", "metax"
     )
 
@@ -307,19 +305,19 @@ def test_unknown_vendor_is_unreadable_on_the_card_its_name_gives():
 )
 def test_file_name_that_names_no_card_is_unreadable_with_card_unknown(name):
     path = f"{NV_POD}/c-vllm/{name}"
-    bad = one_unreadable(listing(entry(path, NVIDIA)))
+    bad = one_unreadable(files(entry(path, NVIDIA)))
     assert (bad.card, bad.path) == (None, path)
     assert bad.reason.startswith("file name names no card")
 
 
 def test_duplicate_key_is_unreadable_though_go_would_keep_the_last():
     content = NVIDIA.decode().replace('"giID":9', '"giID":9,"giID":4')
-    assert one_unreadable(listing(entry(NV_PATH, content))).reason == "duplicate key 'giID'"
+    assert one_unreadable(files(entry(NV_PATH, content))).reason == "duplicate key 'giID'"
 
 
 def test_key_that_go_would_fold_onto_a_field_is_unreadable():
     content = NVIDIA.decode().replace('"length":1', '"length":1,"GIID":4')
-    bad = one_unreadable(listing(entry(NV_PATH, content)))
+    bad = one_unreadable(files(entry(NV_PATH, content)))
     assert bad.reason == "key 'GIID' would be read by gpustack as 'giID'"
 
 
@@ -331,14 +329,14 @@ def test_key_that_go_would_fold_onto_a_field_is_unreadable():
 )
 def test_writer_temp_file_is_neither_marker_nor_unreadable(name):
     temp = f"{NV_POD}/c-vllm/{name}"
-    text = listing(entry(temp, NVIDIA[:17]), entry(NV_PATH, NVIDIA))  # a torn temp beside it
-    markers, unreadable = parse_marker_listing(text)
+    tree = files(entry(temp, NVIDIA[:17]), entry(NV_PATH, NVIDIA))  # a torn temp beside it
+    markers, unreadable = parse_marker_listing(tree)
     assert [m.path for m in markers] == [NV_PATH]
     assert unreadable == []
 
 
 def test_writer_temp_file_the_node_could_not_read_is_still_skipped():
-    assert parse_marker_listing(listing(entry(f"{TH_POD}/c-worker/.thead-mig-1.tmp", None))) == (
+    assert parse_marker_listing(files(entry(f"{TH_POD}/c-worker/.thead-mig-1.tmp", None))) == (
         [],
         [],
     )
@@ -354,34 +352,64 @@ def test_writer_temp_file_the_node_could_not_read_is_still_skipped():
 )
 def test_temp_like_name_that_is_not_the_writers_is_not_skipped(name):
     with pytest.raises(ParseError, match="is not <vendor>-mig-<card>.json"):
-        parse_marker_listing(listing(entry(f"{NV_POD}/c-vllm/{name}", NVIDIA)))
+        parse_marker_listing(files(entry(f"{NV_POD}/c-vllm/{name}", NVIDIA)))
 
 
-# --- a listing that is not the node read's shape -------------------------------------------------
+# --- the section: per root its files, their sizes framing their bytes --------------------------
+
+SECTION = listing([[entry(NV_PATH, NVIDIA), entry(TH_PATH, None), entry(HY_PATH, b"")], None])
+
+
+def test_the_section_gives_each_root_its_files_and_their_bytes_exactly():
+    assert parse_trees(SECTION, 2) == [
+        ("0", [(NV_PATH, NVIDIA), (TH_PATH, None), (HY_PATH, b"")]),
+        ("absent", []),
+    ]
+    assert SECTION.startswith(f"root 0 0 3\nf {NV_PATH}\0! {TH_PATH}\0f {HY_PATH}\0{len(NVIDIA)} ")
+
+
+def test_bytes_that_look_like_the_framing_are_only_bytes():
+    """A record's bytes are never read as a header: their size frames them (NUL, "root 1")."""
+    odd = b"root 1 absent 0\n\0f x\0"
+    section = listing([[entry(NV_PATH, odd), entry("a\nb c/d", b"\xc3\xa9")], []])
+    assert parse_trees(section, 2) == [
+        ("0", [(NV_PATH, odd), ("a\nb c/d", b"\xc3\xa9")]),
+        ("0", []),
+    ]
+
+
+HEAD = f"root 0 0 1\nf {NV_PATH}\0"
 
 
 @pytest.mark.parametrize(
-    ("line", "message"),
+    ("text", "message"),
     [
-        (b64(NV_PATH), "not '<b64 path> <b64 content>|!'"),
-        (f"{b64(NV_PATH)} {b64(NVIDIA)} !", "not '<b64 path> <b64 content>|!'"),
-        (f"{b64(NV_PATH)}  {b64(NVIDIA)}", "not '<b64 path> <b64 content>|!'"),
-        (f"{b64(NV_PATH)}\t{b64(NVIDIA)}", "not '<b64 path> <b64 content>|!'"),
-        (f"{NV_PATH} {b64(NVIDIA)}", "path is not base64"),
-        (f"{b64(NV_PATH)} {b64(NVIDIA)[:-2]}", "content is not base64"),
-        (f"{b64(NV_PATH)} é", "content is not base64"),
-        (f"{b64(NV_PATH)} ?", "content is not base64"),
-        (b64(NV_PATH.encode()[:-5] + b"\xff.json") + " " + b64(NVIDIA), "path is not UTF-8"),
+        ("", "expected 1 marker roots, read 0"),
+        ("root 0 0 0\nroot 1 absent 0\n", "expected 1 marker roots, read 2"),
+        ("root 1 0 0\n", "not the line 'root 0 <0|absent> <files>'"),
+        ("root 0 1 0\n", "not the line 'root 0"),
+        ("root 0 absent 1\n! x\0", "not the line 'root 0"),
+        ("root 0 0 01\n", "not the line 'root 0"),
+        (f"root 0 0 {'9' * 4400}\n", "not the line 'root 0"),  # no int() of 4,400 digits
+        ("root 0 0 0", "not the line 'root 0"),
+        ("root 0 0 1\n", "not a file's 'f <path>' or '! <path>'"),
+        ("root 0 0 1\nf \0", "not a file's"),
+        ("root 0 0 1\nx a\0", "not a file's"),
+        (f"root 0 0 1\nf {NV_PATH}", "not a file's"),
+        (HEAD, "not a regular file's '<size> <inode> <ctime>'"),
+        (HEAD + "3 1\nabc", "not a regular file's"),
+        (HEAD + "-3 1 1\nabc", "not a regular file's"),
+        (HEAD + "4 1 1\nabc", "the bytes of '" + NV_PATH),
+        (HEAD + "3 1 1\nabcd", "not the line 'root 1"),
+        (HEAD + "3 1 1\nabcchanged\n", "not the line 'root 1"),
     ],
 )
-def test_malformed_listing_line_raises(line, message):
-    with pytest.raises(ParseError, match=message):
-        parse_marker_listing(listing(entry(NV_PATH, NVIDIA), line))
+def test_a_section_not_framed_as_the_read_prints_it_raises(text, message):
+    with pytest.raises(ParseError, match=re.escape(message)):
+        parse_trees(text, 1)
 
 
-def test_blank_line_inside_the_listing_raises():
-    with pytest.raises(ParseError, match="at line 2"):
-        parse_marker_listing(listing(entry(NV_PATH, NVIDIA), "", entry(TH_PATH, THEAD)))
+# --- a tree that is not gpustack's layout ------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -405,25 +433,25 @@ def test_blank_line_inside_the_listing_raises():
 )
 def test_path_outside_the_layout_raises(path, message):
     with pytest.raises(ParseError, match=message):
-        parse_marker_listing(listing(entry(path, NVIDIA)))
+        parse_marker_listing(files(entry(path, NVIDIA)))
 
 
 def test_longest_legal_container_name_is_accepted():
     name = "a" * 63
     path = f"{NV_POD}/c-{name}/nvidia-mig-{NV_CARD}.json"
-    ((marker,), _) = parse_marker_listing(listing(entry(path, edited(NVIDIA, container=name))))
+    ((marker,), _) = parse_marker_listing(files(entry(path, edited(NVIDIA, container=name))))
     assert marker.container == name
 
 
 def test_same_path_listed_twice_raises():
     with pytest.raises(ParseError, match="path listed twice"):
-        parse_marker_listing(listing(entry(NV_PATH, NVIDIA), entry(NV_PATH, None)))
+        parse_marker_listing(files(entry(NV_PATH, NVIDIA), entry(NV_PATH, None)))
 
 
 def test_unknown_layout_is_a_configuration_error_not_a_parse_error():
     assert LAYOUTS == ("gpustack",)
     with pytest.raises(ValueError, match="unknown marker layout 'hami'") as raised:
-        parse_marker_listing("", layout="hami")
+        parse_marker_listing([], layout="hami")
     assert not isinstance(raised.value, ParseError)
 
 
@@ -434,7 +462,7 @@ VDEV_PATH = f"{HY_POD}/c-infer/etc/vdev/docker/vdev0.conf"
 
 
 def test_a_vdev_record_is_read_with_its_dcu_and_index():
-    (vdev,), unreadable = parse_marker_listing(listing(entry(VDEV_PATH, VDEV)))
+    (vdev,), unreadable = parse_marker_listing(files(entry(VDEV_PATH, VDEV)))
     assert unreadable == []
     assert (vdev.pod_uid, vdev.container, vdev.index, vdev.path) == (HY_POD, "infer", 0, VDEV_PATH)
     assert (vdev.conf.pci_bus_id, vdev.conf.cu_count) == ("0000:3d:00.0", 32)
@@ -451,11 +479,11 @@ def test_a_vdev_record_is_read_with_its_dcu_and_index():
 )
 def test_a_vdev_record_that_cannot_be_read_names_no_dcu_and_is_hygons(name, content, reason):
     path = f"{HY_POD}/c-infer/etc/vdev/docker/{name}"
-    bad = one_unreadable(listing(entry(path, content)))
+    bad = one_unreadable(files(entry(path, content)))
     assert (bad.card, bad.vendor, bad.path) == (None, "hygon", path)
     assert reason in bad.reason
 
 
 def test_a_vdev_record_outside_etc_vdev_docker_makes_the_listing_unreadable():
     with pytest.raises(ParseError, match="is not <podUID>/c-<container>/<file>"):
-        parse_marker_listing(listing(entry(f"{HY_POD}/c-infer/etc/vdev/vdev0.conf", VDEV)))
+        parse_marker_listing(files(entry(f"{HY_POD}/c-infer/etc/vdev/vdev0.conf", VDEV)))

@@ -8,17 +8,22 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import os
 import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import jinja2
 import pytest
+from model import core
 
 from enforcer.policy import NodePaths
 from enforcer.shell import ENV, UnsafeValue, render
+from facts import markers
+from facts.errors import ParseError
 from facts.snapshot import NodeSnapshot, parse_sections
 
 NPU_SMI = "/usr/local/Ascend/driver/tools/npu-smi"
@@ -476,3 +481,95 @@ def test_the_node_read_takes_the_dra_checkpoint_and_cdi_specs_byte_exact_and_dig
     assert sections["dra-cd-checkpoint"].stdout == '{"checksum":3,"v1":{}}'
     digest = hashlib.sha256(cd.read_bytes()).hexdigest()
     assert sections["claim-digest"].stdout == f"absent+cd:{digest}\n"
+
+
+MARKER_POD = "3f1c9a52-7d4e-4b8a-9c21-5e6f7a8b9c0d"
+
+
+def marker_node(tmp_path: Path) -> NodePaths:
+    """A gpustack root with what its walk must list, skip or mark `!` (as find's walk did)."""
+    paths = NodePaths.from_rootfs(str(tmp_path / "rootfs"), marker_roots=("/g", "/none"))
+    top = tmp_path / "rootfs/g"
+    for rel, data in {
+        f"{MARKER_POD}/c-a/nvidia-mig-GPU-1.json": b'{"x": 1}\n',
+        f"{MARKER_POD}/c-a/.nvidia-mig-GPU-2.json": b"dot",
+        f"{MARKER_POD}/c-a/..x-mig-3.json": b"",
+        f"{MARKER_POD}/c-a/other.json": b"not a record",
+        f"{MARKER_POD}/c-b/etc/vdev/docker/vdev0.conf": b"conf\0bytes",
+        ".hidden/c-z/nvidia-mig-GPU-4.json": b"hidden pod",
+        "a b/c\nd/nvidia-mig-GPU 5.json": b"root 1 absent 0\n",
+        "other/c-l/x": b"",
+    }.items():
+        (top / rel).parent.mkdir(parents=True, exist_ok=True)
+        (top / rel).write_bytes(data)
+    ctr = top / MARKER_POD / "c-a"
+    (ctr / "nvidia-mig-link.json").symlink_to("nvidia-mig-GPU-1.json")
+    os.mkfifo(ctr / "nvidia-mig-fifo.json")  # never opened: a FIFO would hang cat
+    (ctr / "nvidia-mig-dir.json").mkdir()
+    (top / "linked").symlink_to(top / MARKER_POD)  # a link on the way is not followed
+    (top / "other/c-l/etc").symlink_to(top / MARKER_POD / "c-b/etc")
+    return paths
+
+
+def marker_trees(
+    paths: NodePaths, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    script = ENV.from_string('{% include "node.sh.j2" %}\nmarker_trees').render(paths=paths)
+    return subprocess.run(["sh", "-c", script], capture_output=True, env=env, timeout=120)
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shutil.which("sh")), reason="needs Linux and sh"
+)
+def test_the_marker_walk_lists_every_record_with_its_bytes_in_a_constant_few_processes(tmp_path):
+    """Issue 33: globs walk the tree (dot names too, no link followed), one stat and one cat
+    read every record; the model's in-process drivers print the same bytes."""
+    paths = marker_node(tmp_path)
+    done = marker_trees(paths)
+    assert (done.returncode, done.stderr) == (0, b"")
+    ctr = f"{MARKER_POD}/c-a"
+    assert markers.parse_trees(done.stdout.decode(), 2) == [
+        (
+            "0",
+            [
+                (f"{ctr}/nvidia-mig-GPU-1.json", b'{"x": 1}\n'),
+                (f"{ctr}/nvidia-mig-fifo.json", None),
+                (f"{ctr}/nvidia-mig-link.json", None),
+                (f"{ctr}/..x-mig-3.json", b""),
+                (f"{ctr}/.nvidia-mig-GPU-2.json", b"dot"),
+                (f"{MARKER_POD}/c-b/etc/vdev/docker/vdev0.conf", b"conf\0bytes"),
+                ("a b/c\nd/nvidia-mig-GPU 5.json", b"root 1 absent 0\n"),
+                (".hidden/c-z/nvidia-mig-GPU-4.json", b"hidden pod"),
+            ],
+        ),
+        ("absent", []),
+    ]
+    twin = core.InProcessDriver.marker_trees(SimpleNamespace(paths=paths))
+    assert twin.encode() == done.stdout
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shutil.which("sh")), reason="needs Linux and sh"
+)
+def test_a_record_that_changes_between_the_walks_two_stats_fails_the_walk(tmp_path):
+    """The sizes frame the bytes only if no record changed while cat read them: a second stat
+    that differs from the first (a `stat` that answers another ctime the second time) fails
+    the walk, and its output ends "changed": never the same digest as a whole walk's."""
+    paths = marker_node(tmp_path)
+    whole = marker_trees(paths).stdout
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real = shutil.which("stat")
+    (bin_dir / "stat").write_text(
+        f'#!/bin/sh\nif [ -e "{tmp_path}/once" ]; then {real} "$@" | sed "s/ [0-9]*$/ 7/"\n'
+        f'else : >"{tmp_path}/once"; exec {real} "$@"; fi\n'
+    )
+    (bin_dir / "stat").chmod(0o755)
+    done = marker_trees(paths, {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert done.returncode == 1
+    said = f"{paths.marker_roots[0][0]}: a record changed while it was read\n"
+    assert done.stderr == said.encode()
+    last = b"root 1 absent 0\n"  # the next root is still listed
+    assert whole.endswith(last) and done.stdout == whole.removesuffix(last) + b"changed\n" + last
+    with pytest.raises(ParseError, match="not the line 'root 1"):
+        markers.parse_trees(done.stdout.decode(), 2)

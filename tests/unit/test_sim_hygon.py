@@ -9,7 +9,6 @@ on a DCU node (simulator.hygon_story) is built as told.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import stat
@@ -23,7 +22,7 @@ from samples import sample
 
 from facts.checkpoint import parse_checkpoint
 from facts.hygon import Dcu, Vdcu, parse_device_info, parse_vdev_conf, parse_vdevice_info
-from facts.markers import Marker, parse_marker_listing
+from facts.markers import Entry, Marker, parse_marker_listing
 from simulator import hygon_story
 from simulator.hygon import DCU, MIB, DcuError
 from simulator.namespace import NodeNamespace, pod_cgroup
@@ -470,16 +469,11 @@ def test_a_vdev_conf_is_gpustacks_record_byte_for_byte_and_parses(make_node):
         node.write_vdev_conf(UID_A, "main", 0, 9, 1, 1)
 
 
-def marker_listing(node: SimNode, root: str = GPUSTACK_PODS) -> str:
-    """The node read's listing of a marker root (tests/unit/test_markers.py's shape)."""
+def marker_listing(node: SimNode, root: str = GPUSTACK_PODS) -> list[Entry]:
+    """The files of a marker root as the node read gives them to facts.markers."""
     top = node.rootfs / root.lstrip("/")
-    lines = []
-    for path in sorted(p for p in top.rglob("*") if p.is_file()):
-        rel = str(path.relative_to(top)).encode()
-        lines.append(
-            f"{base64.b64encode(rel).decode()} {base64.b64encode(path.read_bytes()).decode()}"
-        )
-    return "".join(f"{line}\n" for line in lines)
+    found = sorted(p for p in top.rglob("*") if p.is_file())
+    return [(str(path.relative_to(top)), path.read_bytes()) for path in found]
 
 
 def test_a_hygon_marker_has_gpustacks_fields_and_parses(make_node):

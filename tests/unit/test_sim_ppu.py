@@ -10,7 +10,6 @@ are unchanged.
 
 from __future__ import annotations
 
-import base64
 import difflib
 import json
 import os
@@ -24,7 +23,7 @@ import pytest
 from samples import sample
 
 from facts.checkpoint import parse_checkpoint
-from facts.markers import Marker, parse_marker_listing
+from facts.markers import Entry, Marker, parse_marker_listing
 from facts.nvidia import ComputeInstance, Gpu, GpuInstance, GpuProcess, GpuRow
 from facts.ppu import parse_compute_instances, parse_gpu_instances, parse_ppu_list, parse_smi
 from simulator import mig, ppu_story
@@ -406,16 +405,11 @@ def test_ppus_and_gpus_on_one_node_keep_to_their_own_tool(make_node):
 UID_A = "5b2e8c41-9d3a-4f7e-a1c6-0e4d7b9a2f13"
 
 
-def marker_listing(node: SimNode, root: str = GPUSTACK_PODS) -> str:
-    """The node read's listing of a marker root (tests/unit/test_markers.py's shape)."""
+def marker_listing(node: SimNode, root: str = GPUSTACK_PODS) -> list[Entry]:
+    """The files of a marker root as the node read gives them to facts.markers."""
     top = node.rootfs / root.lstrip("/")
-    lines = []
-    for path in sorted(p for p in top.rglob("*") if p.is_file()):
-        rel = str(path.relative_to(top)).encode()
-        lines.append(
-            f"{base64.b64encode(rel).decode()} {base64.b64encode(path.read_bytes()).decode()}"
-        )
-    return "".join(f"{line}\n" for line in lines)
+    found = sorted(p for p in top.rglob("*") if p.is_file())
+    return [(str(path.relative_to(top)), path.read_bytes()) for path in found]
 
 
 def test_a_ppu_marker_is_gpustacks_thead_record_and_parses(make_node):

@@ -5,18 +5,18 @@ gpustack ownership records, turned into GPU instances, holders and owner records
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import replace
 from pathlib import Path
 
 from samples import sample
-from unit.test_snapshot import b64, node_read
+from unit.test_snapshot import node_read
 
 from enforcer.contract import decide
 from enforcer.ledger import Ledger
 from enforcer.model import MIG, Observation, SourceHealth
 from enforcer.policy import NodePaths, policy_from_host_data
+from facts import markers
 from facts.snapshot import observe, parse_sections
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -71,7 +71,7 @@ def mig_sections(**changes) -> dict:
         "hami-mig-config": ("absent", "", ""),
         "devnodes": ("0", CAPS, ""),
         "fd-scan": ("0", "", ""),
-        "markers": ("0", "root 0 0\n", ""),
+        "markers": ("0", "root 0 0 0\n", ""),
     }
     return sections | changes
 
@@ -81,9 +81,10 @@ def read(sources=("kubelet-checkpoint", "cri", "markers"), **changes) -> Observa
     return observe(parse_sections(lines), "h100", PATHS, sources)
 
 
-def marker_line(path: str, record: dict | bytes) -> str:
+def marker_tree(path: str, record: dict | bytes) -> str:
+    """The markers section of one root holding one record."""
     data = record if isinstance(record, bytes) else json.dumps(record).encode()
-    return f"{b64(path)} {base64.b64encode(data).decode()}"
+    return markers.listing([[(path, data)]])
 
 
 def record(gi: int = 13, card: str = GPU, pod: str = POD) -> dict:
@@ -192,7 +193,7 @@ def test_a_node_without_nvidia_smi_is_not_a_mig_node_unless_host_data_names_mig(
 
 def test_markers_become_owner_records_naming_the_pod_and_its_mig_device():
     path = f"{POD}/c-vllm/nvidia-mig-{GPU}.json"
-    obs = read(**{"markers": ("0", f"root 0 0\n{marker_line(path, record())}\n", "")})
+    obs = read(**{"markers": ("0", marker_tree(path, record()), "")})
     (r,) = [r for r in obs.records if r.source == "markers"]
     assert (r.owner_uid, r.device_ids) == (POD, ("MIG-ee6996fb-86fb-5405-83f0-b20887da1bb3",))
     assert dict(r.annotations)["gi"] == "13"
@@ -200,22 +201,30 @@ def test_markers_become_owner_records_naming_the_pod_and_its_mig_device():
 
 def test_an_unreadable_marker_is_unreadable_for_its_gpu_only():
     path = f"{POD}/c-vllm/nvidia-mig-{GPU}.json"
-    obs = read(**{"markers": ("0", f"root 0 0\n{marker_line(path, b'{not json')}\n", "")})
+    obs = read(**{"markers": ("0", marker_tree(path, b"{not json"), "")})
     (bad,) = [h for h in obs.health if h.status != "ok"]
     assert (bad.source, bad.status, bad.scope) == ("markers", "unreadable", f"gpu:{GPU}")
 
 
 def test_a_marker_root_that_is_absent_is_unavailable_and_one_not_listed_unreadable():
-    absent = read(**{"markers": ("0", "root 0 absent\n", "")})
+    absent = read(**{"markers": ("0", "root 0 absent 0\n", "")})
     assert [(h.status, h.scope) for h in absent.health if h.source == "markers"] == [
         ("unavailable", MIG)
     ]
-    broken = read(**{"markers": ("0", "root 0 1\n", "")})
-    assert [(h.status, h.scope) for h in broken.health if h.source == "markers"] == [
-        ("unreadable", MIG)
+    changed = "/var/lib/gpustack: a record changed while it was read"  # the walk's status
+    broken = read(**{"markers": ("1", marker_tree(f"{POD}/c-vllm/x-mig-y.json", b"{}"), changed)})
+    ((status, scope, reason),) = [
+        (h.status, h.scope, h.reason) for h in broken.health if h.source == "markers"
     ]
+    assert (status, scope) == ("unreadable", MIG) and reason.endswith(f"exited 1: {changed}")
     cut = read(**{"markers": ("0", "", "")})  # not even the root line: the listing was cut
     assert [h.status for h in cut.health if h.source == "markers"] == ["unreadable"]
+    path = f"{POD}/c-vllm/nvidia-mig-{GPU}.json"  # a record's bytes are not text: none is read
+    framed = marker_tree(path, b"@@").encode().replace(b"@@", b"\xff@")  # framed, not UTF-8
+    raw = read(**{"markers": ("0", framed, "")})
+    assert [(h.status, h.scope) for h in raw.health if h.source == "markers"] == [
+        ("unreadable", MIG)
+    ]
 
 
 def test_markers_not_a_claim_source_are_not_read():
