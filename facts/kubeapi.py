@@ -499,7 +499,9 @@ def _slice_device(item: dict[str, Any], version: str) -> SliceDevice:
 
 
 def _parse_claim(item: dict[str, Any], version: str = "v1") -> ApiClaim:
-    """A ResourceClaim: its status read as facts.dra reads a checkpoint's, not strictly."""
+    """A ResourceClaim: its status read as facts.dra reads a checkpoint's, not strictly. Of any
+    `version` alike: unlike a slice's devices, a claim's status is worded the same in v1beta1,
+    v1beta2 and v1 (resource.k8s.io types.go ResourceClaimStatus)."""
     meta = item["metadata"]
     name, namespace = (
         _text(meta["name"], "metadata.name"),

@@ -573,3 +573,27 @@ def test_a_record_that_changes_between_the_walks_two_stats_fails_the_walk(tmp_pa
     assert whole.endswith(last) and done.stdout == whole.removesuffix(last) + b"changed\n" + last
     with pytest.raises(ParseError, match="not the line 'root 1"):
         markers.parse_trees(done.stdout.decode(), 2)
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shutil.which("setpriv")),
+    reason="needs Linux and util-linux's setpriv",
+)
+def test_a_directory_the_marker_walk_cannot_list_fails_the_walk(tmp_path):
+    """A glob sees nothing in a directory it cannot read, and absent is not "nothing claimed":
+    the walk fails naming the directory, and its root gets no listing at all. Root's shell runs
+    without the capabilities that let it read any directory, so that it sees mode 000 as any
+    other user does."""
+    paths = marker_node(tmp_path)
+    ctr = tmp_path / "rootfs/g" / MARKER_POD / "c-b"
+    ctr.chmod(0)
+    try:
+        script = ENV.from_string('{% include "node.sh.j2" %}\nmarker_trees').render(paths=paths)
+        root = os.geteuid() == 0
+        drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if root else []
+        done = subprocess.run([*drop, "sh", "-c", script], capture_output=True, timeout=120)
+    finally:
+        ctr.chmod(0o755)
+    assert done.returncode == 1
+    assert done.stderr == f"{ctr}: cannot be listed\n".encode()
+    assert done.stdout == b"root 1 absent 0\n"  # root 0's listing is not whole: none is printed

@@ -53,11 +53,15 @@ def wait_until(check: Callable[[], bool], timeout: float = TIMEOUT) -> bool:
     return check()
 
 
-def listing(node: SimNode, device: str = "") -> list[str]:
+def run_listing(node: SimNode, device: str = "") -> subprocess.CompletedProcess:
     """The enforcer's own `vgpu_listing` (operations/templates/node.sh.j2) on the node."""
     paths = NodePaths.from_rootfs(str(node.rootfs), sysfs=str(node.sysfs))
     script = render("node.sh.j2", paths=paths) + f"\nvgpu_listing {device}\n"
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
+
+
+def listing(node: SimNode, device: str = "") -> list[str]:
+    done = run_listing(node, device)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 
@@ -118,6 +122,50 @@ def test_every_mdev_and_vf_comes_out_of_the_real_vgpu_listing(node: SimNode) -> 
     assert listing(node, first) == [
         f"mdev|{first}|{PF}|{A40_2Q}|{groups[first]}|{cdev(first)}|GRID A40-2Q"
     ]
+
+
+def test_a_vf_without_an_iommu_group_lists_none_and_the_others_keep_their_own(
+    node: SimNode,
+) -> None:
+    """The listing resolves every link in one readlink: a VF without an iommu_group link has
+    none to resolve, and the links after it are still matched to their own devices."""
+    mdev = node.create_mdev(PF, A40_2Q, UUID_A)
+    node.set_vgpu_type(VFS[1], 1414)
+    (node.sysfs / "bus/pci/devices" / VFS[0] / "iommu_group").unlink()
+    groups = {d: node.vfio_group_path(d).name for d in (mdev, *VFS[1:])}
+    assert [line.split("|")[:5] for line in listing(node)] == [
+        ["mdev", mdev, PF, A40_2Q, groups[mdev]],
+        ["vf", VFS[0], PF, "0", "-"],
+        *(["vf", vf, PF, "1414" if vf == VFS[1] else "0", groups[vf]] for vf in VFS[1:]),
+    ]
+
+
+@pytest.mark.parametrize("where", ["first mdev's mdev_type", "last VF's physfn"])
+def test_a_link_that_does_not_resolve_fails_the_listing(node: SimNode, where: str) -> None:
+    """Absent is not "nothing there": one link the listing cannot resolve (a device caught while
+    the kernel takes it apart) fails the whole listing, wherever it is among the links."""
+    node.create_mdev(PF, A40_2Q, UUID_A)
+    node.create_mdev(PF, A40_2Q)
+    link = (
+        node.sysfs / "bus/mdev/devices" / UUID_A / "mdev_type"
+        if where.startswith("first")
+        else node.sysfs / "bus/pci/devices" / VFS[-1] / "physfn"
+    )
+    link.unlink()
+    link.symlink_to("/nonexistent")
+    assert run_listing(node).returncode == 1
+
+
+def test_a_link_target_with_a_newline_fails_the_listing(node: SimNode) -> None:
+    """One readlink prints a line per link: a target whose name has a newline in it would shift
+    every later device's links onto the wrong device, so lines left over fail the listing."""
+    mdev = node.create_mdev(PF, A40_2Q, UUID_A)
+    odd = node.sysfs / "kernel/iommu_groups/7\n8"
+    odd.mkdir(parents=True)
+    link = node.sysfs / "bus/mdev/devices" / mdev / "iommu_group"
+    link.unlink()
+    link.symlink_to(odd)
+    assert run_listing(node).returncode == 1
 
 
 def test_iommu_groups_are_unique_resolve_and_have_a_device_file(node: SimNode) -> None:
