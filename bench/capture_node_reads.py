@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
 from enforcer.policy import NodePaths, policy_from_host_data  # noqa: E402
-from facts import markers  # noqa: E402
+from facts import markers, trees, vmmeta  # noqa: E402
 from facts.sections import frame  # noqa: E402
 from facts.sections import parse_sections as parse_framing  # noqa: E402
 from facts.snapshot import NodeSnapshot  # noqa: E402
@@ -110,7 +110,8 @@ FIXED_BOOT_ID = "00000000-0000-4000-8000-00000000b007"  # the kernel's boot id, 
 FIXED_HOSTNAME = "bench-host"
 SOCKETS = re.compile(r"/tmp/pe-vm-[^/\s\"]+")  # the simulated VMs' socket folder (SimNode)
 TOKEN = re.compile(r"[A-Za-z0-9+/=]+")
-NESTED = ("vm-metadata", "vm-processes")  # sections whose fields are base64 text again
+VM = "vm-metadata"
+NESTED = ("vm-processes",)  # sections whose fields are base64 text again
 INODE_BASE = 700_000  # inodes become INODE_BASE + 1, + 2, ... in order of first appearance
 STATS = re.compile(r"\|(\d+):(\d+):\d+:\d+\|")  # stat's |dev:ino:major:minor| of a file
 SOCKET_INODES = re.compile(r"^\S+: (?:\S+ ){5}(\d+)", re.M)  # /proc/net/unix's Inode column
@@ -121,15 +122,15 @@ class Normaliser:
     Fixed placeholders for what is this machine's, the same over all sections of one read: the
     node's folder, the VM sockets' temporary folder, the kernel's boot id and hostname, and the
     inode (and device) numbers. PIDs are the node namespace's own (small, in order of start).
-    The marker records' bytes are kept as they are (their sizes frame them), with each record's
-    inode and ctime made "1 1" (`markers.listing`'s): `roots` marker roots.
+    The marker and VM records (facts.trees listings of `paths`' roots) are normalised record by
+    record and framed again, each one's inode and ctime made "1 1" (a VM record keeps its mtime).
     """
 
-    def __init__(self, node: Path, roots: int):
+    def __init__(self, node: Path, paths: NodePaths):
         boot_id = KERNEL.joinpath("random/boot_id").read_text().strip()
         self.replace = {str(node): NODE_ROOT, boot_id: FIXED_BOOT_ID}
         self.inodes: dict[str, str] = {}
-        self.roots = roots
+        self.roots = {"markers": len(paths.marker_roots), VM: len(paths.vm_metadata_roots)}
 
     def read(self, raw: str) -> str:
         read = parse_framing(raw.splitlines(), str)
@@ -144,12 +145,24 @@ class Normaliser:
             if parts[1] == "hostname":
                 parts[3] = _b64(FIXED_HOSTNAME + "\n")
                 continue
-            if parts[1] == "markers" and parts[2] == "0":
-                trees = markers.parse_trees(_unb64(parts[3]), self.roots)
-                parts[3] = _b64(markers.listing([f if rc == "0" else None for rc, f in trees]))
+            if parts[1] in self.roots and parts[2] == "0":
+                parts[3] = _b64(self._trees(parts[1], _unb64(parts[3])))
                 continue
             parts[3:5] = [_b64(self._text(parts[1], _unb64(f))) for f in parts[3:5]]
         return "\n".join(" ".join(parts) for parts in lines) + "\n"
+
+    def _trees(self, section: str, text: str) -> str:
+        stamp = vmmeta.STAMP if section == VM else markers.STAMP
+        walked = trees.parse_trees(text, self.roots[section], section, stamp)
+        files = [
+            None if rc == "absent" else [(f.path, self._record(section, f)) for f in found]
+            for rc, found in walked
+        ]
+        mtimes = {(n, f.path): f.stamp[2:] for n, (_, found) in enumerate(walked) for f in found}
+        return trees.listing(files, lambda n, path: " ".join(map(str, (1, 1, *mtimes[n, path]))))
+
+    def _record(self, section: str, file: trees.File) -> bytes | None:
+        return None if file.data is None else self._text(section, file.data.decode()).encode()
 
     def _collect(self, section: str, text: str) -> None:
         found = [m for pair in STATS.findall(text) for m in pair]
@@ -220,8 +233,7 @@ def main() -> int:
     for name in HOST_DATA:
         with tempfile.TemporaryDirectory() as tmp:
             node = Path(tmp) / "node"
-            roots = len(paths(name, node).marker_roots)
-            text = Normaliser(node, roots).read(capture(name, node))
+            text = Normaliser(node, paths(name, node)).read(capture(name, node))
         if "/tmp/" in text:
             raise SystemExit(f"{name}: a temporary path is left in the read")
         (READS / f"{name}.txt").write_text(text)

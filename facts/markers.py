@@ -16,12 +16,13 @@ alone. A listing that is not the node read's shape raises ParseError: nothing in
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from facts import hygon, strictjson
+from facts import hygon, strictjson, trees
 from facts.errors import ParseError
+from facts.trees import Entry
 
 LAYOUTS = ("gpustack",)
 
@@ -122,79 +123,16 @@ class _Bad(Exception):
 
 # --- the section: per root, its files and their bytes -------------------------------------------
 
-Entry = tuple[str, bytes | None]  # a file below a root: its path there, its bytes (None: not a
-# regular file, so not read)
-
-_NUMBER = rb"(0|[1-9][0-9]{0,19})"  # 64 bits at most
-_ROOT = re.compile(rb"root %s (0|absent) %s\n" % (_NUMBER, _NUMBER))
-_STAT = re.compile(rb"%s %s %s\n" % (_NUMBER, _NUMBER, _NUMBER))  # size inode ctime
+STAMP = ("inode", "ctime")  # a record's stat numbers after its size (node.sh.j2 `marker_tree`)
 
 
 def parse_trees(text: str, roots: int) -> list[tuple[str, list[Entry]]]:
-    """
-    The `markers` section (node.sh.j2 `marker_trees`), one tree per marker root in order: "0" and
-    its files, or "absent" and none. Per root a line `root <n> <0|absent> <count>`; its files'
-    names, each `f <path>` (a regular file) or `! <path>` (anything else) ended by a NUL; a line
-    `<size> <inode> <ctime>` per regular file; then their bytes, back to back. Anything else, or
-    a byte too many or too few, raises ParseError: the sizes frame the bytes, nothing is guessed.
-    """
-    raw, trees, at = text.encode(), [], 0
-    while at < len(raw):
-        at, tree = _tree(raw, at, len(trees))
-        trees.append(tree)
-    if len(trees) != roots:
-        raise ParseError(f"markers: expected {roots} marker roots, read {len(trees)}", text[:80])
-    return trees
-
-
-def _tree(raw: bytes, at: int, n: int) -> tuple[int, tuple[str, list[Entry]]]:
-    head = _ROOT.match(raw, at)
-    if head is None or int(head[1]) != n or (head[2] == b"absent" and head[3] != b"0"):
-        raise _shape(raw, at, f"not the line 'root {n} <0|absent> <files>'")
-    at, names = head.end(), []
-    for _ in range(int(head[3])):
-        end = raw.find(b"\0", at)
-        if end < 0 or raw[at : at + 2] not in (b"f ", b"! ") or end == at + 2:
-            raise _shape(raw, at, f"root {n}: not a file's 'f <path>' or '! <path>'")
-        names.append((raw[at + 2 : end].decode(), raw[at : at + 1] == b"f"))
-        at = end + 1
-    sizes = []
-    for _ in [path for path, regular in names if regular]:
-        if (line := _STAT.match(raw, at)) is None:
-            raise _shape(raw, at, f"root {n}: not a regular file's '<size> <inode> <ctime>'")
-        sizes.append(int(line[1]))
-        at = line.end()
-    files: list[Entry] = []
-    framed = iter(sizes)
-    for path, regular in names:
-        size = next(framed) if regular else 0
-        if at + size > len(raw):
-            raise ParseError(f"markers: root {n}: the bytes of {path!r} were cut short")
-        files.append((path, raw[at : at + size] if regular else None))
-        at += size
-    return at, (head[2].decode(), files)
-
-
-def _shape(raw: bytes, at: int, what: str) -> ParseError:
-    return ParseError(f"markers: {what}", raw[at : at + 80].decode(errors="replace"))
-
-
-def listing(
-    trees: Sequence[Sequence[Entry] | None], stamp: Callable[[int, str], str] = lambda n, p: "1 1"
-) -> str:
-    """
-    The `markers` section as the node read prints it, of `trees` (per root its files, or None:
-    absent), `stamp(root, path)` a regular file's "<inode> <ctime>": for the in-process model
-    drivers (tests/model/core.py) and tests. The inverse of `parse_trees`.
-    """
-    out = []
-    for n, files in enumerate(trees):
-        out.append(f"root {n} {'absent' if files is None else 0} {len(files or ())}\n".encode())
-        out += [b"%s %s\0" % (b"!" if b is None else b"f", p.encode()) for p, b in files or ()]
-        regular = [(p, b) for p, b in files or () if b is not None]
-        out += [f"{len(b)} {stamp(n, p)}\n".encode() for p, b in regular]
-        out += [b for _, b in regular]
-    return b"".join(out).decode()
+    """The `markers` section (node.sh.j2 `marker_trees`, framed as facts.trees reads it), one
+    tree per marker root in order: "0" and its files, or "absent" and none."""
+    return [
+        (rc, [(f.path, f.data) for f in files])
+        for rc, files in trees.parse_trees(text, roots, "markers", STAMP)
+    ]
 
 
 def _place(path: str) -> _Place | None:

@@ -16,24 +16,23 @@ failed, kept only so that delete retries it; hypeman rejects every verb but dele
 releases its assignment itself (lib/instances vgpuRetentionMetadata, errVGPURetentionStub,
 TestReconcileVGPUsReleasesRetentionStubAssignment): no VM boots from it.
 
-The node read prints, per configured root, `root <n> <rc|absent>` and then one line per record:
-`<b64 path below root> <mtime> <b64 bytes|->`, or `<b64 path> ! !` when it could not be read.
-A record that cannot be read whole raises ParseError naming its file: a VM whose record is not
-understood could hold any vGPU, so the caller makes the whole source unreadable.
+The node read lists, per configured root, its `guests/*/metadata.json` with their bytes, framed
+as facts.trees reads them, each record's inode, ctime and mtime after its size (node.sh.j2
+`vm_trees`). A record that cannot be read whole raises ParseError naming its file: a VM whose
+record is not understood could hold any vGPU, so the caller makes the whole source unreadable.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from enforcer.model import MDEV, VFIO, Instance
 from facts import strictjson
 from facts.errors import ParseError
+from facts.trees import File
 from facts.vgpu import PCI, UUID
 
 FIELDS: Mapping[str, str] = MappingProxyType(
@@ -54,6 +53,7 @@ FRAMEWORKS: Mapping[str, str | None] = MappingProxyType(
     {"": None, "mdev": MDEV, "vendor-vfio": VFIO}  # the kind each says the vGPU is
 )
 LAYOUTS: Mapping[str, Mapping[str, str]] = MappingProxyType({"hypeman": FIELDS})
+STAMP = ("inode", "ctime", "mtime")  # a record's stat numbers after its size (`vm_tree`)
 
 _ID = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)
 _RECORD_PATH = re.compile(r"guests/(?P<id>[^/]+)/metadata\.json", re.DOTALL)
@@ -61,7 +61,6 @@ _MDEV_PATH = re.compile(rf"/sys/bus/mdev/devices/(?P<uuid>{UUID})", re.ASCII | r
 _VF_PATH = re.compile(rf"/sys/bus/pci/devices/(?P<bdf>{PCI})", re.ASCII | re.IGNORECASE)
 _UUID = re.compile(UUID, re.ASCII | re.IGNORECASE)
 _BOOT_ID = re.compile(r"[0-9a-f-]{1,64}", re.ASCII)
-_MTIME = re.compile(r"[0-9]{1,20}", re.ASCII)
 _DECIMAL = re.compile(r"[0-9]{1,20}", re.ASCII)
 _POINTER_TOKEN = re.compile(r"(?:[^~]|~[01])*", re.DOTALL)
 _INDEX = re.compile(r"0|[1-9][0-9]{0,9}", re.ASCII)
@@ -122,49 +121,6 @@ def _resolve(doc: dict[str, Any], pointer: str) -> Any:
             return _ABSENT
         value = _step(value, raw.replace("~1", "/").replace("~0", "~"))
     return value
-
-
-# --- the listing -------------------------------------------------------------------------------
-
-
-def parse_vm_listing(text: str, roots: int) -> list[tuple[str, str]]:
-    """The node read's `vm_trees`: per root, its exit code (or "absent") and its record lines."""
-    trees: list[tuple[str, list[str]]] = []
-    body = text.removesuffix("\n")
-    for lineno, line in enumerate(body.split("\n") if body else [], start=1):
-        words = line.split(" ")
-        if words[0] == "root":
-            if len(words) != 3 or words[1] != str(len(trees)):
-                raise ParseError("vm-metadata: not 'root <n> <rc>' in order", line, lineno)
-            if words[2] != "absent" and not _DECIMAL.fullmatch(words[2]):
-                raise ParseError("vm-metadata: root exit code is not a number", line, lineno)
-            trees.append((words[2], []))
-        elif trees and trees[-1][0] != "absent":
-            trees[-1][1].append(line)
-        else:
-            raise ParseError("vm-metadata: record line outside a root", line, lineno)
-    if len(trees) != roots:
-        raise ParseError(f"vm-metadata: expected {roots} roots, read {len(trees)}", text[:80])
-    return [(rc, "".join(f"{x}\n" for x in lines)) for rc, lines in trees]
-
-
-def _unb64(field: str, what: str, line: str, lineno: int) -> bytes:
-    try:
-        return base64.b64decode(field, validate=True)
-    except (binascii.Error, ValueError) as err:  # ValueError: non-ASCII text
-        raise ParseError(f"vm-metadata: {what} is not base64", line, lineno) from err
-
-
-def _record_path(field: str, line: str, lineno: int) -> tuple[str, str]:
-    """(path below the root, the instance id its directory names)."""
-    try:
-        path = _unb64(field, "path", line, lineno).decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ParseError("vm-metadata: path is not UTF-8", line, lineno) from err
-    found = _RECORD_PATH.fullmatch(path)
-    if found is None:
-        raise ParseError(f"vm-metadata: {path!r} is not guests/<id>/metadata.json", line, lineno)
-    return path, found["id"]
 
 
 # --- one record --------------------------------------------------------------------------------
@@ -273,49 +229,33 @@ def _instance(doc: dict[str, Any], dir_id: str, fields: Mapping[str, str]) -> di
     }
 
 
-def _split(line: str, lineno: int) -> tuple[str, str | None, str | None]:
-    """(b64 path, mtime, b64 content or "-"); the last two None for `! !`."""
-    fields = line.split(" ")
-    if len(fields) != 3:
-        raise ParseError(
-            "vm-metadata: not '<b64 path> <mtime> <b64 bytes|->' or '! !'", line, lineno
-        )
-    path, mtime, content = fields
-    if (mtime, content) == ("!", "!"):
-        return path, None, None
-    if not _MTIME.fullmatch(mtime):
-        raise ParseError("vm-metadata: mtime is not decimal seconds", line, lineno)
-    return path, mtime, content
-
-
-def _record(root: str, line: str, lineno: int, fields: Mapping[str, str]) -> Instance:
-    b64_path, mtime, content = _split(line, lineno)
-    path, dir_id = _record_path(b64_path, line, lineno)
-    where = f"{root}/{path}"
+def _record(root: str, file: File, fields: Mapping[str, str]) -> Instance:
+    found = _RECORD_PATH.fullmatch(file.path)
+    if found is None:
+        raise ParseError(f"vm-metadata: {file.path!r} is not guests/<id>/metadata.json")
+    where = f"{root}/{file.path}"
     try:
-        if mtime is None or content is None:
-            raise _Bad("the node could not read it")
-        raw = b"" if content == "-" else _unb64(content, f"{where}: content", line, lineno)
-        values = _instance(_load(raw), dir_id, fields)
+        if file.data is None:
+            raise _Bad("the node could not read it: not a regular file")
+        values = _instance(_load(file.data), found["id"], fields)
     except _Bad as bad:
-        raise ParseError(f"vm-metadata: {where}: {bad}", line, lineno) from bad
-    return Instance(where=where, written_at=float(mtime), **values)
+        raise ParseError(f"vm-metadata: {where}: {bad}") from bad
+    return Instance(where=where, written_at=float(file.stamp[STAMP.index("mtime")]), **values)
 
 
-def parse_vm_records(text: str, root: str, fields: Mapping[str, str]) -> list[Instance]:
+def parse_vm_records(files: Sequence[File], root: str, fields: Mapping[str, str]) -> list[Instance]:
     """
-    Every record of one root as an Instance, in listing order. Any record that cannot be read
-    whole, or whose mapped fields have the wrong type or an unknown device, raises ParseError
-    naming its file. `fields` is a full mapping (see `fields_for`); a bad one is a ValueError.
+    Every record of one root (facts.trees.parse_trees of the `vm-metadata` section) as an
+    Instance, in listing order. Any record that cannot be read whole, or whose mapped fields have
+    the wrong type or an unknown device, raises ParseError naming its file. `fields` is a full
+    mapping (see `fields_for`); a bad one is a ValueError.
     """
     _check_fields(fields)
     instances: list[Instance] = []
     seen: set[str] = set()
-    body = text.removesuffix("\n")
-    for lineno, line in enumerate(body.split("\n") if body else [], start=1):
-        instance = _record(root, line, lineno, fields)
-        if instance.where in seen:
-            raise ParseError("vm-metadata: record listed twice", line, lineno)
-        seen.add(instance.where)
-        instances.append(instance)
+    for file in files:
+        if file.path in seen:
+            raise ParseError("vm-metadata: record listed twice", file.path)
+        seen.add(file.path)
+        instances.append(_record(root, file, fields))
     return instances

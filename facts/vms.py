@@ -26,7 +26,7 @@ from enforcer.model import (
     Process,
 )
 from enforcer.policy import NodePaths
-from facts import vgpu, vmmeta
+from facts import trees, vgpu, vmmeta
 from facts.errors import ParseError
 from facts.sections import Reader
 
@@ -54,20 +54,22 @@ def observe_vms(
         _fail_kinds(r, VM_METADATA, "unavailable", why)
         return [], {}, {}
     roots = paths.vm_metadata_roots
-    trees = _read_vms(r, "vm-metadata", lambda s: vmmeta.parse_vm_listing(s.stdout, len(roots)))
+    count = len(roots)
+    walked = _read_vms(
+        r, "vm-metadata", lambda s: trees.parse_trees(s.stdout, count, VM_METADATA, vmmeta.STAMP)
+    )
     processes = _read_vms(r, "vm-processes", lambda s: vgpu.parse_vm_processes(s.stdout))
     listening = _read_vms(r, "unix-sockets", lambda s: vgpu.parse_unix_sockets(s.stdout))
-    if trees is None or processes is None or listening is None:
+    if walked is None or processes is None or listening is None:
         return [], {}, {}
     instances: list[Instance] = []
-    for root, (rc, text) in zip(roots, trees, strict=True):
-        if rc != "0":
-            status = "unavailable" if rc == "absent" else "unreadable"
-            _fail_kinds(r, VM_METADATA, status, f"VM metadata root {root.path}: {rc}")
+    for root, (rc, files) in zip(roots, walked, strict=True):
+        if rc == "absent":
+            _fail_kinds(r, VM_METADATA, "unavailable", f"VM metadata root {root.path}: absent")
             return [], {}, {}
         try:
             fields = vmmeta.fields_for(root.layout, dict(root.fields))
-            instances += vmmeta.parse_vm_records(text, root.path, fields)
+            instances += vmmeta.parse_vm_records(files, root.path, fields)
         except ParseError as error:
             _fail_kinds(r, VM_METADATA, "unreadable", str(error))
             return [], {}, {}

@@ -17,7 +17,8 @@ from hostile.test_fuzz_parsers import FUZZ, either, mutated, mutated_json, parse
 from hypothesis import given
 from hypothesis import strategies as st
 
-from facts import hami, hygon, markers, nvidia, ppu, vgpu, vmmeta
+from facts import hami, hygon, markers, nvidia, ppu, trees, vgpu, vmmeta
+from facts.trees import File
 from kinds import nvidia_plugin
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -119,13 +120,18 @@ def test_marker_listing_keeps_every_file_as_a_marker_or_an_unreadable(record, pa
         assert len(good) + len(bad) == 1
 
 
+MARKER_TREES = trees.listing(
+    [[(PATH, RECORD.encode()), (PATH + "x", None)], None], lambda n, p: "1 1"
+)
+
+
 @FUZZ
-@given(either([markers.listing([[(PATH, RECORD.encode()), (PATH + "x", None)], None])]))
+@given(either([MARKER_TREES]))
 def test_marker_trees_parse_whole_or_raise_parse_error(text):
-    trees = parse_or_error(lambda t: markers.parse_trees(t, 2), text)
-    if trees is not None:  # every byte framed: what was read is no longer than what was printed
-        framed = sum(len(p.encode()) + len(b or b"") for _, files in trees for p, b in files)
-        assert [rc in ("0", "absent") for rc, _ in trees] == [True, True]
+    walked = parse_or_error(lambda t: markers.parse_trees(t, 2), text)
+    if walked is not None:  # every byte framed: what was read is no longer than what was printed
+        framed = sum(len(p.encode()) + len(b or b"") for _, files in walked for p, b in files)
+        assert [rc in ("0", "absent") for rc, _ in walked] == [True, True]
         assert framed <= len(text.encode())
 
 
@@ -207,31 +213,30 @@ def test_vm_processes_keep_every_pid_or_raise_parse_error(text):
 @FUZZ
 @given(either(VM_TREES), st.integers(0, 3))
 def test_vm_listing_parses_or_raises_parse_error(text, roots):
-    trees = parse_or_error(vmmeta.parse_vm_listing, text, roots)
-    if trees is not None:
-        assert len(trees) == roots
-        for _, body in trees:
-            parse_or_error(vmmeta.parse_vm_records, body, "/var/lib/hypeman", vmmeta.FIELDS)
+    listed = parse_or_error(trees.parse_trees, text, roots, "vm-metadata", vmmeta.STAMP)
+    if listed is not None:
+        assert len(listed) == roots
+        for _, files in listed:
+            parse_or_error(vmmeta.parse_vm_records, files, "/var/lib/hypeman", vmmeta.FIELDS)
 
 
 @st.composite
-def _record_lines(draw: st.DrawFn) -> tuple[str, str]:
-    """(a vm_records line around a mutated record, the id its path names)."""
+def _record_files(draw: st.DrawFn) -> tuple[File, str]:
+    """(a record as facts.trees gives it, around a mutated record; the id its path names)."""
     seed, own_id = draw(st.sampled_from(list(zip(VM_RECORDS, RECORD_IDS, strict=True))))
     record = draw(_json_or_text([seed]))
     instance_id = draw(st.sampled_from([own_id] * 3 + [*RECORD_IDS, "x/y", ".."]))
-    mtime = draw(st.sampled_from(["1768205444"] * 3 + ["!", "-1", "\u0661"]))
-    path = _b64(f"guests/{instance_id}/metadata.json")
-    if mtime == "!":
-        return f"{path} ! !\n", instance_id
-    return f"{path} {mtime} {_b64(record) or '-'}\n", instance_id
+    path = f"guests/{instance_id}/metadata.json"
+    if draw(st.integers(0, 3)) == 0:
+        return File(path, None, ()), instance_id
+    return File(path, record.encode(), (1, 1, 1768205444)), instance_id
 
 
 @FUZZ
-@given(_record_lines())
+@given(_record_files())
 def test_vm_record_is_an_instance_or_raises_parse_error(case):
-    text, instance_id = case
-    found = parse_or_error(vmmeta.parse_vm_records, text, "/var/lib/hypeman", vmmeta.FIELDS)
+    file, instance_id = case
+    found = parse_or_error(vmmeta.parse_vm_records, [file], "/var/lib/hypeman", vmmeta.FIELDS)
     if found is not None:
         (instance,) = found
         assert instance.id == instance_id and len(instance.devices) <= 2

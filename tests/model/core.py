@@ -63,7 +63,7 @@ from enforcer import ledger as ledgers
 from enforcer.contract import decide
 from enforcer.model import Observation, Verdict
 from enforcer.policy import DIRECTORY, Policy, policy_from_host_data
-from facts import markers
+from facts import trees
 from facts.snapshot import NodeSnapshot, Sections, parse_sections
 from kinds import REGISTRY
 from operations.enforce import destroy_command
@@ -487,9 +487,9 @@ class InProcessDriver(Driver):
 
     def marker_trees(self) -> str:
         """node.sh.j2's `marker_trees`: per marker root, its files (`marker_tree`'s walk) and
-        bytes, as facts.markers.listing prints them; "absent" when the root is no directory."""
+        bytes, as facts.trees.listing prints them; "absent" when the root is no directory."""
         roots = [Path(root) for root, _layout in self.paths.marker_roots]
-        return markers.listing([_marker_files(r) for r in roots], lambda n, f: _stamp(roots[n] / f))
+        return trees.listing([_marker_files(r) for r in roots], lambda n, f: _stamp(roots[n] / f))
 
     def _new_holder(self, held: Any, pod_uid: str | None) -> int:
         """A new pid holding `held`, in the pod's container cgroup (or a host process's)."""
@@ -508,8 +508,8 @@ class InProcessDriver(Driver):
         self.holders.clear()
 
 
-# node.sh.j2's marker_tree: the shell's globs, each word's names sorted by bytes (dash's strcmp),
-# a leading "." matched only by a leading "." of the pattern.
+# node.sh.j2's marker_tree and vm_tree: the shell's globs, each word's names sorted by bytes
+# (dash's strcmp), a leading "." matched only by a leading "." of the pattern.
 DIRS, RECORDS, VDEVS = ("*", ".[!.]*", "..?*"), ("*-mig-*.json", ".*-mig-*.json"), ("vdev*.conf",)
 
 
@@ -523,7 +523,7 @@ def _globbed(folder: Path, patterns: tuple[str, ...]) -> list[Path]:
     ]
 
 
-def _marker_files(top: Path) -> list[markers.Entry] | None:
+def _marker_files(top: Path) -> list[trees.Entry] | None:
     """marker_tree's walk of one root: <pod>/<container>/ and its records, no link followed."""
     if not top.is_dir():
         return None
@@ -533,22 +533,30 @@ def _marker_files(top: Path) -> list[markers.Entry] | None:
             vdev = ctr / "etc/vdev/docker"
             links = any(d.is_symlink() for d in (ctr / "etc", ctr / "etc/vdev", vdev))
             for f in _globbed(ctr, RECORDS) + ([] if links else _globbed(vdev, VDEVS)):
-                below = str(f.relative_to(top))
-                if f.is_file() and not f.is_symlink():
-                    found.append((below, f.read_bytes()))
-                elif f.is_symlink() or (f.exists() and not f.is_dir()):
-                    found.append((below, None))
+                found += _tree_entry(f, top)
     return found
+
+
+def _tree_entry(f: Path, top: Path) -> list[trees.Entry]:
+    """node.sh.j2's tree_entry: a regular file with its bytes, any other but a directory
+    without, or nothing."""
+    below = str(f.relative_to(top))
+    if f.is_file() and not f.is_symlink():
+        return [(below, f.read_bytes())]
+    if f.is_symlink() or (f.exists() and not f.is_dir()):
+        return [(below, None)]
+    return []
 
 
 def _is_dir(f: Path) -> bool:
     return f.is_dir() and not f.is_symlink()
 
 
-def _stamp(f: Path) -> str:
-    """`stat -c '%i %Z'`: a regular file's inode and ctime (seconds)."""
+def _stamp(f: Path, mtime: bool = False) -> str:
+    """`stat -c '%i %Z'`: a regular file's inode and ctime (seconds); `%Y` its mtime too."""
     st = f.stat()
-    return f"{st.st_ino} {st.st_ctime_ns // 10**9}"
+    found = f"{st.st_ino} {st.st_ctime_ns // 10**9}"
+    return f"{found} {st.st_mtime_ns // 10**9}" if mtime else found
 
 
 # --- the reference: what a perfect enforcer may destroy -----------------------------------------

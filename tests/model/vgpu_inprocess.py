@@ -38,10 +38,11 @@ from pathlib import Path
 
 from framing import framed
 from model import core
-from model.core import _line
+from model.core import DIRS, _globbed, _is_dir, _line, _stamp, _tree_entry
 from model.vgpu_machine import VgpuNamespaceDriver
 
 from enforcer.model import MDEV, Observation, Partition, Verdict
+from facts import trees
 from facts.snapshot import Sections, parse_sections
 from facts.vms import pid_keys
 from kinds.vgpu import _listing_line, devnodes_of
@@ -126,13 +127,13 @@ class VgpuInProcessDriver(core.InProcessDriver):
         lines += self._fd_sections()
         lines += self._dra_sections()
         lines.append(_line("checkpoint", "0", self.sim.checkpoint_text(), ""))
-        trees = self.vm_trees()
-        lines.append(_line("vm-metadata", "0", trees, ""))
-        lines.append(_line("vm-processes", "0", self._vm_processes(trees), ""))
+        listing = self.vm_trees()
+        lines.append(_line("vm-metadata", "0", listing, ""))
+        lines.append(_line("vm-processes", "0", self._vm_processes(listing), ""))
         lines.append(_line("unix-sockets", "0", self._unix_sockets(), ""))
         lines += [f"PE1 {name} missing - -" for name in ("crictl-pods", "crictl-ps")]
         lines += self._state_sections()
-        lines.append(_line("claim-digest", "0", self.claim_digest("v", trees) + "\n", ""))
+        lines.append(_line("claim-digest", "0", self.claim_digest("v", listing) + "\n", ""))
         lines.append("PE1 end")
         return parse_sections(framed(lines))
 
@@ -159,26 +160,21 @@ class VgpuInProcessDriver(core.InProcessDriver):
         return [_line("fd-scan", "0", scan, ""), _line("holder-cgroups", "0", cgroups, "")]
 
     def vm_trees(self) -> str:
-        """node.sh.j2's `vm_trees`: per metadata root `root <n> <rc|absent>`, then its records
-        (`vm_records`), `<b64 path below the root> <mtime> <b64 bytes|->`, sorted."""
-        out = []
-        for n, root in enumerate(self.paths.vm_metadata_roots):
-            top = Path(root.path)
-            out.append(f"root {n} {'0' if top.is_dir() else 'absent'}\n")
-            out += sorted(f"{_vm_record(top, f)}\n" for f in _metadata_files(top))
-        return "".join(out)
+        """node.sh.j2's `vm_trees`: per metadata root its records (`vm_tree`'s walk) with their
+        inode, ctime and mtime, as facts.trees.listing prints them; "absent" when the root is
+        no directory."""
+        roots = [Path(root.path) for root in self.paths.vm_metadata_roots]
+        return trees.listing(
+            [_metadata_files(top) for top in roots], lambda n, f: _stamp(roots[n] / f, mtime=True)
+        )
 
-    def _vm_processes(self, trees: str) -> str:
-        """snapshot.sh.j2's PIDs of the records (the values of facts.vms.pid_keys, line by line)
-        and node.sh.j2's `vm_processes` of each: `<pid> <b64 stat|gone> <inodes|-|gone>`."""
+    def _vm_processes(self, listing: str) -> str:
+        """snapshot.sh.j2's PIDs of the records (the values of facts.vms.pid_keys, line by line
+        in the listing) and node.sh.j2's `vm_processes` of each: `<pid> <b64 stat|gone>
+        <inodes|-|gone>`."""
         keys = "|".join(map(re.escape, pid_keys(self.paths)))
         found = re.compile(rf'"(?:{keys})"{SPACE}*:{SPACE}*([0-9]+)')
-        pids: set[int] = set()
-        for line in trees.splitlines():
-            words = line.split(" ")
-            if words[0] != "root" and words[2] not in ("!", "-"):
-                text = base64.b64decode(words[2]).decode(errors="replace")
-                pids |= {int(m[1]) for m in _per_line(found, text)}
+        pids = {int(m[1]) for line in listing.split("\n") for m in found.finditer(line)}
         out = []
         for pid in sorted(pids):
             p = self.procs.get(pid)
@@ -321,32 +317,13 @@ def _cdev(record: dict) -> str:
     return "-" if record["cdev"] is None else f"vfio{record['cdev']}"
 
 
-def _metadata_files(top: Path) -> list[Path]:
-    """`find . -mindepth 3 -maxdepth 3 -path './guests/*/metadata.json' ! -type d` (no link
-    followed)."""
+def _metadata_files(top: Path) -> list[trees.Entry] | None:
+    """vm_tree's walk of one root: guests/<id>/metadata.json, no link below the root followed."""
+    if not top.is_dir():
+        return None
     guests = top / "guests"
-    if not guests.is_dir() or guests.is_symlink():
-        return []
-    found = []
-    for d in os.scandir(guests):
-        f = Path(d.path) / "metadata.json"
-        if d.is_dir(follow_symlinks=False) and os.path.lexists(f) and not f.is_dir():
-            found.append(f)
-    return found
-
-
-def _vm_record(top: Path, f: Path) -> str:
-    """One `vm_records` line: `! !` for a file that is not a regular one."""
-    path = base64.b64encode(str(f.relative_to(top)).encode()).decode()
-    if f.is_symlink() or not f.is_file():
-        return f"{path} ! !"
-    mtime = os.stat(f).st_mtime_ns // 1_000_000_000
-    return f"{path} {mtime} {base64.b64encode(f.read_bytes()).decode() or '-'}"
-
-
-def _per_line(pattern: re.Pattern[str], text: str) -> list[re.Match[str]]:
-    """grep -o: the matches line by line (a record's lines, each `base64 -d; echo`'s)."""
-    return [m for line in text.split("\n") for m in pattern.finditer(line)]
+    ids = _globbed(guests, DIRS) if _is_dir(guests) else []
+    return [e for d in ids if _is_dir(d) for e in _tree_entry(d / "metadata.json", top)]
 
 
 def _stat_line(pid: int, p: Proc) -> str:

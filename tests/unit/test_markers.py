@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from facts import trees
 from facts.errors import ParseError
 from facts.markers import (
     LAYOUTS,
     Entry,
     Marker,
     Unreadable,
-    listing,
     parse_marker_listing,
     parse_trees,
 )
@@ -55,6 +55,11 @@ def entry(path: str, content: bytes | str | None) -> Entry:
 
 def files(*entries: Entry) -> list[Entry]:
     return list(entries)
+
+
+def listing(found: list[list[Entry] | None]) -> str:
+    """The section as the node read prints it (facts.trees), every record's inode and ctime 1."""
+    return trees.listing(found, lambda n, path: "1 1")
 
 
 def edited(raw: bytes, **changes) -> str:
@@ -384,8 +389,8 @@ HEAD = f"root 0 0 1\nf {NV_PATH}\0"
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("", "expected 1 marker roots, read 0"),
-        ("root 0 0 0\nroot 1 absent 0\n", "expected 1 marker roots, read 2"),
+        ("", "markers: expected 1 roots, read 0"),
+        ("root 0 0 0\nroot 1 absent 0\n", "expected 1 roots, read 2"),
         ("root 1 0 0\n", "not the line 'root 0 <0|absent> <files>'"),
         ("root 0 1 0\n", "not the line 'root 0"),
         ("root 0 absent 1\n! x\0", "not the line 'root 0"),

@@ -7,15 +7,17 @@ tests/fixtures/vgpu/README.md.
 
 from __future__ import annotations
 
-import base64
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from enforcer.model import MDEV, VFIO, Instance
+from facts import trees
 from facts.errors import ParseError
-from facts.vmmeta import FIELDS, LAYOUTS, fields_for, parse_vm_listing, parse_vm_records
+from facts.trees import File
+from facts.vmmeta import FIELDS, LAYOUTS, STAMP, fields_for, parse_vm_records
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vgpu"
 ROOT = "/var/lib/hypeman"
@@ -28,20 +30,17 @@ NEW = (FIXTURES / "hypeman_metadata_newer_vendor-vfio-H200X.json").read_bytes()
 MTIME = 1768205444
 
 
-def b64(data: bytes | str) -> str:
-    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
-
-
 def path_of(instance_id: str) -> str:
     return f"guests/{instance_id}/metadata.json"
 
 
-def line(instance_id: str, content: bytes | str | None, mtime: str | int = MTIME) -> str:
-    """One record line as `vm_records` prints it; None is a file it could not read."""
+def line(instance_id: str, content: bytes | str | None, mtime: int = MTIME) -> File:
+    """One record as facts.trees gives it from `vm_trees`; None is a file that is not a regular
+    one (not read)."""
     if content is None:
-        return f"{b64(path_of(instance_id))} ! !"
-    body = b64(content) if content else "-"
-    return f"{b64(path_of(instance_id))} {mtime} {body}"
+        return File(path_of(instance_id), None, ())
+    data = content.encode() if isinstance(content, str) else content
+    return File(path_of(instance_id), data, (1, 1, mtime))
 
 
 def edited(raw: bytes, **changes) -> str:
@@ -55,8 +54,8 @@ def edited(raw: bytes, **changes) -> str:
     return json.dumps(record, indent=2)
 
 
-def records(*lines: str, fields=FIELDS) -> list[Instance]:
-    return parse_vm_records("".join(x + "\n" for x in lines), ROOT, fields)
+def records(*files: File, fields=FIELDS) -> list[Instance]:
+    return parse_vm_records(files, ROOT, fields)
 
 
 def one(content: bytes | str, instance_id: str = OLD_ID) -> Instance:
@@ -256,26 +255,18 @@ def test_record_that_cannot_be_read_whole_names_its_file(content, reason):
 
 
 @pytest.mark.parametrize(
-    "text",
+    "path",
     [
-        f"{b64(path_of(OLD_ID))} {MTIME}",
-        f"{b64(path_of(OLD_ID))} {MTIME} {b64(OLD)} x",
-        f"{b64(path_of(OLD_ID))} 1.5 {b64(OLD)}",
-        f"{b64(path_of(OLD_ID))} -1 {b64(OLD)}",
-        f"{b64(path_of(OLD_ID))} ١٢ {b64(OLD)}",
-        f"{b64(path_of(OLD_ID))} ! {b64(OLD)}",
-        f"{b64(path_of(OLD_ID))} {MTIME} !",
-        f"{b64(path_of(OLD_ID))} {MTIME} {b64(OLD)[:-3]}",
-        f"{b64(path_of(OLD_ID))[:-1]} {MTIME} {b64(OLD)}",
-        f"{b64('guests/' + OLD_ID + '/config.json')} {MTIME} {b64(OLD)}",
-        f"{b64(OLD_ID + '/metadata.json')} {MTIME} {b64(OLD)}",
-        b64(b"guests/\xff/metadata.json") + f" {MTIME} {b64(OLD)}",
-        "",
+        f"guests/{OLD_ID}/config.json",
+        f"{OLD_ID}/metadata.json",
+        f"./guests/{OLD_ID}/metadata.json",
+        f"guests/{OLD_ID}/x/metadata.json",
+        "guests//metadata.json",
     ],
 )
-def test_unexpected_record_line_is_an_error(text):
-    with pytest.raises(ParseError):
-        parse_vm_records(text + "\n" + line(NEW_ID, NEW) + "\n", ROOT, FIELDS)
+def test_a_file_that_is_not_a_record_of_the_layout_is_an_error(path):
+    with pytest.raises(ParseError, match="is not guests/<id>/metadata.json"):
+        records(File(path, OLD, (1, 1, MTIME)), line(NEW_ID, NEW))
 
 
 def test_record_listed_twice_is_an_error():
@@ -284,7 +275,7 @@ def test_record_listed_twice_is_an_error():
 
 
 def test_empty_root_has_no_records():
-    assert parse_vm_records("", ROOT, FIELDS) == []
+    assert parse_vm_records([], ROOT, FIELDS) == []
 
 
 # --- the field mapping -------------------------------------------------------------------------
@@ -336,45 +327,50 @@ def test_bad_mapping_is_a_configuration_error_not_a_parse_error(layout, override
 
 def test_partial_mapping_is_refused_by_the_parser():
     with pytest.raises(ValueError, match="exactly"):
-        parse_vm_records("", ROOT, {"id": "/Id"})
+        parse_vm_records([], ROOT, {"id": "/Id"})
 
 
 # --- the listing of roots ----------------------------------------------------------------------
 
 
+def listed(text: str, roots: int) -> list[tuple[str, list[File]]]:
+    return trees.parse_trees(text, roots, "vm-metadata", STAMP)
+
+
 def test_listing_splits_roots_and_keeps_absent_ones():
     text = (FIXTURES / "vm-trees_hypeman-root-and-absent-root.txt").read_text()
-    (rc, body), absent = parse_vm_listing(text, 2)
-    assert (rc, absent) == ("0", ("absent", ""))
-    assert [i.id for i in parse_vm_records(body, ROOT, FIELDS)] == [NEW_ID, OLD_ID]
-
-
-def test_failed_root_keeps_what_it_printed_for_the_caller():
-    assert parse_vm_listing(f"root 0 1\n{line(OLD_ID, OLD)}\n", 1) == [
-        ("1", f"{line(OLD_ID, OLD)}\n")
+    (rc, files), absent = listed(text, 2)
+    assert (rc, absent) == ("0", ("absent", []))
+    assert [(f.path, f.stamp) for f in files] == [
+        (path_of(NEW_ID), (1, 1, 1768205444)),
+        (path_of(OLD_ID), (1, 1, 1763991182)),
     ]
+    found = parse_vm_records(files, ROOT, FIELDS)
+    assert [(i.id, i.written_at) for i in found] == [(NEW_ID, 1768205444), (OLD_ID, 1763991182)]
+
+
+HEAD = f"root 0 0 1\nf {path_of(OLD_ID)}\0"
 
 
 @pytest.mark.parametrize(
-    ("text", "roots"),
+    ("text", "roots", "message"),
     [
-        ("", 1),
-        ("root 0 0\n", 2),
-        ("root 0 0\nroot 0 0\n", 2),
-        ("root 1 0\n", 1),
-        ("root 0\n", 1),
-        ("root 0 0 x\n", 1),
-        ("root 0 -1\n", 1),
-        ("root 0 ok\n", 1),
-        ("root 0 ١\n", 1),
-        (f"{line(OLD_ID, OLD)}\nroot 0 0\n", 1),
-        (f"root 0 absent\n{line(OLD_ID, OLD)}\n", 1),
+        ("", 1, "vm-metadata: expected 1 roots, read 0"),
+        ("root 0 0 0\n", 2, "expected 2 roots, read 1"),
+        ("root 0 0 0\nroot 0 0 0\n", 2, "not the line 'root 1"),
+        ("root 0 1 0\n", 1, "not the line 'root 0"),  # a walk's failure is the section's rc
+        ("root 0 absent\n", 1, "not the line 'root 0"),
+        (HEAD + "3 1 1\n{}", 1, "not a regular file's '<size> <inode> <ctime> <mtime>'"),
+        (HEAD + "2 1 1 1.5\n{}", 1, "not a regular file's"),
+        (HEAD + "2 1 1 -1\n{}", 1, "not a regular file's"),
+        (HEAD + "2 1 1 ١٢\n{}", 1, "not a regular file's"),
+        (HEAD + "3 1 1 1\n{}", 1, "were cut short"),
     ],
 )
-def test_listing_of_another_shape_is_an_error(text, roots):
-    with pytest.raises(ParseError):
-        parse_vm_listing(text, roots)
+def test_listing_of_another_shape_is_an_error(text, roots, message):
+    with pytest.raises(ParseError, match=re.escape(message)):
+        listed(text, roots)
 
 
 def test_no_roots_configured_is_an_empty_listing():
-    assert parse_vm_listing("", 0) == []
+    assert listed("", 0) == []

@@ -18,11 +18,11 @@ from types import SimpleNamespace
 
 import jinja2
 import pytest
-from model import core
+from model import core, vgpu_inprocess
 
 from enforcer.policy import NodePaths
 from enforcer.shell import ENV, UnsafeValue, render
-from facts import markers
+from facts import markers, trees, vmmeta
 from facts.errors import ParseError
 from facts.snapshot import NodeSnapshot, parse_sections
 
@@ -486,22 +486,29 @@ def test_the_node_read_takes_the_dra_checkpoint_and_cdi_specs_byte_exact_and_dig
 MARKER_POD = "3f1c9a52-7d4e-4b8a-9c21-5e6f7a8b9c0d"
 
 
+def write_files(top: Path, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        (top / rel).parent.mkdir(parents=True, exist_ok=True)
+        (top / rel).write_bytes(data)
+
+
 def marker_node(tmp_path: Path) -> NodePaths:
     """A gpustack root with what its walk must list, skip or mark `!` (as find's walk did)."""
     paths = NodePaths.from_rootfs(str(tmp_path / "rootfs"), marker_roots=("/g", "/none"))
     top = tmp_path / "rootfs/g"
-    for rel, data in {
-        f"{MARKER_POD}/c-a/nvidia-mig-GPU-1.json": b'{"x": 1}\n',
-        f"{MARKER_POD}/c-a/.nvidia-mig-GPU-2.json": b"dot",
-        f"{MARKER_POD}/c-a/..x-mig-3.json": b"",
-        f"{MARKER_POD}/c-a/other.json": b"not a record",
-        f"{MARKER_POD}/c-b/etc/vdev/docker/vdev0.conf": b"conf\0bytes",
-        ".hidden/c-z/nvidia-mig-GPU-4.json": b"hidden pod",
-        "a b/c\nd/nvidia-mig-GPU 5.json": b"root 1 absent 0\n",
-        "other/c-l/x": b"",
-    }.items():
-        (top / rel).parent.mkdir(parents=True, exist_ok=True)
-        (top / rel).write_bytes(data)
+    write_files(
+        top,
+        {
+            f"{MARKER_POD}/c-a/nvidia-mig-GPU-1.json": b'{"x": 1}\n',
+            f"{MARKER_POD}/c-a/.nvidia-mig-GPU-2.json": b"dot",
+            f"{MARKER_POD}/c-a/..x-mig-3.json": b"",
+            f"{MARKER_POD}/c-a/other.json": b"not a record",
+            f"{MARKER_POD}/c-b/etc/vdev/docker/vdev0.conf": b"conf\0bytes",
+            ".hidden/c-z/nvidia-mig-GPU-4.json": b"hidden pod",
+            "a b/c\nd/nvidia-mig-GPU 5.json": b"root 1 absent 0\n",
+            "other/c-l/x": b"",
+        },
+    )
     ctr = top / MARKER_POD / "c-a"
     (ctr / "nvidia-mig-link.json").symlink_to("nvidia-mig-GPU-1.json")
     os.mkfifo(ctr / "nvidia-mig-fifo.json")  # never opened: a FIFO would hang cat
@@ -511,11 +518,23 @@ def marker_node(tmp_path: Path) -> NodePaths:
     return paths
 
 
+def walk(
+    function: str, paths: NodePaths, env: dict[str, str] | None = None, unprivileged: bool = False
+) -> subprocess.CompletedProcess:
+    """node.sh.j2's `function` (marker_trees, vm_trees) in sh. `unprivileged`: root's shell runs
+    without the capabilities that let it read any directory, so that it sees mode 000 as any
+    other user does."""
+    script = ENV.from_string('{% include "node.sh.j2" %}\n' + function).render(paths=paths)
+    drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    if not (unprivileged and os.geteuid() == 0):
+        drop = []
+    return subprocess.run([*drop, "sh", "-c", script], capture_output=True, env=env, timeout=120)
+
+
 def marker_trees(
     paths: NodePaths, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    script = ENV.from_string('{% include "node.sh.j2" %}\nmarker_trees').render(paths=paths)
-    return subprocess.run(["sh", "-c", script], capture_output=True, env=env, timeout=120)
+    return walk("marker_trees", paths, env)
 
 
 @pytest.mark.skipif(
@@ -575,25 +594,88 @@ def test_a_record_that_changes_between_the_walks_two_stats_fails_the_walk(tmp_pa
         markers.parse_trees(done.stdout.decode(), 2)
 
 
+VM_ID = "tz4a98xxat96iws9zmbrgj3a"
+
+
+def vm_node(tmp_path: Path) -> NodePaths:
+    """A hypeman root with what its walk must list, skip or mark `!` (as find's walk did)."""
+    paths = NodePaths.from_rootfs(str(tmp_path / "rootfs"), vm_metadata_roots=("/h", "/none"))
+    guests = tmp_path / "rootfs/h/guests"
+    write_files(
+        guests,
+        {
+            f"{VM_ID}/metadata.json": b'{"HypervisorPID": 41}\n',
+            ".dot/metadata.json": b'{"HypervisorPID": 42}',
+            "..dots/metadata.json": b"",
+            "a b\nc/metadata.json": b"root 1 absent 0\n",
+            f"{VM_ID}/config.json": b"not a record",
+            "../snapshots/x/metadata.json": b"not below guests",
+        },
+    )
+    (guests / "linked").symlink_to(guests / VM_ID)  # a link on the way is not followed
+    (guests / "l").mkdir()
+    (guests / "l/metadata.json").symlink_to(guests / VM_ID / "metadata.json")
+    (guests / "p").mkdir()
+    os.mkfifo(guests / "p/metadata.json")  # never opened: a FIFO would hang cat
+    (guests / "d/metadata.json").mkdir(parents=True)  # a directory: not a record
+    return paths
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shutil.which("sh")), reason="needs Linux and sh"
+)
+def test_the_vm_walk_lists_every_record_with_its_bytes_and_mtime_as_the_model_does(tmp_path):
+    """The VM records as the marker records are walked: globs below guests/ (dot names too, no
+    link followed), one stat and one cat; each record's mtime is its written_at. The model's
+    in-process driver prints the same bytes."""
+    paths = vm_node(tmp_path)
+    done = walk("vm_trees", paths)
+    assert (done.returncode, done.stderr) == (0, b"")
+    walked = trees.parse_trees(done.stdout.decode(), 2, "vm-metadata", vmmeta.STAMP)
+    guests = tmp_path / "rootfs/h/guests"
+    assert [(rc, [(f.path, f.data) for f in files]) for rc, files in walked] == [
+        (
+            "0",
+            [
+                ("guests/a b\nc/metadata.json", b"root 1 absent 0\n"),
+                ("guests/l/metadata.json", None),
+                ("guests/p/metadata.json", None),
+                (f"guests/{VM_ID}/metadata.json", b'{"HypervisorPID": 41}\n'),
+                ("guests/.dot/metadata.json", b'{"HypervisorPID": 42}'),
+                ("guests/..dots/metadata.json", b""),
+            ],
+        ),
+        ("absent", []),
+    ]
+    record = (guests / VM_ID / "metadata.json").stat()
+    (mine,) = [f for f in walked[0][1] if f.path == f"guests/{VM_ID}/metadata.json"]
+    assert mine.stamp == (record.st_ino, int(record.st_ctime), int(record.st_mtime))
+    twin = vgpu_inprocess.VgpuInProcessDriver.vm_trees(SimpleNamespace(paths=paths))
+    assert twin.encode() == done.stdout
+
+
 @pytest.mark.skipif(
     not (sys.platform.startswith("linux") and shutil.which("setpriv")),
     reason="needs Linux and util-linux's setpriv",
 )
-def test_a_directory_the_marker_walk_cannot_list_fails_the_walk(tmp_path):
+@pytest.mark.parametrize(
+    ("function", "node", "below"),
+    [
+        ("marker_trees", marker_node, f"g/{MARKER_POD}/c-b"),
+        ("vm_trees", vm_node, f"h/guests/{VM_ID}"),
+    ],
+)
+def test_a_directory_a_walk_cannot_list_fails_the_walk(tmp_path, function, node, below):
     """A glob sees nothing in a directory it cannot read, and absent is not "nothing claimed":
-    the walk fails naming the directory, and its root gets no listing at all. Root's shell runs
-    without the capabilities that let it read any directory, so that it sees mode 000 as any
-    other user does."""
-    paths = marker_node(tmp_path)
-    ctr = tmp_path / "rootfs/g" / MARKER_POD / "c-b"
-    ctr.chmod(0)
+    the walk fails naming the directory, and its root gets no listing at all (facts.snapshot,
+    facts.vms: no record of any root is read)."""
+    paths = node(tmp_path)
+    unlisted = tmp_path / "rootfs" / below
+    unlisted.chmod(0)
     try:
-        script = ENV.from_string('{% include "node.sh.j2" %}\nmarker_trees').render(paths=paths)
-        root = os.geteuid() == 0
-        drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if root else []
-        done = subprocess.run([*drop, "sh", "-c", script], capture_output=True, timeout=120)
+        done = walk(function, paths, unprivileged=True)
     finally:
-        ctr.chmod(0o755)
+        unlisted.chmod(0o755)
     assert done.returncode == 1
-    assert done.stderr == f"{ctr}: cannot be listed\n".encode()
+    assert done.stderr == f"{unlisted}: cannot be listed\n".encode()
     assert done.stdout == b"root 1 absent 0\n"  # root 0's listing is not whole: none is printed

@@ -16,7 +16,7 @@ from enforcer.contract import decide
 from enforcer.ledger import Ledger
 from enforcer.model import MIG, Observation, SourceHealth
 from enforcer.policy import NodePaths, policy_from_host_data
-from facts import markers
+from facts import trees
 from facts.snapshot import observe, parse_sections
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -84,7 +84,7 @@ def read(sources=("kubelet-checkpoint", "cri", "markers"), **changes) -> Observa
 def marker_tree(path: str, record: dict | bytes) -> str:
     """The markers section of one root holding one record."""
     data = record if isinstance(record, bytes) else json.dumps(record).encode()
-    return markers.listing([[(path, data)]])
+    return trees.listing([[(path, data)]], lambda n, p: "1 1")
 
 
 def record(gi: int = 13, card: str = GPU, pod: str = POD) -> dict:
