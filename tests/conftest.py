@@ -48,6 +48,12 @@ def need_tool(tool: str, package: str) -> str:
 
 
 @pytest.fixture(scope="session")
+def setpriv() -> str:
+    """util-linux's setpriv: a shell of root's without the capabilities to read any directory."""
+    return need_tool("setpriv", "util-linux")
+
+
+@pytest.fixture(scope="session")
 def systemctl() -> str:
     return need_tool("systemctl", "systemd")
 
