@@ -1,7 +1,7 @@
 """
-Ledger faults: corrupt, unwritable (as root), on a full disk, or a symbolic link. A ledger that
-cannot be read is set aside (renamed, never overwritten); one that cannot be written stops the
-run before any destroy, so no destroy ever happens that the ledger does not count.
+Ledger faults: corrupt, unwritable (as root), on a full disk, a symbolic link or a FIFO. A ledger
+that cannot be read is set aside (renamed, never overwritten); one that cannot be written stops
+the run before any destroy, so no destroy ever happens that the ledger does not count.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from faults.kit import (
     recovers,
     sh,
 )
+from fifos import Fifos
 
 CORRUPT = {
     "truncated": (lambda b: b[: len(b) // 2], "set aside: ledger is not JSON"),
@@ -219,6 +220,31 @@ def test_a_ledger_symlink_to_a_directory_or_nowhere_is_never_written_through(
     assert path.is_file() and not path.is_symlink()
     assert not elsewhere.exists() or list(elsewhere.iterdir()) == []
     assert [p.is_symlink() for p in seed_node.state_dir.glob("ledger.json.corrupt-*")] == [True]
+
+
+# --- a FIFO ----------------------------------------------------------------------------------
+# Decided: a ledger that is not a regular file is not read (cat would wait on a FIFO for ever,
+# and so would every later run): unreadable, set aside as a corrupt one is, and a new ledger is
+# written in its place.
+
+
+def test_a_ledger_that_is_a_fifo_is_never_waited_on_and_is_set_aside(seed_node):
+    infer_b = armed(seed_node)
+    path = seed_node.state_dir / "ledger.json"
+    path.unlink()
+    fifo = Fifos([path])
+    run = seed_node.enforce()
+    assert fifo.unread() == [path]
+    assert run.rc == 0, run.output
+    assert (
+        run.report["ledger"]
+        == f"set aside: cat ledger.json exited 1: {path}: not a regular file, not read"
+    )
+    [aside] = seed_node.state_dir.glob("ledger.json.corrupt-*")
+    assert aside.is_fifo()
+    assert path.is_file()
+    assert run.verdict(101) == run.verdict(infer_b) == "claimed"  # counted as missing: first seen
+    assert {100, 101, infer_b} <= seed_node.vnpus()
 
 
 def test_a_planted_temp_file_link_is_not_written_through(seed_node, tmp_path):

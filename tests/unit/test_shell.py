@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import jinja2
 import pytest
+from fifos import Fifos
 from model import core, vgpu_inprocess
 
 from enforcer.policy import NodePaths
@@ -199,7 +200,7 @@ def test_the_node_read_renders_every_value_shlex_quoted():
     )
     assert devs in script
     checkpoint = "/srv/n1/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
-    assert f'elif cp {checkpoint} "$o" 2>"$e"; then records=$o; emit checkpoint 0' in script
+    assert f"copy checkpoint {checkpoint} && records=$last\n" in script
     assert "file ledger /srv/n1/var/lib/partition-enforcer/ledger.json\n" in script
     assert "text boot-id /proc/sys/kernel/random/boot_id\n" in script
     assert f'  timeout -k 5 {PATHS.command_timeout} "$@" </dev/null' in script
@@ -481,6 +482,48 @@ def test_the_node_read_takes_the_dra_checkpoint_and_cdi_specs_byte_exact_and_dig
     assert sections["dra-cd-checkpoint"].stdout == '{"checksum":3,"v1":{}}'
     digest = hashlib.sha256(cd.read_bytes()).hexdigest()
     assert sections["claim-digest"].stdout == f"absent+cd:{digest}\n"
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shutil.which("sh") and shutil.which("sha256sum")),
+    reason="needs Linux, sh and GNU coreutils",
+)
+def test_a_fifo_where_the_read_takes_a_file_is_refused_never_waited_on(tmp_path: Path):
+    """
+    A FIFO would hang `cat`, `cp` or the shell's `read`, and with them every later run: the read
+    takes a file only if it is a regular one. /tmp/migconfig.yaml (HAMi's) is where a user with
+    no privilege can plant one. The section is rc 1 and names the path; the read goes on, and the
+    destroy's digest of the claim records refuses as the read did.
+    """
+    (tmp_path / "rootfs").mkdir()
+    paths = NodePaths.from_rootfs(
+        str(tmp_path / "rootfs"), procfs=str(tmp_path / "proc"), tools={"crictl": "no-crictl"}
+    )
+    taken = {
+        "hostname": tmp_path / "proc/sys/kernel/hostname",
+        "machine-id": Path(paths.machine_id),
+        "hami-mig-config": Path(paths.under("/tmp/migconfig.yaml")),
+        "checkpoint": Path(paths.checkpoint),
+        "dra-checkpoint": Path(paths.dra_checkpoint),
+        "ledger": Path(paths.state_dir) / "ledger.json",
+        "drain": Path(paths.state_dir) / "drain.json",
+    }
+    fifos = Fifos(list(taken.values()))
+    done = subprocess.run(
+        ["sh", "-c", snapshot(paths, pod_resources=False)], capture_output=True, text=True
+    )
+    destroy = ENV.from_string('{% include "node.sh.j2" %}\nclaim_digest').render(paths=paths)
+    digest = subprocess.run(["sh", "-c", destroy], capture_output=True, text=True)
+    assert fifos.unread() == list(taken.values())
+    sections = parse_sections(done.stdout.splitlines())
+    assert sections.complete, done.stdout[:300]
+    refused = {name: (sections.by_name[name].rc, sections.by_name[name].stderr) for name in taken}
+    assert refused == {
+        name: ("1", f"{path}: not a regular file, not read\n") for name, path in taken.items()
+    }
+    assert sections.by_name["claim-digest"].stdout == "absent\n"  # nothing copied: no digest
+    assert (digest.returncode, digest.stdout) == (1, "")
+    assert digest.stderr == f"{paths.checkpoint}: not a regular file, not read\n"
 
 
 MARKER_POD = "3f1c9a52-7d4e-4b8a-9c21-5e6f7a8b9c0d"
