@@ -159,6 +159,8 @@ COMMANDS = {name: command for unit in REGISTRY for name, command in unit.section
 COMMANDS |= SHARED
 HEARTBEAT = "heartbeat"  # the source whose health says whether last-read was written
 RELEASED = "released"  # a person's releases (enforcer.releases): unreadable, none is applied
+# The guarded destroys' records (rule 8): unreadable, none is read, and the run sets them aside.
+DESTROYED_RECORDS = "destroyed-records"
 
 
 def parse_sections(lines: Sequence[str]) -> Sections:
@@ -245,7 +247,7 @@ def observe(
     gpus = [g for _, f in found for g in f.gpus]
     marked = _markers(r, paths, gpus) if MARKERS in claim_sources else []
     ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=ABSENT)
-    destroyed = r.read("destroyed", "ledger", lambda s: _destroyed(s.stdout), absent=())
+    destroyed = r.read("destroyed", DESTROYED_RECORDS, lambda s: _destroyed(s.stdout), absent=())
     released = r.read(RELEASED, RELEASED, lambda s: _released(s.stdout), absent=())
     drain = r.read("drain", DRAIN_MARKER, lambda s: s.stdout, absent=ABSENT)
     digest = r.read("claim-digest", "kubelet-checkpoint", lambda s: _one_line(s.stdout, "digest"))

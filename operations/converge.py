@@ -31,7 +31,7 @@ from enforcer.policy import DEFAULTS, HOST_DATA_KEYS, Policy, PolicyError, polic
 from facts import cri, dra_node, kubeapi, nodename
 from facts.cri import Sandbox
 from facts.errors import ParseError
-from facts.snapshot import REFUSED, NodeSnapshot, Sections, observe
+from facts.snapshot import DESTROYED_RECORDS, REFUSED, NodeSnapshot, Sections, observe
 from operations import enforce
 
 REPORTS_DIR = "enforcer_reports_dir"
@@ -153,6 +153,18 @@ def ledger_of(obs: Observation) -> tuple[ledgers.Ledger, str]:
     return ledger, streaks.restart_note(ledger, obs)
 
 
+def destroyed_records(obs: Observation) -> tuple[bool, Observation]:
+    """
+    Whether the node's destroyed-partition records could not be read; then the run sets them
+    aside (renamed, kept), once, and keeps the ledger: a record lost with them only delays a
+    confirmation, which a listing read whole also gives (rule 8). The source says so.
+    """
+    torn = [h for h in obs.health if h.source == DESTROYED_RECORDS]
+    said = [replace(h, reason=f"set aside: {h.reason}") for h in torn]
+    kept = [h for h in obs.health if h.source != DESTROYED_RECORDS]
+    return bool(torn), replace(obs, health=(*kept, *said))
+
+
 def drain_marker(obs: Observation) -> tuple[dict | None, Observation]:
     """The node's drain marker (drain.py); one that cannot be read is said as a source's health
     (no rule requires it: a drain changes no verdict of a converge run)."""
@@ -172,6 +184,7 @@ def converge(host) -> None:
     for said in (h for h in obs.health if h.source == NODE_NAME):
         print(f"{host.name}: {said.reason}", flush=True)
     ledger, note = ledger_of(obs)
+    torn, obs = destroyed_records(obs)
     marker, obs = drain_marker(obs)
     decision = decide(obs, ledger, policy, obs.now)
     next_ledger = ledgers.counted(ledger, decision.ledger)  # the metrics' running totals
@@ -187,10 +200,12 @@ def converge(host) -> None:
     next_ledger = replace(next_ledger, report_digest=reports.digest(recorded))
     read = None if note == "missing" or note.startswith("set aside") else ledger
     why = ledgers.why_record(read, next_ledger, len(obs.destroyed), len(obs.released))
+    why = why or ("the destroyed-partition records were set aside" if torn else "")
     enforce.write_state(
         name="Record the ledger and the run report",
         paths=policy.paths,
         set_aside=note.startswith("set aside"),
+        set_aside_destroyed=torn,
         stamp=int(obs.now),
         consumed=len(obs.destroyed),
         released=len(obs.released),

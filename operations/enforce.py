@@ -22,6 +22,7 @@ def write_state(
     paths: NodePaths,
     set_aside: bool,
     stamp: int,
+    set_aside_destroyed: bool = False,
     ledger: str = "",
     report: str = "",
     consumed: int = 0,
@@ -34,7 +35,8 @@ def write_state(
 ):
     """
     Write the next ledger and the run report, atomically (temp file, fsync, rename; 0600 in a
-    0700 dir) under the node lock. ``set_aside`` keeps a ledger that could not be read, renamed.
+    0700 dir) under the node lock. ``set_aside`` keeps a ledger that could not be read, renamed;
+    ``set_aside_destroyed`` likewise the destroyed-partition records.
     ``why`` (`enforcer.ledger.why_record`): empty when the run changed nothing of substance;
     then nothing is written (and nothing need be given), and the node read's last-read alone
     says that this run happened.
@@ -58,6 +60,7 @@ def write_state(
         ledger=b64(ledger),
         report=b64(report),
         set_aside=set_aside,
+        set_aside_destroyed=set_aside_destroyed,
         stamp=stamp,
         consumed=consumed,
         released=released,

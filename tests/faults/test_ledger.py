@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 from faults.kit import (
+    LIVE,
     armed,
     enforce_with_path,
     entry,
@@ -220,6 +221,43 @@ def test_a_ledger_symlink_to_a_directory_or_nowhere_is_never_written_through(
     assert path.is_file() and not path.is_symlink()
     assert not elsewhere.exists() or list(elsewhere.iterdir()) == []
     assert [p.is_symlink() for p in seed_node.state_dir.glob("ledger.json.corrupt-*")] == [True]
+
+
+# --- destroyed-partition records that cannot be read ------------------------------------------
+# Decided: the guarded destroy appends a record to the node's `destroyed` file, which the next
+# run reads and removes. One that cannot be read (a crash mid-append leaves NUL bytes) is set
+# aside on its own, once, as `destroyed.corrupt-<node clock>`; the ledger is read and kept. A
+# record lost with it only delays a confirmation: rule 8 also confirms a destroy by a listing
+# read whole. (Before: the ledger was set aside instead, at every run, one more file each time,
+# and no streak ever reached its proof.)
+
+
+def test_destroyed_records_that_cannot_be_read_are_set_aside_once_and_the_ledger_kept(seed_node):
+    infer_b = armed(seed_node)
+    records = seed_node.state_dir / "destroyed"
+    torn = records.read_bytes() + b"\0" * 24
+    records.write_bytes(torn)
+    run = seed_node.enforce()
+    assert run.rc == 0, run.output
+    assert run.report["ledger"] == "ok"
+    [said] = [s for s in run.report["sources"] if s["source"] == "destroyed-records"]
+    assert (said["status"], said["reason"]) == (
+        "unreadable",
+        "set aside: cat destroyed: not a destroyed-partition record at line 2: '"
+        + "\\x00" * 24
+        + "'",
+    )
+    [aside] = seed_node.state_dir.glob("destroyed.corrupt-*")
+    assert aside.read_bytes() == torn  # a record this run's destroys append starts a new file
+    # The ledger was read: 101's proof stood, its destroy was retried (a ledger set aside would
+    # have made this run its first observation).
+    assert 101 not in seed_node.vnpus() and {LIVE, infer_b} <= seed_node.vnpus()
+    run = seed_node.enforce()
+    assert run.rc == 0, run.output
+    assert [s for s in run.report["sources"] if s["source"] == "destroyed-records"] == []
+    assert list(seed_node.state_dir.glob("*.corrupt-*")) == [aside]
+    assert entry(seed_node, 101) is None and entry(seed_node, 102) is None  # both confirmed
+    assert {LIVE, infer_b} <= seed_node.vnpus()
 
 
 # --- a FIFO ----------------------------------------------------------------------------------

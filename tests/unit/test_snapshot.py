@@ -728,7 +728,9 @@ def test_the_destroyed_record_names_identities_and_refuses_anything_else():
     )
     for bad in (f"0 0 101 1 vir02 {BOOT_ID}\n", f"0 0 101 1 vir02 5:x {BOOT_ID}\n"):
         broken = read({"destroyed": ("0", bad, "")})
-        assert [(h.source, h.status) for h in broken.health] == [("ledger", "unreadable")]
+        assert [(h.source, h.status) for h in broken.health] == [
+            ("destroyed-records", "unreadable")
+        ]
 
 
 def test_a_persons_releases_are_read_and_a_line_of_another_shape_applies_none():
