@@ -98,6 +98,16 @@ def test_crictl_that_fails(seed_node, sub, fault, tmp_path):
     for _ in range(2):
         run = seed_node.enforce()
         assert run.rc == 0, run.output
-        assert run.verdict(101) == "inconclusive" and "cri unreadable" in run.reason(101)
+        assert "source cri [node] unreadable: crictl " in run.output
+        # Issue 29: npu-smi runs under the same short timeout; on a loaded machine it can outlast
+        # it too (a loaded run saw `info-vnpu` killed: 101 not listed, no verdict). So the path
+        # is asserted when its precondition holds, and what holds always: nothing lost.
+        if npu_smi_read(run):
+            assert run.verdict(101) == "inconclusive" and "cri unreadable" in run.reason(101)
         nothing_lost(seed_node, infer_b)
     recovers(seed_node, infer_b)
+
+
+def npu_smi_read(run) -> bool:
+    """Whether every npu-smi listing of the run was read (ok)."""
+    return all(s["status"] == "ok" for s in run.report["sources"] if s["source"] == "npu-smi")
