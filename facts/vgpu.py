@@ -275,7 +275,7 @@ _START_TIME = 19  # stat field 22, counted from the state (field 3) as 0
 def _stat(raw: bytes, pid: int, line: str, lineno: int) -> tuple[str, int]:
     """
     The state and start time of a /proc/<pid>/stat line. comm may hold spaces and ')', so the
-    line splits at the last ')'. The shell's $(cat) drops the final newline; one is allowed.
+    line splits at the last ')'. The node read base64s the file whole: its final newline is allowed.
     """
     head, paren, tail = raw.removesuffix(b"\n").rpartition(b")")
     start = _STAT_HEAD.fullmatch(head) if paren else None

@@ -21,11 +21,13 @@ import pytest
 from fifos import Fifos
 from model import core, vgpu_inprocess
 
+from enforcer.model import Process
 from enforcer.policy import NodePaths
 from enforcer.shell import ENV, UnsafeValue, render
 from facts import markers, trees, vmmeta
 from facts.errors import ParseError
 from facts.snapshot import NodeSnapshot, parse_sections
+from facts.vgpu import parse_vm_processes
 
 NPU_SMI = "/usr/local/Ascend/driver/tools/npu-smi"
 CRICTL = "/usr/local/bin/crictl"
@@ -721,3 +723,53 @@ def test_a_directory_a_walk_cannot_list_fails_the_walk(tmp_path, setpriv, functi
     assert done.returncode == 1
     assert done.stderr == f"{unlisted}: cannot be listed\n".encode()
     assert done.stdout == b"root 1 absent 0\n"  # root 0's listing is not whole: none is printed
+
+
+def vm_processes(tmp_path: Path, pids: list[int]) -> subprocess.CompletedProcess:
+    """node.sh.j2's `vm_processes` over the PIDs, in sh, with tmp_path/proc as procfs."""
+    paths = NodePaths.from_rootfs(str(tmp_path / "rootfs"), procfs=str(tmp_path / "proc"))
+    (tmp_path / "pids").write_text("".join(f"{pid}\n" for pid in pids))
+    return walk(f"vm_processes {shlex.quote(str(tmp_path / 'pids'))}", paths)
+
+
+def fake_process(proc: Path, pid: int, comm: str, links: dict[str, str]) -> None:
+    """A /proc/<pid> with a stat line (state S, start time 7711) and fds linking to `links`."""
+    tail = " S" + " 0" * 18 + " 7711" + " 0" * 30
+    write_files(proc / str(pid), {"stat": f"{pid} ({comm}){tail}\n".encode()})
+    (proc / str(pid) / "fd").mkdir()
+    for fd, target in links.items():
+        (proc / str(pid) / "fd" / fd).symlink_to(target)
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shutil.which("sh")), reason="needs Linux and sh"
+)
+def test_vm_processes_reads_each_pid_stat_and_socket_inodes_and_a_pid_gone(tmp_path):
+    """Each PID's stat whole (a comm may hold a newline and ')'), the inodes of the sockets among
+    its fds and nothing else, "-" for none, and "gone gone" for a PID with no /proc entry; each
+    PID once, whatever the records repeat."""
+    proc = tmp_path / "proc"
+    sockets = {"3": "socket:[5171559]", "4": "/dev/vfio/7", "5": "socket:[42]"}
+    fake_process(proc, 41, "qemu\n) x", sockets)
+    fake_process(proc, 42, "cloud-hypervisor", {"0": "/dev/null"})
+    done = vm_processes(tmp_path, [42, 41, 43, 41])
+    assert (done.returncode, done.stderr) == (0, b"")
+    assert parse_vm_processes(done.stdout.decode()) == {
+        41: Process(41, "S", 7711, frozenset({5171559, 42})),
+        42: Process(42, "S", 7711, frozenset()),
+        43: Process(43, "gone"),
+    }
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shutil.which("sh")), reason="needs Linux and sh"
+)
+def test_vm_processes_leaves_a_socket_link_it_cannot_read_for_the_parser_to_refuse(tmp_path):
+    """Only `socket:[<digits>]` becomes an inode: any other link find's `socket:*` lets through
+    is printed as it is, and refused, never dropped (a socket dropped could be the VMM's)."""
+    fake_process(tmp_path / "proc", 41, "qemu", {"3": "socket:[5171559]", "4": "socket:[x]"})
+    done = vm_processes(tmp_path, [41])
+    assert done.returncode == 0
+    assert done.stdout.decode().endswith(" 5171559,socket:[x]\n")
+    with pytest.raises(ParseError, match="not '<pid> <stat> <sockets>'"):
+        parse_vm_processes(done.stdout.decode())
