@@ -74,6 +74,16 @@ def word_list(values: object) -> Quoted:
     return Quoted(shlex.quote(" ".join(values)))
 
 
+def alternation(values: object) -> Quoted:
+    """Words as one extended regular expression (grep -E) that matches any of them, each word
+    literally: of a word's characters only `.` and `+` mean more in one, and they are escaped."""
+    if not isinstance(values, list | tuple) or not values:
+        raise UnsafeValue(f"refusing {values!r}: expected a non-empty list of words")
+    for value in values:
+        word(value)
+    return Quoted(shlex.quote("|".join(re.sub(r"([.+])", r"\\\1", v) for v in values)))
+
+
 def integer(value: object) -> Quoted:
     if not isinstance(value, int) or isinstance(value, bool):
         raise UnsafeValue(f"refusing non-integer {value!r} in a shell command")
@@ -120,6 +130,7 @@ ENV.filters.update(
     word=word,
     executable=executable,
     word_list=word_list,
+    alternation=alternation,
     int=integer,
     base64=base64,
 )

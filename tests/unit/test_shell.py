@@ -183,6 +183,21 @@ def test_a_template_that_prints_a_filtered_value_renders_it_quoted():
     assert ENV.from_string("echo {{ x | path }}").render(x="/srv/n1") == "echo /srv/n1"
 
 
+@pytest.mark.skipif(not shutil.which("grep"), reason="needs grep")
+def test_an_alternation_matches_each_word_literally_in_grep_and_refuses_what_is_no_word():
+    """The node read's PID keys (facts.vms.pid_keys) as one `grep -E` pattern: `.` and `+`
+    in a key match only themselves."""
+    script = ENV.from_string('k={{ x | alternation }}; grep -o -E "^($k)$"').render(
+        x=["HypervisorPID", "vm.pid+1"]
+    )
+    text = "HypervisorPID\nvm.pid+1\nvmxpid1\nvm.pidd1\npid\n"
+    done = subprocess.run(["sh", "-c", script], input=text, capture_output=True, text=True)
+    assert done.stdout == "HypervisorPID\nvm.pid+1\n"
+    for hostile in (["pid", "a|b"], ["$(reboot)"], [], "pid"):
+        with pytest.raises(UnsafeValue):
+            ENV.from_string("{{ x | alternation }}").render(x=hostile)
+
+
 def test_an_undefined_value_is_an_error_not_an_empty_string():
     with pytest.raises(jinja2.UndefinedError, match="'x' is undefined"):
         ENV.from_string("echo {{ x | path }}").render()
