@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import jinja2
 import pytest
 from fifos import Fifos
-from model import core, vgpu_inprocess
+from model import core, dcu_inprocess, vgpu_inprocess
 
 from enforcer.model import Process
 from enforcer.policy import NodePaths
@@ -738,6 +738,55 @@ def test_a_directory_a_walk_cannot_list_fails_the_walk(tmp_path, setpriv, functi
     assert done.returncode == 1
     assert done.stderr == f"{unlisted}: cannot be listed\n".encode()
     assert done.stdout == b"root 1 absent 0\n"  # root 0's listing is not whole: none is printed
+
+
+def dcu_node(tmp_path: Path) -> NodePaths:
+    """A sysfs whose hydcu driver binds two DCUs (one with no drm folder) beside its own
+    files, each DCU's drm folder with the names the listing must take and pass over."""
+    paths = NodePaths.from_rootfs(str(tmp_path / "rootfs"), sysfs=str(tmp_path / "sys"))
+    devices, driver = tmp_path / "sys/devices/pci0000:00", tmp_path / "sys/bus/pci/drivers/hydcu"
+    drm = ["renderD128", "card1", "card10", "card1-DP-1", "card", "cardx", "controlD64", ".card2"]
+    for name in drm:
+        (devices / "0000:3b:00.0/drm" / name).mkdir(parents=True)
+    (devices / "0000:b1:00.0").mkdir()
+    driver.mkdir(parents=True)
+    for bdf in ("0000:b1:00.0", "0000:3b:00.0"):
+        (driver / bdf).symlink_to(devices / bdf)
+    write_files(driver, {"bind": b"", "new_id": b""})
+    (driver / "module").symlink_to(devices)
+    return paths
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shutil.which("sh")), reason="needs Linux and sh"
+)
+def test_the_dcu_listing_lists_each_function_by_address_with_its_drm_nodes(tmp_path):
+    """hydcu_listing: the functions by address, each with its `card<n>` and `renderD<n>` nodes
+    sorted (nothing else of its drm folder), `-` for none; the model prints the same bytes."""
+    paths = dcu_node(tmp_path)
+    done = walk("hydcu_listing", paths)
+    assert (done.returncode, done.stderr) == (0, b"")
+    assert done.stdout == b"0000:3b:00.0|card1,card10,renderD128\n0000:b1:00.0|-\n"
+    twin = dcu_inprocess.DcuInProcessDriver.functions(SimpleNamespace(paths=paths))
+    assert "".join(f"{f}\n" for f in twin).encode() == done.stdout
+
+
+@pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and shutil.which("sh")), reason="needs Linux and sh"
+)
+def test_a_dcu_listing_with_a_link_or_a_drm_folder_it_cannot_read_is_unreadable(tmp_path, setpriv):
+    """Never short: a function whose link does not resolve, or a drm folder a glob cannot list
+    (it would see no node there), fails the listing."""
+    paths = dcu_node(tmp_path)
+    drm = tmp_path / "sys/devices/pci0000:00/0000:3b:00.0/drm"
+    drm.chmod(0)
+    try:
+        done = walk("hydcu_listing", paths, setpriv=setpriv)
+    finally:
+        drm.chmod(0o755)
+    assert (done.returncode, done.stderr) == (1, f"{drm}: cannot be listed\n".encode())
+    (tmp_path / "sys/bus/pci/drivers/hydcu/0000:c1:00.0").symlink_to(tmp_path / "gone")
+    assert walk("hydcu_listing", paths).returncode == 1
 
 
 def vm_processes(tmp_path: Path, pids: list[int]) -> subprocess.CompletedProcess:
