@@ -183,7 +183,6 @@ def test_a_template_that_prints_a_filtered_value_renders_it_quoted():
     assert ENV.from_string("echo {{ x | path }}").render(x="/srv/n1") == "echo /srv/n1"
 
 
-@pytest.mark.skipif(not shutil.which("grep"), reason="needs grep")
 def test_an_alternation_matches_each_word_literally_in_grep_and_refuses_what_is_no_word():
     """The node read's PID keys (facts.vms.pid_keys) as one `grep -E` pattern: `.` and `+`
     in a key match only themselves."""
