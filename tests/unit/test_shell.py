@@ -457,8 +457,8 @@ def test_the_node_read_takes_the_dra_checkpoint_and_cdi_specs_byte_exact_and_dig
 ):
     """
     NVIDIA's DRA driver's checkpoint has no trailing newline (facts.dra checks its checksum over
-    the bytes), its CDI specs are read in both roots, and the claim digest the destroy compares
-    is the kubelet checkpoint's (here: absent), then the DRA checkpoint's.
+    the bytes), its CDI specs are read in both roots (an empty one is `-`), and the claim digest
+    the destroy compares is the kubelet checkpoint's (here: absent), then the DRA checkpoint's.
     """
     paths = NodePaths.from_rootfs(str(tmp_path), tools={"crictl": "no-crictl"})
     checkpoint = Path(paths.dra_checkpoint)
@@ -469,6 +469,8 @@ def test_the_node_read_takes_the_dra_checkpoint_and_cdi_specs_byte_exact_and_dig
         spec.parent.mkdir(parents=True)
         spec.write_text(f"spec {n}\n")
     (Path(paths.cdi_roots[0]) / "other-vendor.yaml").write_text("not ours\n")
+    empty = Path(paths.cdi_roots[0]) / "k8s.gpu.nvidia.com-claim_v.yaml"
+    empty.write_bytes(b"")
 
     def read() -> dict:
         done = subprocess.run(
@@ -481,9 +483,9 @@ def test_the_node_read_takes_the_dra_checkpoint_and_cdi_specs_byte_exact_and_dig
 
     sections = read()
     assert sections["dra-checkpoint"].stdout == '{"checksum":1,"v1":{}}'
-    assert sections["dra-cdi"].stdout == "".join(
-        f"spec {spec} {base64.b64encode(spec.read_bytes()).decode()}\n" for spec in specs
-    )
+    said = [f"spec {spec} {base64.b64encode(spec.read_bytes()).decode()}\n" for spec in specs]
+    assert sections["dra-cdi"].stdout == said[0] + f"spec {empty} -\n" + said[1]
+    assert (sections["dra-cdi"].rc, sections["dra-cdi"].stderr) == ("0", "")
     dra = hashlib.sha256(checkpoint.read_bytes()).hexdigest()
     assert sections["claim-digest"].stdout == f"absent+{dra}\n"
     checkpoint.write_bytes(b'{"checksum":2,"v1":{}}')
