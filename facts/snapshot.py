@@ -387,7 +387,8 @@ def _markers(r: Reader, paths: NodePaths, gpus: Sequence[Gpu] = ()) -> list[Owne
     is not there makes the source unavailable, one that cannot be listed unreadable (for every
     MIG partition, every T-Head PPU's when the node has PPUs, and every vDCU when it has Hygon
     DCUs: `Kind.markers`); a record that cannot be read is unreadable for its GPU (or PPU)
-    only, or for every vDCU when it is Hygon's (its file names no DCU by PCI address).
+    only, for all of them when its file name names none the node lists, or for every vDCU when
+    it is Hygon's (its file names no DCU by PCI address).
     """
     listed = {g.kind for g in gpus}
     kinds = tuple(
@@ -426,12 +427,13 @@ def _markers(r: Reader, paths: NodePaths, gpus: Sequence[Gpu] = ()) -> list[Owne
 def _unreadable_scopes(
     b: markers.Unreadable, kinds: tuple[str, ...], gpus: Sequence[Gpu]
 ) -> tuple[str, ...]:
-    """What a record that cannot be read holds closed: its card, or every partition it may be."""
+    """What a record that cannot be read holds closed: its card, or every partition it may be
+    (its file names none, or one this node does not list: the record may be any card's)."""
     marked = [(m, k) for u in REGISTRY if (m := u.markers) for k in u.kinds]
     whole = tuple(k for m, k in marked if m.vendor == b.vendor and not m.by_card)
     if whole:
         return whole  # its file names no card by UUID (a Hygon vdev<i>.conf)
-    if b.card:
+    if b.card and any(g.uuid == b.card for g in gpus):
         by_card = {k for m, k in marked if m.by_card}
         default = next(k for m, k in marked if m.always)
         kind = next((g.kind for g in gpus if g.uuid == b.card and g.kind in by_card), default)

@@ -206,6 +206,17 @@ def test_an_unreadable_marker_is_unreadable_for_its_gpu_only():
     assert (bad.source, bad.status, bad.scope) == ("markers", "unreadable", f"gpu:{GPU}")
 
 
+def test_an_unreadable_marker_naming_a_card_not_listed_is_unreadable_for_every_gpu():
+    # Its card field is the listed GPU, its file name one character off: which card the record
+    # is on cannot be told, and a scope naming no listed card would hold nothing closed.
+    other = GPU[:-1] + "c"
+    path = f"{POD}/c-vllm/nvidia-mig-{other}.json"
+    obs = read(**{"markers": ("0", marker_tree(path, record()), "")})
+    (bad,) = [h for h in obs.health if h.status != "ok"]
+    assert (bad.source, bad.status, bad.scope) == ("markers", "unreadable", MIG)
+    assert other in bad.reason and "is not the file name's card" in bad.reason
+
+
 def test_a_marker_root_that_is_absent_is_unavailable_and_one_not_listed_unreadable():
     absent = read(**{"markers": ("0", "root 0 absent 0\n", "")})
     assert [(h.status, h.scope) for h in absent.health if h.source == "markers"] == [
