@@ -187,10 +187,13 @@ class VdevConf:
 
 
 _DEC = r"(0|[1-9][0-9]*)"  # printf %d: no sign, no leading zero
+# A DCU's PCI address as its records write it (%04x:%02x:%02x.%x; HAMi's upper-case), which
+# lower-cased is hy-smi's: anything else would name no DCU listed, and so claim nothing.
+PCI_BUS_ID = re.compile(
+    r"([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]|[0-9A-F]{4}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7])"
+)
 _CONF_VALUES = {
-    "PciBusId": re.compile(
-        r"([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]|[0-9A-F]{4}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7])"
-    ),
+    "PciBusId": PCI_BUS_ID,
     "cu_mask": re.compile(r"0x([0-9a-f]{16})"),  # libhydmi 0x%016lx, gpustack 0x%016x
     "cu_count": re.compile(_DEC),
     "mem": re.compile(rf"{_DEC} MiB"),

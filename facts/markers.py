@@ -221,6 +221,8 @@ def _marker(place: _Place, content: bytes | None) -> Marker:
     values = _known_fields(_load(content), _FIELDS[place.vendor])
     _check_required(values, place.vendor)
     _check_place(values, place)
+    if "pciBusID" in values and not hygon.PCI_BUS_ID.fullmatch(values["pciBusID"]):
+        raise _Bad(f"pciBusID {values['pciBusID']!r} is not a PCI address (dddd:bb:dd.f)")
     return Marker(
         vendor=place.vendor,
         pod_uid=place.pod_uid,

@@ -137,6 +137,23 @@ def test_hygon_marker_parses_with_its_pci_bus_and_conf_path():
     )  # fmt: skip
 
 
+def test_hygon_marker_pci_bus_in_hamis_upper_case_is_read():
+    ((marker,), _) = parse_marker_listing(
+        files(entry(HY_PATH, edited(HYGON, pciBusID="0000:3D:00.0")))
+    )
+    assert marker.pci_bus_id == "0000:3D:00.0"  # lower-cased where it names a DCU (snapshot)
+
+
+@pytest.mark.parametrize(
+    "bus", ["3d:00.0", "00000000:3d:00.0", "0000:3d:00.0 ", "0000:3d:0A.0", "0000:3d:00.8", "3d"]
+)
+def test_hygon_marker_pci_bus_that_is_no_pci_address_is_unreadable(bus):
+    # Taken as written, it would name no DCU hy-smi lists, and its claim would cover nothing.
+    bad = one_unreadable(files(entry(HY_PATH, edited(HYGON, pciBusID=bus))))
+    assert (bad.card, bad.vendor) == (HY_CARD, "hygon")
+    assert bad.reason == f"pciBusID {bus!r} is not a PCI address (dddd:bb:dd.f)"
+
+
 def test_zero_ids_are_legal_and_kept_as_zero_not_absent():
     tree = files(entry(NV_PATH, edited(NVIDIA, giID=0, ciID=0, start=0)))
     ((marker,), _) = parse_marker_listing(tree)

@@ -8,6 +8,7 @@ Anything that cannot be told for sure fails closed: the source is unreadable, no
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,6 +154,27 @@ def test_a_torn_vdev_record_makes_the_markers_unreadable_for_every_vdcu(tmp_path
         hygon_story.LLM_A,
         hygon_story.LLM_B,
     }
+
+
+def test_a_mig_record_whose_pci_bus_is_no_address_makes_the_markers_unreadable_for_every_vdcu(
+    tmp_path, story
+):
+    # gpustack's hygon-mig record names its DCU by pciBusID: without the domain it would name
+    # no DCU hy-smi lists, and its claim (every vDCU of the DCU) would cover nothing.
+    node, _ = story
+    card = "GPU-4d2c1b0a-9e8f-4a7b-8c6d-5e4f3a2b1c0d"
+    fixture = Path(__file__).parents[1] / "fixtures/markers/hygon-mig_2g.15gb.json"
+    record = json.loads(fixture.read_text()) | {
+        "podUID": hygon_story.LLM_B, "container": "side", "card": card, "pciBusID": BDFS[1][5:]
+    }  # fmt: skip
+    side = node.marker_dir(hygon_story.LLM_B) / "c-side"
+    side.mkdir(parents=True)
+    (side / f"hygon-mig-{card}.json").write_text(json.dumps(record))
+    sources = (*SOURCES, "markers")
+    _, _, obs = read_story(tmp_path, node, sources=sources, roots=(GPUSTACK_PODS,))
+    assert failures(obs) == [("markers", "unreadable", HYGON)]
+    [health] = bad(obs)
+    assert f"pciBusID {BDFS[1][5:]!r} is not a PCI address" in health.reason
 
 
 # --- failures: which DCU is which, or what is on it, cannot be told -----------------------------
