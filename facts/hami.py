@@ -115,11 +115,12 @@ def cached(
         on = [by_index[t.gpu]] if t.gpu is not None and t.gpu in by_index else []
         if t.gpu is None:
             on = list(by_index.values())
-        profiles = {_PROFILE.fullmatch(name)[1]: n for name, n in t.profiles}  # type: ignore[index]
+        # The GI profiles it keeps any of: two names of one (1c.3g.40gb, 3g.40gb) are both read.
+        kept = {_PROFILE.fullmatch(name)[1] for name, n in t.profiles if n}  # type: ignore[index]
         for gpu in on:
             source = f"{HAMI_CACHE} {PATH}: HAMi's MIG template on GPU {gpu.index}"
             for p in partitions:
-                if p.accelerator != gpu.accelerator or not profiles.get(p.profile):
+                if p.accelerator != gpu.accelerator or p.profile not in kept:
                     continue
                 found += [Advertised(source, RESOURCE, name) for name in _names(p)]
                 unnamed += [] if _names(p) else [p]

@@ -286,6 +286,17 @@ def test_not_pinned_the_gis_of_hamis_template_are_desired_and_others_not():
     assert v[GI13] == "pinned" and v[GI11] == "orphan"
 
 
+@pytest.mark.parametrize("names", ["1c.3g.40gb: 2, 3g.40gb: 0", "3g.40gb: 0, 1c.3g.40gb: 2"])
+def test_not_pinned_a_gi_profile_the_template_names_twice_is_kept_by_either_name(names):
+    """1c.3g.40gb (one compute slice of a 3g.40gb GI, mig-parted's name) and 3g.40gb name one GI
+    profile: the one counted keeps GI 1, in either order."""
+    text = CONFIG.replace("mig-devices:\n            1g.10gb: 4", f"mig-devices: {{{names}}}")
+    assert hami.parse_mig_config(text)[0].profiles == (("1c.3g.40gb", 2), ("3g.40gb", 0))
+    obs = observed("checkpoint_hami-core_envvar.json", **{"hami-mig-config": ("0", text, "")})
+    v = verdicts(obs, runs=3)
+    assert v[GI1] == "pinned" and v[GI13] == "orphan"
+
+
 def test_not_pinned_before_this_change_the_template_gis_were_candidates():
     obs = observed("checkpoint_hami-core_envvar.json")  # no /tmp/migconfig.yaml: no such cache
     assert verdicts(obs, runs=3)[GI13] == "orphan"
