@@ -21,8 +21,12 @@ from facts.errors import ParseError
 
 CapPlace = tuple[int, int, int | None]  # (PPU index, GI id, CI id or None for the GI's own)
 
-_N = r"(?:0|[1-9][0-9]*)"
-_KEYS = re.compile(r"(?P<key>DeviceFileMinor|DeviceFileMode|DeviceFileModify): (?P<value>[0-9]+)")
+# Bounded, as every number the parsers read: int() refuses a text of over 4,300 digits with a
+# plain ValueError, which would end the whole read instead of failing this one source.
+_N = r"(?:0|[1-9][0-9]{0,8})"
+_KEYS = re.compile(
+    r"(?P<key>DeviceFileMinor|DeviceFileMode|DeviceFileModify): (?P<value>[0-9]{1,10})"
+)
 
 
 def parse_alixpu_caps(text: str, procfs: str) -> dict[CapPlace, int]:

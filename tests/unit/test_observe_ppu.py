@@ -302,6 +302,9 @@ def test_the_access_file_parser_reads_gis_and_cis_and_the_other_nvidia_caps_line
         "/proc/driver/alixpu/capabilities/ppu0/mig/gi01/access:DeviceFileMinor: 20\n",
         "/elsewhere/driver/alixpu/capabilities/ppu0/mig/gi1/access:DeviceFileMinor: 20\n",
         f"{ACCESS.format(1)}:DeviceFileMinor: ٢٠\n",
+        f"{ACCESS.format(1)}:DeviceFileMinor: {'9' * 5000}\n",
+        f"{ACCESS.format(1)}:DeviceFileMinor: {'9' * 11}\n",
+        f"{ACCESS.format('9' * 5000)}:DeviceFileMinor: 20\n",
     ],
     ids=[
         "not-digits",
@@ -313,6 +316,9 @@ def test_the_access_file_parser_reads_gis_and_cis_and_the_other_nvidia_caps_line
         "leading-zero",
         "other-procfs",
         "non-ascii",
+        "minor-past-int",
+        "minor-past-ten-digits",
+        "gi-past-int",
     ],
 )
 def test_the_access_file_parser_refuses_what_it_does_not_know(text):
