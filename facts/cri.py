@@ -9,11 +9,11 @@ with the right type.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from facts import strictjson
 from facts.errors import ParseError
 
 SANDBOX_STATES = frozenset({"SANDBOX_READY", "SANDBOX_NOTREADY"})
@@ -52,20 +52,13 @@ class CriContainer:
     annotations: Pairs
 
 
-def _reject_constant(name: str) -> Any:
-    raise ParseError(f"crictl: {name} is not JSON protojson writes")
-
-
 def _load(text: str, key: str) -> list[Any]:
-    """The list under the response's top key."""
+    """The list under the response's top key; a key repeated anywhere is refused (protojson
+    writes each once; json.loads would keep the last: `"items"` twice, only the second list)."""
     try:
-        top = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as err:
-        raise ParseError(f"crictl: not JSON ({err.msg})", lineno=err.lineno) from err
-    except ParseError:
-        raise
-    except (ValueError, RecursionError) as err:  # a number over int()'s 4300 digits, deep nesting
-        raise ParseError(f"crictl: not JSON a CRI response can be ({type(err).__name__})") from err
+        top = strictjson.loads(text, "protojson")
+    except ParseError as err:
+        raise ParseError(f"crictl: {err}") from err
     if not isinstance(top, dict) or key not in top:
         raise ParseError(f"crictl: not a response with {key!r}")
     items = top[key]

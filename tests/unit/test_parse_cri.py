@@ -187,6 +187,16 @@ def test_a_sandbox_listed_twice_is_rejected():
         parse_pods(json.dumps(data))
 
 
+def test_a_key_repeated_is_rejected_not_read_as_its_last_value():
+    """protojson writes each key once; read as json.loads reads it, a second `items` would
+    hide the first list's sandboxes (and the API's agreement with the node rests on them)."""
+    text = fixture("pods-o-json_ascend-node.json")
+    assert parse_pods(text)
+    twice = text.rstrip().removesuffix("}") + ', "items": []}'
+    with pytest.raises(ParseError, match="crictl: duplicate key 'items'"):
+        parse_pods(twice)
+
+
 def test_truncated_container_list_is_rejected_with_its_line():
     text = fixture("ps-a-o-json_ascend-node.json")
     with pytest.raises(ParseError, match="not JSON.*line"):
