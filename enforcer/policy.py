@@ -48,6 +48,8 @@ DRA_CHECKPOINT = "plugins/gpu.nvidia.com/checkpoint.json"  # main.go:45-46 (rese
 # The chart's ComputeDomain plugin's (cmd/compute-domain-kubelet-plugin/main.go:43-44,82-84).
 DRA_CD_CHECKPOINT = "plugins/compute-domain.nvidia.com/checkpoint.json"
 CDI_ROOTS = ("/etc/cdi", "/var/run/cdi")
+# mdevctl's persistent definitions, <parent>/<uuid> below it (mdevctl's persist_base).
+MDEVCTL_STORE = "/etc/mdevctl.d"
 
 
 class PolicyError(ValueError):
@@ -151,6 +153,10 @@ class NodePaths:
     def under(self, path: str) -> str:
         """A node path below rootfs (marker and VM metadata roots)."""
         return under(self.rootfs, path)
+
+    @property
+    def mdevctl_store(self) -> str:
+        return under(self.rootfs, MDEVCTL_STORE)
 
     def tool(self, name: str) -> str:
         """The configured path of a tool, else its bare name, found on the node's PATH."""

@@ -215,6 +215,23 @@ def parse_mdevctl_defined(text: str) -> list[MdevDefinition]:
     return list(found.values())
 
 
+def parse_mdevctl_store(text: str) -> list[tuple[str, str]]:
+    """
+    The `mdevctl-store` section: (parent, uuid) of each file of mdevctl's store,
+    <rootfs>/etc/mdevctl.d/<parent>/<uuid> (mdevctl's persist_base; its scripts.d folder holds
+    callouts, not definitions). Anything else there is not understood: a ParseError.
+    """
+    found: list[tuple[str, str]] = []
+    for lineno, line in _lines(text):
+        parent, slash, name = line.partition("/")
+        if slash and parent == "scripts.d":
+            continue
+        if not (slash and _PARENT_RE.fullmatch(parent) and _UUID_RE.fullmatch(name)):
+            raise ParseError("mdevctl store: not <parent>/<mdev uuid>", line, lineno)
+        found.append((parent, name))
+    return found
+
+
 # --- /proc/net/unix ----------------------------------------------------------------------------
 
 # net/unix/af_unix.c unix_seq_show: "%pK: %08X %08X %08X %04X %02X %5lu", then " <path>" when the

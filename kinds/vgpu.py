@@ -1,8 +1,9 @@
 """
 vGPUs in sysfs: mdevs (`/sys/bus/mdev/devices`) and NVIDIA's vendor-VFIO vGPUs (a VF whose
 `nvidia/current_vgpu_type` is set), listed together (facts.vgpu parses the listing and mdevctl's
-definitions); the processes with their VFIO group or device open as holders; the VMs' records
-claim them (facts.vms), and so do the kubelet's records of KubeVirt's VMs (virt-launcher pods);
+definitions, its listing's and its store's); the processes with their VFIO group or device open
+as holders; the VMs' records claim them (facts.vms), and so do the kubelet's records of
+KubeVirt's VMs (virt-launcher pods);
 the guarded `remove` or type 0 (operations/templates/destroy-vgpu.sh.j2).
 
 KubeVirt (kubevirt/kubevirt@d923fdb8, pkg/virt-handler/device-manager) runs each VM in a
@@ -44,6 +45,8 @@ from facts.sections import Reader
 from kinds.base import Claims, Context, Found, Kind, Witness, on_gpu
 
 SYSFS = "sysfs"  # the source of the vGPU listing
+# An mdev's start (its `mdevctl` usage) when only mdevctl's store has its definition.
+STORED_ONLY = "unknown: in its store, not in its listing"
 KINDS = (MDEV, VFIO)
 MDEV_ENV, PCI_ENV = "MDEV_PCI_RESOURCE_", "PCI_RESOURCE_"  # KubeVirt's env prefixes
 VENDORS = ("nvidia.com",)  # the resource domains whose records may name vGPUs
@@ -80,7 +83,13 @@ def observe(r: Reader, ctx: Context) -> Found:
     defined = r.read(
         "mdevctl", "mdevctl", lambda s: vgpu.parse_mdevctl_defined(s.stdout), MDEV, absent=[]
     )
-    starts = {(d.parent, d.uuid): d.start or "auto" for d in defined or ()}
+    # Its store too: what mdevctl did not list (it is missing, or reads another root) is the
+    # operator's all the same.
+    stored = r.read(
+        "mdevctl-store", "mdevctl", lambda s: vgpu.parse_mdevctl_store(s.stdout), MDEV, absent=[]
+    )
+    starts = dict.fromkeys(stored or (), STORED_ONLY)
+    starts |= {(d.parent, d.uuid): d.start or "auto" for d in defined or ()}
     mdevs, vfs = listed
     found = [_mdev(m, starts) for m in mdevs] if MDEV in managed else []
     if VFIO in managed:
@@ -282,6 +291,7 @@ KIND = Kind(
     sections={
         "vgpu": "the mdevs and vendor-VFIO VFs under /sys/bus",
         "mdevctl": "mdevctl list --defined --dumpjson",
+        "mdevctl-store": "the files of mdevctl's store, <rootfs>/etc/mdevctl.d/<parent>/<uuid>",
     },
     devnodes=("vfio/[0-9]*", "vfio/devices/vfio*"),
     witnesses="fd scan of its VFIO group and device",

@@ -14,6 +14,7 @@ records (hypeman.py).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -145,23 +146,33 @@ class VgpuModel(Store):
         """
         A persistent mdevctl definition (`mdevctl define`; `attrs`: its ordered key/value
         attributes); replaces the one of the same (uuid, parent). The mdev is not started.
+        Kept, as mdevctl keeps it, in its store: <rootfs>/etc/mdevctl.d/<parent>/<uuid>.
         """
         if start not in ("auto", "manual"):
             raise ValueError(f"start {start!r}: auto or manual")
         new = str(uuid.UUID(mdev_uuid))
+        pairs = [[str(k), str(v)] for k, v in attrs]
         with self._mutate_vgpu() as vg:
             kept = [d for d in vg["defined"] if (d["uuid"], d["parent"]) != (new, parent)]
             record = {"uuid": new, "parent": parent, "type": mdev_type, "start": start}
-            vg["defined"] = [*kept, {**record, "attrs": [[str(k), str(v)] for k, v in attrs]}]
+            vg["defined"] = [*kept, {**record, "attrs": pairs}]
+        config = {"mdev_type": mdev_type, "start": start, "attrs": [{k: v} for k, v in pairs]}
+        self.mdevctl_store(parent).mkdir(parents=True, exist_ok=True)
+        (self.mdevctl_store(parent) / new).write_text(json.dumps(config, indent=2) + "\n")
 
     def undefine_mdev(self, mdev_uuid: str, parent: str | None = None) -> None:
         """`mdevctl undefine`: the definitions of `mdev_uuid` (on `parent` only, when given)."""
         with self._mutate_vgpu() as vg:
-            vg["defined"] = [
-                d
-                for d in vg["defined"]
-                if d["uuid"] != mdev_uuid or (parent is not None and d["parent"] != parent)
+            gone = [
+                d for d in vg["defined"] if d["uuid"] == mdev_uuid and parent in (None, d["parent"])
             ]
+            vg["defined"] = [d for d in vg["defined"] if d not in gone]
+        for d in gone:
+            (self.mdevctl_store(d["parent"]) / d["uuid"]).unlink()
+
+    def mdevctl_store(self, parent: str = "") -> Path:
+        """mdevctl's store of persistent definitions, or one parent's folder in it."""
+        return self.rootfs / "etc" / "mdevctl.d" / parent
 
     def socket_dir(self) -> Path:
         """

@@ -74,22 +74,51 @@ def test_stuck_booting_claim_is_reported_and_kept(vgpu_node):
 def test_destroy_guard_keeps_a_vgpu_a_hypervisor_opened_since_the_run_read_it(vgpu_node):
     """Rule 7: between the read and the destroy, a VM starts on the leaked mdev."""
     leak = vgpu_node.vgpus["leak"]
-    data = {**vgpu_story.host_data(vgpu_node.path), "enforcer_grace_seconds": 0}
-    policy = policy_from_host_data("vmhost-1", data)
-    read = vgpu_node.ns.run(["bash", "-c", NodeSnapshot().command(policy.paths)])
-    obs = observe(
-        parse_sections(read.stdout.splitlines()),
-        "vmhost-1",
-        policy.paths,
-        policy.claim_sources,
-    )
-    assert not [h for h in obs.health if h.status != "ok" and h.source != "cri"], obs.health
-    partition = next(p for p in obs.partitions if p.id == leak)
-    command = destroy_command(Verdict(partition, "orphan", "proven"), obs, policy.paths)
+    command = destroy_of(vgpu_node, leak)
     vgpu_node.ns.start_hypervisor("late", leak)
     done = vgpu_node.ns.run(["bash", "-c", command])
     assert done.returncode == 0, done.stderr
     assert "kept, not destroyed" in done.stdout and "VFIO device open" in done.stdout
+    assert leak in vgpu_node.present()
+
+
+def test_persistent_definition_mdevctl_does_not_list_is_pinned_by_its_store(vgpu_node):
+    """Rule 4: mdevctl lists no definition (it reads another root's /etc, as in a container
+    with the node's root at enforcer_rootfs), its store below rootfs has leak's: pinned."""
+    leak = vgpu_node.vgpus["leak"]
+    vgpu_node.sim.define_mdev(leak, vgpu_story.T4, "nvidia-230", "manual")
+    vgpu_node.sim.set_fault("mdevctl", "list-defined", exit=0, stdout="[]")
+    runs = vgpu_node.converge(3)
+    assert [r.verdict(leak) for r in runs] == ["pinned"] * 3
+    reason = "defined persistently by mdevctl (start unknown: in its store, not in its listing)"
+    assert runs[-1].reason(leak) == reason
+    assert runs[-1].verdict(vgpu_node.vgpus["batch"]) == "orphan"  # the others are read as ever
+    assert leak in vgpu_node.present()
+
+
+def test_mdevctl_store_that_cannot_be_listed_makes_every_mdev_inconclusive(vgpu_node):
+    """Absent is not "nothing defined": a store that is no folder is not read as empty."""
+    store = vgpu_node.sim.mdevctl_store()
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_text("")
+    v = vgpu_node.vgpus
+    run = vgpu_node.converge(3)[-1]
+    for name in ("batch", "leak"):
+        assert run.verdict(v[name]) == "inconclusive", name
+        assert f"{store}: not a folder that can be listed" in run.reason(v[name])
+    assert run.verdict(v["restored"]) == "orphan"  # a vendor-VFIO vGPU has no mdevctl
+    assert {v["batch"], v["leak"]} <= vgpu_node.present()
+
+
+def test_destroy_guard_keeps_an_mdev_mdevctl_defined_since_the_run_read_it(vgpu_node):
+    """Rule 4 at the destroy: between the read and the destroy, an operator defines the mdev."""
+    leak = vgpu_node.vgpus["leak"]
+    command = destroy_of(vgpu_node, leak)
+    vgpu_node.sim.define_mdev(leak, vgpu_story.T4, "nvidia-230")
+    done = vgpu_node.ns.run(["bash", "-c", command])
+    assert done.returncode == 0, done.stderr
+    stored = vgpu_node.sim.mdevctl_store(vgpu_story.T4) / leak
+    assert f"kept, not destroyed: mdevctl defines it now ({stored})" in done.stdout
     assert leak in vgpu_node.present()
 
 
@@ -101,3 +130,19 @@ def test_report_names_the_vms_that_claim(vgpu_node):
     assert booting["claimed_by"] == [
         {"uid": f"vm:{vgpu_story.BOOTING}", "name": "booting", "sources": ["vm-metadata"]}
     ]
+
+
+def destroy_of(vgpu_node, device: str) -> str:
+    """The destroy script of `device`, decided an orphan on a read of the node now."""
+    data = {**vgpu_story.host_data(vgpu_node.path), "enforcer_grace_seconds": 0}
+    policy = policy_from_host_data("vmhost-1", data)
+    read = vgpu_node.ns.run(["bash", "-c", NodeSnapshot().command(policy.paths)])
+    obs = observe(
+        parse_sections(read.stdout.splitlines()),
+        "vmhost-1",
+        policy.paths,
+        policy.claim_sources,
+    )
+    assert not [h for h in obs.health if h.status != "ok" and h.source != "cri"], obs.health
+    partition = next(p for p in obs.partitions if p.id == device)
+    return destroy_command(Verdict(partition, "orphan", "proven"), obs, policy.paths)

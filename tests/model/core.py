@@ -99,7 +99,7 @@ ABSENT = {
         ("alixpu-caps", "absent"),
     ),
     "hygon": (("hy-smi-devices", "missing"), ("hy-smi-vdevices", "missing"), ("hygon-pci", "0")),
-    "vgpu": (("vgpu", "0"), ("mdevctl", "missing")),
+    "vgpu": (("vgpu", "0"), ("mdevctl", "missing"), ("mdevctl-store", "absent")),
 }
 
 

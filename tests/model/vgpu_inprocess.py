@@ -17,7 +17,8 @@ kinds/*.sh.j2 for the functions named):
 - the other kinds' sections (kinds/ascend, mig, ppu, hygon.sh.j2) as on a node with none of
   their tools, driver files or sysfs folders: core.ABSENT;
 - vgpu (vgpu-functions.sh.j2 `vgpu_listing`: the simulator's vGPU state as its sysfs tree
-  lists it), mdevctl (simulator.mdevctl's own `list --defined --dumpjson`, faults honoured);
+  lists it), mdevctl (simulator.mdevctl's own `list --defined --dumpjson`, faults honoured),
+  mdevctl-store (the files of mdevctl's store the simulator keeps);
 - devnodes (every kind's device-node globs, kinds.REGISTRY), fd-scan (node.sh.j2 `fd_scan`: each
   process's VFIO files from fd 3, as a hypervisor opens them), holder-cgroups;
 - dra-drivers, dra-checkpoint, dra-cd-checkpoint, dra-cdi (the core's), checkpoint;
@@ -121,7 +122,7 @@ class VgpuInProcessDriver(core.InProcessDriver):
         if refused:  # the read stops there (snapshot.sh.j2)
             return parse_sections(framed([*lines, "PE1 end"]))
         vg = state.get("vgpu") or sim_vgpu.new_state()
-        own = [_line("vgpu", "0", vgpu_listing(vg), ""), self._mdevctl(state)]
+        own = [_line("vgpu", "0", vgpu_listing(vg), ""), self._mdevctl(state), self._store()]
         lines += self._kind_sections("vgpu", own)
         lines.append(self._devnodes())
         lines += self._fd_sections()
@@ -145,6 +146,16 @@ class VgpuInProcessDriver(core.InProcessDriver):
         args = ["--defined", "--dumpjson"]
         answer = lambda: sim_mdevctl.list_command(self.sim, args)[0]  # noqa: E731
         return _line("mdevctl", *self._tool(state, "mdevctl", "list-defined", answer))
+
+    def _store(self) -> str:
+        """kinds/vgpu.sh.j2's `mdevctl-store`: each file of mdevctl's store as <parent>/<uuid>."""
+        store = Path(self.paths.mdevctl_store)
+        if not store.exists():
+            return "PE1 mdevctl-store absent - -"
+        files = [
+            f"{d.name}/{f.name}\n" for d in _globbed(store, ("*",)) for f in _globbed(d, ("*",))
+        ]
+        return _line("mdevctl-store", "0", "".join(files), "")
 
     def _fd_sections(self) -> list[str]:
         """`fd-scan` (each process's VFIO files, the glob's order of /proc/<pid>) and

@@ -24,6 +24,7 @@ from facts.vgpu import (
     MdevDefinition,
     VendorVf,
     parse_mdevctl_defined,
+    parse_mdevctl_store,
     parse_unix_sockets,
     parse_vgpu_listing,
     parse_vm_processes,
@@ -210,6 +211,30 @@ def test_single_device_dump_is_not_the_hierarchy():
     bare = json.loads(config_only)[0]["0000:00:02.0"][1][SAME]
     with pytest.raises(ParseError):
         parse_mdevctl_defined(json.dumps(bare, indent=2))
+
+
+# --- mdevctl's store: <rootfs>/etc/mdevctl.d/<parent>/<uuid> ------------------------------------
+
+
+def test_the_store_names_each_definition_by_parent_and_uuid_and_skips_its_callouts():
+    text = f"0000:af:00.0/{M10}\nmatrix/{AP}\nscripts.d/callouts\nscripts.d/notifiers\n"
+    assert parse_mdevctl_store(text) == [("0000:af:00.0", M10), ("matrix", AP)]
+    assert parse_mdevctl_store("") == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "0000:af:00.0",  # a parent that is no folder
+        f"0000:af:00.0/{M10.upper()}",  # mdevctl names its files as the kernel does
+        "0000:af:00.0/notes.txt",
+        f"0000 af/{M10}",
+        "scripts.d",
+    ],
+)
+def test_anything_else_in_the_store_is_an_error(line):
+    with pytest.raises(ParseError, match="mdevctl store"):
+        parse_mdevctl_store(f"matrix/{AP}\n{line}\n")
 
 
 @pytest.mark.parametrize("path", samples("mdevctl_*dumpjson*"), ids=lambda p: p.name)

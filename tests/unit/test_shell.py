@@ -316,6 +316,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "hygon-pci",
         "vgpu",
         "mdevctl",
+        "mdevctl-store",
         "devnodes",
         "fd-scan",
         "holder-cgroups",
