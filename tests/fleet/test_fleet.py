@@ -20,6 +20,7 @@ from fleet.conftest import PYINFRA, REPO, logins, pyinfra, report, statuses
 from fleet.harness import OPERATOR, commands
 
 from enforcer import ledger as ledgers
+from enforcer.fleet import span_of
 from simulator.barrier import Barrier
 from simulator.demo import infer_b_starts
 
@@ -222,21 +223,30 @@ def test_a_node_whose_sshd_is_down_is_stale_in_the_fleet_view_and_needs_a_person
     }
     assert list(stale) == ["node2"], view.stdout
     assert "no run has reached node2 since; is it up, and does pyinfra reach it?" in stale["node2"]
-    assert f"stale after {younger}s (--stale-after)" in table.splitlines()[1], table
-    assert re.search(r"^node2\s.*report \d+s old", table, re.M), table
+    assert f"stale after {span_of(younger)} (--stale-after)" in table.splitlines()[1], table
+    assert re.search(r"^node2\s.*report \d+[smhd] old", table, re.M), table
+
+
+AGED = 200  # seconds stale_between makes a report older than the others
 
 
 def stale_between(fleet, old) -> int:
     """
-    A --stale-after span that `old`'s report kept on the control node (a run before the last)
-    passes and the others' do not: half way between their ages now. The margin is half a fleet
-    run, which slows down with the machine as the report command's own start does, so it holds
-    on a loaded machine too.
+    A --stale-after span that `old`'s kept report (a run before the last) passes and the
+    others' do not, on any machine: first `old`'s last run is made AGED seconds older (the
+    run_at of the report the converge run kept, which the fleet view judges by), then the span
+    is half way between the ages, so the report command has some AGED / 2 seconds to start in.
+    Taken from the runs' real times alone, two runs could be 2 s apart and a loaded machine's
+    report command slower than the margin (issue 29).
     """
-    kept = {n: json.loads((fleet.root / "reports" / f"{n}.json").read_text()) for n in fleet.nodes}
-    ages = {name: time.time() - r["run_at"] for name, r in kept.items()}
+    reports = fleet.root / "reports"
+    kept = json.loads((reports / f"{old.name}.json").read_text())
+    (reports / f"{old.name}.json").write_text(json.dumps(kept | {"run_at": kept["run_at"] - AGED}))
+    now = time.time()  # one clock for every age: their differences are the runs' exactly
+    kept = {n: json.loads((reports / f"{n}.json").read_text()) for n in fleet.nodes}
+    ages = {name: now - r["run_at"] for name, r in kept.items()}
     others = max(age for name, age in ages.items() if name != old.name)
-    assert ages[old.name] - others >= 2, ages  # a whole second apart at least, either side
+    assert ages[old.name] - others >= AGED, ages
     return math.floor((ages[old.name] + others) / 2)
 
 
