@@ -26,7 +26,9 @@ records; the core gives it:
   it, `held`: always a safety violation; a keeper of the kind names it, rule 4's memory desires
   it, or a live pod owns it), conformance (decide proves orphaned exactly what the reference
   proves; the breaker trips exactly when it says), liveness (what the reference proves orphaned is
-  gone after the run unless its destroy was made to fail or something raced it); a safety
+  gone after the run unless its destroy was made to fail or something raced it), pins (every
+  partition listed can be pinned by the id and accelerator the report prints: host data's schema
+  refuses other forms, and must never refuse these); a safety
   violation the reference itself predicts is a `contract-hazard`: the contract is wrong, not only
   the code.
 """
@@ -36,6 +38,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import fnmatch
+import functools
 import hashlib
 import os
 import pickle
@@ -62,7 +65,7 @@ from hypothesis.stateful import (
 from enforcer import ledger as ledgers
 from enforcer.contract import decide
 from enforcer.model import Observation, Verdict
-from enforcer.policy import DIRECTORY, Policy, policy_from_host_data
+from enforcer.policy import DIRECTORY, Policy, PolicyError, policy_from_host_data
 from facts import trees
 from facts.snapshot import NodeSnapshot, Sections, parse_sections
 from kinds import REGISTRY
@@ -117,6 +120,18 @@ def node_policy(node: str, node_dir: Path, tools: Iterable[str], **more: Any) ->
             **{f"enforcer_{name}": value for name, value in more.items()},
         },
     )
+
+
+@functools.cache
+def pin_refused(kind: str, id: str, accelerator: str) -> str:
+    """Why host data refuses to pin a partition by the id and accelerator the report prints
+    ("": it takes them). A form the schema refuses that a listing makes could never be pinned."""
+    selector = {"kind": kind, "id": id, "accelerator": accelerator}
+    try:
+        policy_from_host_data("model", {"enforcer_pinned": [selector]})
+    except PolicyError as error:
+        return str(error)
+    return ""
 
 
 def _line(name: str, rc: str, out: str, err: str) -> str:
@@ -1025,6 +1040,9 @@ class Machine(RuleBasedStateMachine):
         self.check_tracking()
         self.before_read()
         obs = self.read()
+        for p in obs.partitions:
+            if refused := pin_refused(p.kind, p.id, p.accelerator):
+                self.violation("pins", f"{p.key} cannot be pinned as it is printed: {refused}")
         if not self.health_as_expected(obs):
             self.violation("model", f"source health {obs.health} with faults {self.faults}")
         ledger = self._ledger(obs)

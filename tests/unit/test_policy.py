@@ -29,6 +29,7 @@ VNPU = Partition(
     profile="vir02",
     identity_fields=(("vnpu_id", "100"), ("template", "vir02")),
 )
+UUID = "5d2a0c4e-8b41-4c7a-9e05-1d2c3b4a5f60"  # a GPU's, a PPU's, an mdev's: lower-case hex
 
 
 def test_schema_is_valid_draft_2020_12_and_names_every_key_of_the_table():
@@ -316,3 +317,56 @@ def test_pinned_selectors_match_by_kind_and_every_field_given():
 def test_pinned_selector_does_not_match_another_partition(selector):
     assert not selector.matches(VNPU)
     assert not policy_from_host_data("n1", {}).is_pinned(VNPU)
+
+
+# Each kind's id and accelerator as its listing makes them (the report prints them so): taken.
+AS_PRINTED = [
+    {"kind": "ascend-vnpu", "id": 100, "accelerator": "npu:0:1"},
+    {"kind": "ascend-vnpu", "id": "0", "accelerator": "npu:12:0"},
+    {"kind": "nvidia-mig", "id": "7", "accelerator": f"gpu:GPU-{UUID}"},
+    {"kind": "thead-ppu", "id": 2, "accelerator": f"ppu:GPU-{UUID}"},
+    {"kind": "hygon-vdcu", "id": "3", "accelerator": "dcu:0000:3e:00.0"},
+    {"kind": "mdev", "id": UUID, "accelerator": "pci:0000:3b:00.0"},
+    {"kind": "mdev", "accelerator": "pci:matrix"},  # vfio_ap's parent is no PCI address
+    {"kind": "nvidia-vfio", "id": "0000:3b:00.4", "accelerator": "pci:10000:e1:00.0"},
+]
+
+
+@pytest.mark.parametrize("selector", AS_PRINTED, ids=[s["kind"] for s in AS_PRINTED])
+def test_a_pin_in_the_form_the_report_prints_is_taken(selector):
+    (taken,) = policy_from_host_data("n1", {"enforcer_pinned": [selector]}).pinned
+    assert taken.accelerator == selector["accelerator"]
+
+
+# An id or accelerator in another form than the kind's listing makes would pin nothing,
+# silently (a pin is equality): each is what an operator might copy from another tool.
+NOT_AS_PRINTED = [
+    ({"kind": "hygon-vdcu", "accelerator": "0000:3e:00.0"}, "accelerator", "dcu:<the DCU's"),
+    ({"kind": "nvidia-mig", "accelerator": f"GPU-{UUID}"}, "accelerator", "gpu:<GPU UUID"),
+    ({"kind": "nvidia-mig", "accelerator": f"gpu:GPU-{UUID.upper()}"}, "accelerator", "lower-case"),
+    ({"kind": "thead-ppu", "accelerator": f"gpu:GPU-{UUID}"}, "accelerator", "ppu:<PPU UUID"),
+    ({"kind": "mdev", "id": UUID.upper()}, "id", "an mdev UUID, lower-case"),
+    ({"kind": "mdev", "accelerator": "0000:3b:00.0"}, "accelerator", "pci:<the parent device"),
+    ({"kind": "nvidia-vfio", "id": "0000:3B:00.4"}, "id", "the VF's PCI address, lower-case"),
+    ({"kind": "nvidia-vfio", "accelerator": "0000:3b:00.0"}, "accelerator", "pci:<the physical"),
+    ({"kind": "ascend-vnpu", "accelerator": "npu-0-1"}, "accelerator", "npu:<card>:<chip>"),
+    ({"kind": "ascend-vnpu", "id": "vnpu-100"}, "id", "a number as the report prints it"),
+    ({"kind": "nvidia-mig", "id": "07"}, "id", "(100, not 0100)"),
+    ({"kind": "hygon-vdcu", "id": "vDCU1"}, "id", "a number as the report prints it"),
+]
+
+
+@pytest.mark.parametrize(
+    ("selector", "field", "expected"),
+    NOT_AS_PRINTED,
+    ids=[f"{s['kind']}.{f}={s[f]}" for s, f, _ in NOT_AS_PRINTED],
+)
+def test_a_pin_not_in_the_form_the_report_prints_is_refused_naming_its_field(
+    selector, field, expected
+):
+    data = {"enforcer_pinned": [{"kind": "ascend-vnpu", "id": 100}, selector]}
+    with pytest.raises(PolicyError) as caught:
+        policy_from_host_data("n1", data)
+    error = caught.value
+    assert (error.host, error.key, error.where) == ("n1", "enforcer_pinned", f"[1].{field}")
+    assert expected in error.message and f"got {selector[field]!r}" in error.message
