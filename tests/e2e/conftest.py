@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +89,17 @@ class Node:
 
     def vnpus(self) -> set[int]:
         return {v["id"] for v in self.sim.state()["vnpus"]}
+
+
+def next_second() -> None:
+    """
+    Returns once the clock reads a whole second after the one it was called in: a node clock
+    (`date +%s`, the same kernel clock) read after it shares no second with one read before.
+    A wait on the clock itself, not on a duration: the same on an idle and a loaded machine.
+    """
+    then = int(time.time())
+    while int(time.time()) <= then:
+        time.sleep(0.01)
 
 
 # A dataclass's repr (`PinSelector(kind='ascend-vnpu', ...)`): never in what a person reads.

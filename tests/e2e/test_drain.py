@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import background
 import pytest
-from e2e.conftest import PYINFRA, REPO, Node
+from e2e.conftest import PYINFRA, REPO, Node, next_second
 from e2e.test_fleet_view import enforcer
 from e2e.test_kubernetes_api import kubeconfig
 
@@ -135,7 +135,7 @@ def test_clean_drain_cordons_waits_for_the_pods_destroys_everything_and_undrain_
     until(lambda: "drain: waited" in log.read_text())  # what it prints once it waits
     assert api_node["spec"] == {"unschedulable": True}  # cordoned before it waits
     assert seed_node.vnpus() == {100, 101, 102}  # nothing destroyed while pods claim
-    time.sleep(1.1)  # the node's clock (whole seconds) moves on before they leave
+    next_second()  # the drain's first read (its start) was before: it ends in a later second
     pods_leave(seed_node, INFER_A, INFER_B, TRAIN_C)
     rc = seed_node.ns.wait(pid)
     output = log.read_text()

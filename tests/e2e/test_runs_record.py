@@ -7,8 +7,9 @@ ledger and the report; --dry writes nothing at all.
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
+
+from e2e.conftest import next_second
 
 RECORDS = ("ledger.json", "report.json")
 
@@ -43,11 +44,6 @@ def converged(node) -> None:
         run = node.enforce()
         assert run.rc == 0, run.output
     assert changes(node.enforce().output) == 0
-
-
-def next_second() -> None:
-    """The node clock counts seconds: a later run must not share the last one's."""
-    time.sleep(1.05 - time.time() % 1)
 
 
 def test_second_run_with_nothing_to_do_reports_no_changes_and_writes_only_last_read(seed_node):

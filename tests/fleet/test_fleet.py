@@ -240,8 +240,8 @@ def stale_between(fleet, old) -> int:
     report command slower than the margin (issue 29).
     """
     reports = fleet.root / "reports"
-    kept = json.loads((reports / f"{old.name}.json").read_text())
-    (reports / f"{old.name}.json").write_text(json.dumps(kept | {"run_at": kept["run_at"] - AGED}))
+    aged = json.loads((reports / f"{old.name}.json").read_text())
+    (reports / f"{old.name}.json").write_text(json.dumps(aged | {"run_at": aged["run_at"] - AGED}))
     now = time.time()  # one clock for every age: their differences are the runs' exactly
     kept = {n: json.loads((reports / f"{n}.json").read_text()) for n in fleet.nodes}
     ages = {name: now - r["run_at"] for name, r in kept.items()}
