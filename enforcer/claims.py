@@ -67,9 +67,11 @@ from enforcer.model import (
     DRA,
     KINDS,
     VM_METADATA,
+    VNPU,
     Claim,
     Holder,
     Instance,
+    Observation,
     OwnerRecord,
     Partition,
 )
@@ -251,6 +253,22 @@ def exact_claims(
         for key in twice:
             named[key].sort(key=lambda c: position[id(c)])
     return named, [c for i, c in enumerate(exact) if i not in found]
+
+
+def on_unlisted_accelerators(obs: Observation, claims: Sequence[Claim]) -> list[Claim]:
+    """
+    The placement and device-wide claims that name an accelerator the node does not list,
+    where it lists those of the claim's kind (NPU chips, GPUs, PPUs, DCUs): a record of a card
+    taken out, of another node, or naming one in a form no listing makes. They keep nothing, so
+    they are dangling too, for a person to look at.
+    """
+    listed = {a.accelerator: a.kind for a in obs.gpus} | {c.accelerator: VNPU for c in obs.chips}
+    kinds = set(listed.values())
+    return [
+        c
+        for c in claims
+        if c.scope != "exact" and c.kind in kinds and c.accelerator not in (None, *listed)
+    ]
 
 
 def _by_name(exact: Sequence[Claim]) -> dict[tuple, list[int]]:

@@ -31,7 +31,7 @@ from typing import Any
 import kinds
 from enforcer import liveness, memory, streaks
 from enforcer.advertised import Desired, desired
-from enforcer.claims import exact_claims, protect
+from enforcer.claims import exact_claims, on_unlisted_accelerators, protect
 from enforcer.ledger import Entry, Ledger
 from enforcer.model import (
     DRA_SLICES,
@@ -388,7 +388,7 @@ class Decision:
     ledger: Ledger  # the next one
     claims: list[Claim]  # the claims of live owners (rule 3)
     exact: dict[str, list[Claim]]  # the exact ones, by the key of the listed partition they name
-    dangling: list[Claim]  # the exact ones that name no listed partition
+    dangling: list[Claim]  # those that name no listed partition, or no listed accelerator
     stuck_claims: dict[str, float]  # VMs with a vGPU and no hypervisor PID too long: seconds
     stuck_owners: dict[str, tuple[str, float]]  # pods waiting too long: why, for how long
     desired: Desired  # what device plugins advertise (rule 4), and the ids not understood
@@ -498,6 +498,7 @@ def decide(obs: Observation, ledger: Ledger, policy: Policy, now: float) -> Deci
         desired=recalled.remembered,
     )
     exact, dangling = exact_claims(obs.partitions, owners.claims)
+    dangling += on_unlisted_accelerators(obs, owners.claims)
     return Decision(
         verdicts,
         next_ledger,

@@ -81,7 +81,7 @@ def render(report: dict, totals: Mapping[str, Mapping[str, int]] | None = None) 
     gauge("stuck_claims", "VM claims with no hypervisor PID for too long.").set(
         len(report.get("stuck_claims", ()))
     )
-    gauge("dangling_claims", "Live claims that name no listed partition.").set(
+    gauge("dangling_claims", "Live claims that name no listed partition or accelerator.").set(
         len(report["dangling_claims"])
     )
     gauge("stuck_owners", "Pods not running for too long that keep partitions.").set(

@@ -132,10 +132,13 @@ def _unrecognised(obs: Observation, decision: Decision, names: dict[str, str]) -
 
 
 def _judged(c: Claim, obs: Observation) -> bool:
-    if c.kind in kinds.UNJUDGED or not c.judged:
+    if c.scope == "exact" and c.kind in kinds.UNJUDGED or not c.judged:
         return False  # it may name no partition (a DCU's DRM node names no vDCU)
     failed = {h.source for h in obs.health if h.status != "ok"}
-    return not failed & {"node", LISTINGS.get(c.kind, c.kind)}
+    listings = {"node", LISTINGS.get(c.kind, c.kind)}
+    if c.scope != "exact":  # it names an accelerator: the kind's own tools list those
+        listings.update(kinds.BY_KIND[c.kind].sources)
+    return not failed & listings
 
 
 def _owner(uid: str, names: dict[str, str]) -> dict:

@@ -17,7 +17,7 @@ from enforcer.contract import decide
 from enforcer.ledger import Ledger
 from enforcer.model import HYGON, Gpu, Observation, OwnerRecord, Partition, Pod, SourceHealth
 from enforcer.policy import NodePaths
-from enforcer.report import build
+from enforcer.report import build, dangling_line
 from kinds.hygon import destroy_dcu
 
 BDFS = ("0000:3d:00.0", "0000:3e:00.0")
@@ -183,5 +183,31 @@ def test_a_pod_given_a_whole_dcu_is_no_dangling_claim():
     obs = dcu_node(vdcu(0, 0), records=(checkpoint(POD_B, 1),), pods=(Pod(POD_B, "cri", "alive"),))
     found = build(
         "n1", obs, decide(obs, Ledger(), sources(), T0), "converge", "ok", policy=sources()
+    )
+    assert found["dangling_claims"] == []
+
+
+def test_a_live_pods_record_naming_a_dcu_the_node_does_not_list_is_a_dangling_claim():
+    """A record of a DCU taken out, or of another node, keeps no vDCU: a person is told, once
+    hy-smi's listing was read whole (a DCU listed without vDCUs is no such claim)."""
+    elsewhere = replace(
+        vdev(POD_A, 0), annotations=(("pci", "0000:3f:00.0"), *vdev(POD_A, 0).annotations[1:])
+    )
+    records = (elsewhere, vdev(POD_B, 1))
+    pods = (Pod(POD_A, "cri", "alive"), Pod(POD_B, "cri", "alive"))
+    obs = dcu_node(vdcu(0, 0), records=records, pods=pods)
+    found = build(
+        "n1", obs, decide(obs, Ledger(), sources(), T0), "converge", "ok", policy=sources()
+    )
+    (dangling,) = found["dangling_claims"]
+    named = {"kind": HYGON, "accelerator": "dcu:0000:3f:00.0", "id": None, "uuid": None}
+    assert dangling["named"] == named and dangling["owner"]["uid"] == POD_A
+    assert dangling_line(dangling) == (
+        f"pod {POD_A} names hygon-vdcu dcu:0000:3f:00.0, which is not listed "
+        f"(markers: {elsewhere.where}: a vDCU of dcu:0000:3f:00.0)"
+    )
+    unread = replace(obs, health=(*OK, SourceHealth("hy-smi", "unreadable", HYGON, "timeout")))
+    found = build(
+        "n1", unread, decide(unread, Ledger(), sources(), T0), "converge", "ok", policy=sources()
     )
     assert found["dangling_claims"] == []
