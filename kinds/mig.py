@@ -232,10 +232,15 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
     gpus = sorted({g for t in rest for g in GPU_UUID.findall(t)})
     ids = rest[: len(record.device_ids)]
     per_id = Counter(g for d in ids for g in set(GPU_UUID.findall(d))) if gpus else Counter()
+    # A GPU UUID in a pod's annotation is of either kind too (a T-Head PPU's has NVIDIA's form).
+    annotated = () if record.resource else (MIG_UUID.sub("", v) for _, v in record.annotations)
+    either = {g for t in annotated for g in GPU_UUID.findall(t)}
     for gpu in gpus:
         count = per_id.get(gpu, 1)
         what = f"{count} partition(s) on {gpu}"
-        found.append(on_gpu(record, "device-wide", f"gpu:{gpu}", None, count, what, MIG))
+        on = [(MIG, "gpu"), (PPU, "ppu")] if gpu in either else [(MIG, "gpu")]
+        claims = [on_gpu(record, "device-wide", f"{p}:{gpu}", None, count, what, k) for k, p in on]
+        found += [replace(c, judged=len(on) == 1) for c in claims]  # neither dangles
     resource = MIG_RESOURCE.match(record.resource)
     if resource and not found:
         profile = resource[1]

@@ -14,12 +14,15 @@ from dataclasses import replace
 from unit.test_contract import T0, policy
 from unit.test_fail_closed_contract import CHECKPOINT, all_1g, decided, mig_node, nvidia_entry
 from unit.test_mig_contract import GPU, OTHER_GPU, alive, gi, marker, mig_uuid, runs, status
+from unit.test_ppu_contract import PPU_OK, ppu_node
+from unit.test_ppu_contract import UUID as PPU_UUID
+from unit.test_ppu_contract import gi as ppu_gi
 
 from enforcer.claims import claims_from_records
 from enforcer.cli import needs_a_person
 from enforcer.contract import decide
 from enforcer.ledger import Ledger
-from enforcer.model import Advertised, OwnerRecord, Pod, SourceHealth
+from enforcer.model import Advertised, Gpu, OwnerRecord, Pod, SourceHealth
 from enforcer.report import build
 
 A = "7d3c2b1a-0f9e-4d8c-b7a6-958473625140"
@@ -29,6 +32,27 @@ CAPS = ("/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap30", "/dev/nvidia-caps/nvidi
 def gke_gis(n: int = 3):
     """GIs 7.. of GPU minor 0 as the node read names them for GKE (`nvidia0/gi<id>`)."""
     return [replace(g, aliases=(f"nvidia0/gi{g.id}",)) for g in all_1g(n)]
+
+
+# A pod of gpustack's, read from the API: its allocation annotation is its record.
+PODS = [Pod(A, "kubernetes-api", "alive", "llm-t", "default", "phase Running")]
+API = policy(claim_sources=["kubelet-checkpoint", "cri", "kubernetes-api"])
+API_OK = (*PPU_OK, SourceHealth("kubernetes-api", "ok"))
+
+
+def allocated(accelerator: str, physical: str | None = None) -> OwnerRecord:
+    """`device.gpustack.ai/accelerator.allocated` of a pod given a T-Head PPU
+    (`allocatedPhysicalID`: the MIG UUID of its GI, when it was given one)."""
+    given = {"id": accelerator, "index": 0, "mode": 4}
+    given |= {"allocatedPhysicalID": physical} if physical else {}
+    group = {"id": "g0", "manufacturer": "thead", "accelerators": [given]}
+    note = json.dumps({"main": {"devices": {"groups": [group]}}})
+    return OwnerRecord(
+        A,
+        "kubernetes-api",
+        "pod default/llm-t",
+        annotations=(("device.gpustack.ai/accelerator.allocated", note),),
+    )
 
 
 # --- GKE ------------------------------------------------------------------------------------------
@@ -97,36 +121,28 @@ def test_not_claimed_gpustacks_allocation_annotation_claims_a_thead_gi_by_its_ph
     """With the API source, `device.gpustack.ai/accelerator.allocated` names a T-Head GI by its
     `allocatedPhysicalID` (a MIG UUID of T-Head's form, which is NVIDIA's): the GI of that UUID is
     claimed, of either kind, and no claim dangles (a page that nobody could act on)."""
-    from unit.test_ppu_contract import PPU_OK, ppu_node
-    from unit.test_ppu_contract import UUID as PPU_UUID
-    from unit.test_ppu_contract import gi as ppu_gi
-
     mine, leak = ppu_gi(1, 3), ppu_gi(2, 12)
     physical = f"MIG-00000000-0000-0000-0000-00000000000{mine.id}"
-    allocated = {
-        "main": {
-            "devices": {
-                "groups": [
-                    {
-                        "id": "g0",
-                        "manufacturer": "thead",
-                        "accelerators": [
-                            {"id": PPU_UUID, "index": 0, "mode": 4, "allocatedPhysicalID": physical}
-                        ],
-                    }
-                ]
-            }
-        }
-    }
-    note = ("device.gpustack.ai/accelerator.allocated", json.dumps(allocated))
-    api = OwnerRecord(A, "kubernetes-api", "pod default/llm-t", annotations=(note,))
-    pods = [Pod(A, "kubernetes-api", "alive", "llm-t", "default", "phase Running")]
-    health = (*PPU_OK, SourceHealth("kubernetes-api", "ok"))
-    obs = ppu_node(mine, leak, records=[api], pods=pods, health=health)
-    pol = policy(claim_sources=["kubelet-checkpoint", "cri", "kubernetes-api"])
-    verdicts, _ = runs(lambda i: obs, 3, pol=pol)
+    obs = ppu_node(mine, leak, records=[allocated(PPU_UUID, physical)], pods=PODS, health=API_OK)
+    verdicts, _ = runs(lambda i: obs, 3, pol=API)
     assert verdicts[mine.key].status == "claimed"
     assert verdicts[leak.key].status == "orphan"
-    decision = decide(replace(obs, now=T0 + 900), Ledger(), pol, T0 + 900)
-    report = build("t-1", obs, decision, "converge", "", policy=pol)
+    decision = decide(replace(obs, now=T0 + 900), Ledger(), API, T0 + 900)
+    report = build("t-1", obs, decision, "converge", "", policy=API)
     assert report["dangling_claims"] == [] and needs_a_person(report) == []
+
+
+def test_not_claimed_gpustacks_allocation_annotation_naming_a_ppu_alone_keeps_a_gi_of_it():
+    """An allocation that names the PPU by its UUID alone (no `allocatedPhysicalID`) claims a
+    partition on it, as one naming an NVIDIA GPU does: a PPU's UUID has NVIDIA's form, so it
+    claims on either kind (it claimed on NVIDIA's only, and the pod's GI was destroyed). On a
+    node with both, neither claim dangles."""
+    obs = ppu_node(ppu_gi(1, 3), records=[allocated(PPU_UUID)], pods=PODS, health=API_OK)
+    verdicts, _ = runs(lambda i: obs, 4, pol=API)
+    assert verdicts[ppu_gi(1, 3).key].status == "claimed"
+    h100 = Gpu(1, GPU, "NVIDIA H100 80GB HBM3", True)
+    both = replace(
+        obs, gpus=(*obs.gpus, h100), health=(*obs.health, SourceHealth("nvidia-smi", "ok"))
+    )
+    report = build("t-1", both, decide(both, Ledger(), API, T0), "converge", "", policy=API)
+    assert report["dangling_claims"] == []
