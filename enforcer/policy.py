@@ -18,6 +18,7 @@ to quote, and non-finite numbers are rejected.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
 import numbers
@@ -330,6 +331,8 @@ def _selector(item: Mapping[str, Any]) -> PinSelector:
     # An id may come as an int (YAML, --data); partitions carry it as a string.
     def text(name: str) -> str | None:
         value = item.get(name)
+        if isinstance(value, float):  # the schema took it as an integer: 1e2 from --data is 100
+            value = int(value)
         return None if value is None else str(value)
 
     return PinSelector(item["kind"], text("id"), text("accelerator"), text("profile"))
@@ -351,8 +354,21 @@ def _is_array(_checker: Any, value: Any) -> bool:
     return isinstance(value, list | tuple)  # group data written in Python may use tuples
 
 
+def _pattern(_validator: Any, pattern: str, value: Any, _schema: Any) -> Iterator[ValidationError]:
+    # The schema's regex dialect is ECMA-262's, whose `$` ends the text; Python's also matches
+    # before a final newline, so "node1\n" passed as a node name and "100\n" as a pin's id.
+    if isinstance(value, str) and not _ecma(pattern).search(value):
+        yield ValidationError(f"{value!r} does not match {pattern!r}")
+
+
+@functools.cache
+def _ecma(pattern: str) -> re.Pattern[str]:
+    return re.compile(re.sub(r"(?<!\\)\$", r"\\Z", pattern))
+
+
 _Validator = validators.extend(
     Draft202012Validator,
+    validators={"pattern": _pattern},
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine_many(
         {"number": _is_number, "integer": _is_integer, "array": _is_array}
     ),

@@ -149,6 +149,7 @@ BAD = [
     ("enforcer_required_sources", ["kubernetes-api"], "not a claim source"),
     ("enforcer_required_sources", [], "at least 1 item"),
     ("enforcer_node_name", "Node_3", "a Kubernetes node name"),
+    ("enforcer_node_name", "node3\n", "a Kubernetes node name"),  # ECMA's $ ends the text
     ("enforcer_kubeconfig", "", "a non-empty string"),
     ("enforcer_api_timeout_seconds", 0, "a number > 0"),
     ("enforcer_marker_roots", ["relative/dir"], "an absolute path or {path, layout"),
@@ -338,6 +339,14 @@ def test_a_pin_in_the_form_the_report_prints_is_taken(selector):
     assert taken.accelerator == selector["accelerator"]
 
 
+def test_an_id_pyinfra_parsed_as_a_float_pins_as_the_report_prints_it():
+    """`--data` parses 1e2 with JSON, a float the schema takes as an integer: it pins 100."""
+    (taken,) = policy_from_host_data(
+        "n1", {"enforcer_pinned": [{"kind": VNPU.kind, "id": 1e2}]}
+    ).pinned
+    assert taken.id == "100" and taken.matches(VNPU)
+
+
 # An id or accelerator in another form than the kind's listing makes would pin nothing,
 # silently (a pin is equality): each is what an operator might copy from another tool.
 NOT_AS_PRINTED = [
@@ -353,6 +362,8 @@ NOT_AS_PRINTED = [
     ({"kind": "ascend-vnpu", "id": "vnpu-100"}, "id", "a number as the report prints it"),
     ({"kind": "nvidia-mig", "id": "07"}, "id", "(100, not 0100)"),
     ({"kind": "hygon-vdcu", "id": "vDCU1"}, "id", "a number as the report prints it"),
+    ({"kind": "ascend-vnpu", "id": "100\n"}, "id", "without spaces"),  # a YAML block's
+    ({"kind": "mdev", "id": f"{UUID}\n"}, "id", "without spaces"),
 ]
 
 
