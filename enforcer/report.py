@@ -132,7 +132,7 @@ def _unrecognised(obs: Observation, decision: Decision, names: dict[str, str]) -
 
 
 def _judged(c: Claim, obs: Observation) -> bool:
-    if c.scope == "exact" and c.kind in kinds.UNJUDGED or not c.judged:
+    if (c.scope == "exact" and c.kind in kinds.UNJUDGED) or not c.judged:
         return False  # it may name no partition (a DCU's DRM node names no vDCU)
     failed = {h.source for h in obs.health if h.status != "ok"}
     listings = {"node", LISTINGS.get(c.kind, c.kind)}
