@@ -23,8 +23,9 @@ Ascend device plugins record ownership in different conventions (tests/samples/R
 NVIDIA MIG, by the generic rule (docs/CONTRACT.md): a record (device id, env value, annotation)
 that holds a MIG device UUID claims that partition exactly (NVIDIA's plugin: kubelet device ids and
 `NVIDIA_VISIBLE_DEVICES`); one that holds a GPU UUID claims a partition on that GPU, count-aware
-(gpustack's device ids `<group>:<GPU UUID>:<slot>`, annotations): that is what keeps a partition
-whose ownership record was deleted while its pod lives. A `nvidia.com/mig-<profile>` record that
+(gpustack's device ids `<group>:<GPU UUID>:<slot>`, annotations; its partitioned resource's ids
+name no GPU, `_as_vendors`: on any GPU): that is what keeps a partition whose ownership record
+was deleted while its pod lives. A `nvidia.com/mig-<profile>` record that
 names neither claims partitions of that profile on any GPU. An ownership record of the `markers`
 source names its partition by MIG UUID and by GI on its GPU. No MIG partition is made with the
 owner's container (plugins make them at Allocate, or before): their age says nothing.
@@ -35,7 +36,7 @@ device nodes, among them the capability devices of the GI and its CI
 (`/dev/alixpu-caps/alixpu-cap<minor>`): a kubelet checkpoint entry that holds one claims that
 partition exactly (by the minors the driver's access files give it), which keeps a partition
 whose record was deleted. A record on a `alibabacloud.com/ppu` resource that names no capability
-device but a PPU's UUID claims a partition on that PPU, count-aware.
+device but a PPU's UUID claims a partition on that PPU, count-aware (on any PPU on `.partitioned`).
 
 Hygon vDCUs (gpustack's Hygon allocator, allocator/hygon): nothing public ties a container to
 one vDCU of a DCU, so every Hygon record claims the vDCUs of a whole DCU. A `vdev<i>.conf` record
@@ -45,6 +46,10 @@ no listing shows) names it by `pciBusID`: every vDCU of that DCU. A record whose
 given a DCU's DRM node (`/dev/dri/renderD<n>`, `card<n>`: a checkpoint entry's device nodes)
 claims every vDCU of that DCU (by the node's name, which every vDCU of it carries); one on a
 `hygon.com/` resource that gives none claims vDCUs of any DCU, as many as its device ids.
+
+gpustack's SSH sidecar asks `device.gpustack.ai/<manufacturer>.visibility` and is given the devices
+its pod's workload container was (the same Allocate answer; kubelet's pick of its tokens is not
+what it is given): its record is read as one on its manufacturer's resource (`_as_vendors`).
 
 Every vendor: a pod the API shows Pending on the node whose request of a partition vendor's
 resource no device-plugin record answers yet is being allocated (`_allocating`): every partition
@@ -58,6 +63,7 @@ process is the one the record names (`enforcer.liveness.vm_liveness`).
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -83,6 +89,20 @@ VENDORS = vendors()
 # The device nodes that reach a partition of each kind, given to a container.
 PARTITION_NODES = tuple(n for unit in REGISTRY for n in unit.nodes)
 
+
+# gpustack's visibility resources, and its manufacturers' resources (pkg/nodefeature/knowns.go
+# _ManufacturerAcceleratableResourceNameMap), of the partition vendors.
+GPUSTACK_VISIBILITY = re.compile(r"^device\.gpustack\.ai/([a-z]+)\.visibility$", re.ASCII)
+GPUSTACK_RESOURCES = {
+    "ascend": "huawei.com/npu",
+    "hygon": "hygon.com/dcu",
+    "nvidia": "nvidia.com/gpu",
+    "thead": "alibabacloud.com/ppu",
+}
+# Its partitioned resources (of the manufacturers with a partition kind, knowns.go
+# _ManufacturerPartitionKindMap), and its tokens: `<group>:<card>:<NNNN>` (resource.go).
+GPUSTACK_PARTITIONED = {f"{GPUSTACK_RESOURCES[m]}.partitioned" for m in ("nvidia", "thead")}
+GPUSTACK_TOKEN = re.compile(r"^([\w.-]+):[^:]+:([0-9]{4})$", re.ASCII)
 
 # The sources of what kubelet gave a container from a device plugin, and the API's source, whose
 # records with a resource are a Pending pod's requests (facts.kubeapi).
@@ -131,8 +151,11 @@ def _allocating(records: tuple[OwnerRecord, ...]) -> list[Claim]:
 
 def _claims(record: OwnerRecord) -> list[Claim]:
     """Each kind's adapter, in registry order: the first that takes the record alone answers;
-    else what they all found, or, when none, the record is unrecognised. Either way a CDI name
-    of a partition vendor that no kind reads keeps that vendor's partitions (`_unread_cdi`)."""
+    else what they all found, or, when none, the record is unrecognised; and a partition's device
+    node its container was given that none of them read keeps its kinds' partitions too
+    (`_unread_nodes`). Either way a CDI name of a partition vendor that no kind reads keeps that
+    vendor's partitions (`_unread_cdi`)."""
+    record = _as_vendors(record)
     found: list[Claim] = []
     for unit in REGISTRY:
         claims, alone = unit.claims(record)
@@ -140,7 +163,44 @@ def _claims(record: OwnerRecord) -> list[Claim]:
             return claims + _unread_cdi(record)
         found += claims
     found += _unread_cdi(record)
-    return found or _unrecognised(record)
+    return found + _unread_nodes(record, found) if found else _unrecognised(record)
+
+
+def _as_vendors(record: OwnerRecord) -> OwnerRecord:
+    """
+    A record on gpustack's visibility resource, as one on its manufacturer's resource; one on its
+    partitioned resource without the cards its tokens name: they name none (its Allocate reads
+    them as a count and picks the cards itself, pkg/deviceplugin/server.go choosePartitionCards).
+    """
+    resource = _vendors_resource(record.resource)
+    if resource in GPUSTACK_PARTITIONED:
+        ids = tuple(GPUSTACK_TOKEN.sub(r"\1:\2", d) for d in record.device_ids)
+        return replace(record, device_ids=ids)
+    return replace(record, resource=resource) if resource != record.resource else record
+
+
+def _vendors_resource(name: str) -> str:
+    """gpustack's `device.gpustack.ai/<manufacturer>.visibility`: the resource of its manufacturer
+    (gpustack-operator pkg/nodefeature/knowns.go, GetAcceleratableResourceName); another, as is."""
+    m = GPUSTACK_VISIBILITY.match(name)
+    return GPUSTACK_RESOURCES.get(m[1], name) if m else name
+
+
+def _unread_nodes(record: OwnerRecord, found: Sequence[Claim]) -> list[Claim]:
+    """
+    A partition's device node the record's container was given (`/dev/alixpu-caps/...`), when
+    the adapters that read the record's other fields claimed nothing of its kinds: the record is
+    not understood for those kinds (a PPU's UUID has NVIDIA's form: a GPU claim keeps no PPU GI).
+    """
+    claimed = {c.kind for c in found}
+    missed = {
+        kind
+        for d in record.device_nodes
+        for pattern, kinds in PARTITION_NODES
+        if pattern.match(d) and not claimed & set(kinds)
+        for kind in kinds
+    }
+    return [c for c in _unrecognised(record) if c.kind in missed]
 
 
 def _unread_cdi(record: OwnerRecord) -> list[Claim]:
@@ -181,9 +241,10 @@ def _cdi_what(record: OwnerRecord, names: list[str]) -> str:
 
 
 def vendor_kinds(name: str) -> tuple[str, ...]:
-    """The partition kinds of the vendor a resource (`nvidia.com/gpu`) or a DRA driver
-    (`gpu.nvidia.com`) belongs to, by its domain; () for any other."""
-    domain = name.split("/", 1)[0]
+    """The partition kinds of the vendor a resource (`nvidia.com/gpu`, gpustack's
+    `device.gpustack.ai/nvidia.visibility`) or a DRA driver (`gpu.nvidia.com`) belongs to, by its
+    domain; () for any other."""
+    domain = _vendors_resource(name).split("/", 1)[0]
     return next(
         (kinds for v, kinds in VENDORS.items() if domain == v or domain.endswith(f".{v}")), ()
     )

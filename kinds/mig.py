@@ -38,6 +38,7 @@ GPU_OPERATOR_SMI = "/run/nvidia/driver/usr/bin/nvidia-smi"  # in the GPU Operato
 _HEX_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 MIG_UUID = re.compile(rf"MIG-{_HEX_UUID}|MIG-GPU-{_HEX_UUID}/[0-9]+/[0-9]+", re.ASCII)
 GPU_UUID = re.compile(rf"GPU-{_HEX_UUID}", re.ASCII)
+GPUSTACK_PARTITIONED = "nvidia.com/gpu.partitioned"
 # NVIDIA's plugin names a profile's resource with '.' for '+' (`1g.10gb+me`: `mig-1g.10gb.me`).
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-([0-9]+g\.[0-9]+gb(?:\.[a-z]+)*)$", re.ASCII)
 # GKE's device plugin (GoogleCloudPlatform/container-engine-accelerators@992db812
@@ -242,8 +243,9 @@ def _mig_claims(record: OwnerRecord) -> list[Claim]:
         claims = [on_gpu(record, "device-wide", f"{p}:{gpu}", None, count, what, k) for k, p in on]
         found += [replace(c, judged=len(on) == 1) for c in claims]  # neither dangles
     resource = MIG_RESOURCE.match(record.resource)
-    if resource and not found:
-        profile = resource[1]
+    # gpustack's partitioned tokens name no GPU (enforcer.claims): a partition on any, each.
+    if (resource or record.resource == GPUSTACK_PARTITIONED) and not found:
+        profile = resource[1] if resource else None
         count = len(record.device_ids) or None
         found.append(on_gpu(record, "device-wide", None, profile, count, record.resource, MIG))
     return found + _not_understood(record, [*odd, *bad])

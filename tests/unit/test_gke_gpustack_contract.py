@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from unit.test_contract import T0, policy
 from unit.test_fail_closed_contract import CHECKPOINT, all_1g, decided, mig_node, nvidia_entry
+from unit.test_hygon_contract import HY_OK, dcu_node, vdcu
 from unit.test_mig_contract import GPU, OTHER_GPU, alive, gi, marker, mig_uuid, runs, status
 from unit.test_ppu_contract import PPU_OK, ppu_node
 from unit.test_ppu_contract import UUID as PPU_UUID
@@ -22,7 +23,7 @@ from enforcer.claims import claims_from_records
 from enforcer.cli import needs_a_person
 from enforcer.contract import decide
 from enforcer.ledger import Ledger
-from enforcer.model import Advertised, Gpu, OwnerRecord, Pod, SourceHealth
+from enforcer.model import PPU, Advertised, Gpu, OwnerRecord, Pod, SourceHealth
 from enforcer.report import build
 
 A = "7d3c2b1a-0f9e-4d8c-b7a6-958473625140"
@@ -146,3 +147,81 @@ def test_not_claimed_gpustacks_allocation_annotation_naming_a_ppu_alone_keeps_a_
     )
     report = build("t-1", both, decide(both, Ledger(), API, T0), "converge", "", policy=API)
     assert report["dangling_claims"] == []
+
+
+# gpustack's tokens, `<group>:<card>:<NNNN>` (gpustack-operator pkg/deviceplugin/resource.go): in
+# partitioned mode its Allocate reads them as a count and picks the cards itself (server.go
+# choosePartitionCards); its SSH sidecar's visibility resource is given its workload container's
+# devices (allocateVisibility), and kubelet's pick of its tokens is not what it is given.
+POD_RESOURCES = policy(claim_sources=["kubelet-pod-resources", "cri"])
+
+
+def pod_resources(resource: str, card: str, n: int = 1) -> OwnerRecord:
+    """What the pod-resources API says of a container: its resource and device ids, no more."""
+    ids = tuple(f"g0:{card}:{i:04d}" for i in range(n))
+    where = f"pod-resources default/llm-t/main {resource}"
+    return OwnerRecord(A, "kubelet-pod-resources", where, resource, ids)
+
+
+def test_not_claimed_gpustacks_partitioned_tokens_name_no_card_so_a_gi_on_any_is_kept():
+    """The GI was placed on OTHER_GPU while kubelet's token names GPU: read as naming GPU, the
+    record kept nothing of OTHER_GPU, and the live pod's GI was destroyed."""
+    health = (*mig_node().health, SourceHealth("kubelet-pod-resources", "ok"))
+    obs = replace(
+        mig_node(gi(7, gpu=OTHER_GPU), records=[pod_resources("nvidia.com/gpu.partitioned", GPU)]),
+        pods=(alive(A, "llm-t"),),
+        health=health,
+    )
+    verdicts, _ = runs(lambda i: obs, 4, pol=POD_RESOURCES)
+    assert status(verdicts, 7, OTHER_GPU) == "claimed"
+    (on_any,) = claims_from_records([pod_resources("alibabacloud.com/ppu.partitioned", GPU, 2)])
+    assert (on_any.kind, on_any.accelerator, on_any.count) == (PPU, None, 2)
+
+
+def test_not_claimed_gpustacks_ssh_sidecar_keeps_the_gi_it_was_given():
+    """A checkpoint entry of the sidecar's `device.gpustack.ai/thead.visibility`: the GI's
+    capability devices, as its workload container's; it claimed on NVIDIA's kind only."""
+    mine, leak = ppu_gi(1, 3), ppu_gi(2, 12)
+    caps = ("/dev/alixpu-caps/alixpu-cap3", "/dev/alixpu-caps/alixpu-cap4")
+    sidecar = replace(
+        pod_resources("device.gpustack.ai/thead.visibility", PPU_UUID),
+        source=CHECKPOINT,
+        where=f"checkpoint {A}/ssh device.gpustack.ai/thead.visibility",
+        devices=("/dev/alixpu", "/dev/alixpu_ctl", "/dev/alixpu_ppu0", *caps),
+    )
+    obs = ppu_node(mine, leak, records=[sidecar], pods=[alive(A, "llm-t")])
+    verdicts, _ = runs(lambda i: obs, 4, pol=policy())
+    assert (verdicts[mine.key].status, verdicts[leak.key].is_orphan) == ("claimed", True)
+    report = build("t-1", obs, decide(obs, Ledger(), policy(), T0), "converge", "", policy=policy())
+    assert needs_a_person(report) == []
+
+
+def test_not_claimed_gpustacks_hygon_sidecar_keeps_the_vdcus_of_its_pod():
+    """Its resource is Hygon's: read from the pod-resources API (tokens alone), it claims vDCUs
+    as its workload container's record does; it claimed none."""
+    sidecar = pod_resources("device.gpustack.ai/hygon.visibility", "DCU-7f3e")
+    health = (*HY_OK, SourceHealth("kubelet-pod-resources", "ok"))
+    obs = dcu_node(vdcu(0, 0), records=[sidecar], pods=[alive(A, "llm-t")], health=health)
+    verdicts, _ = runs(lambda i: obs, 4, pol=POD_RESOURCES)
+    assert verdicts[vdcu(0, 0).key].status == "claimed"
+
+
+def test_not_claimed_a_gis_capability_device_no_adapter_reads_keeps_the_kinds_gis_and_asks():
+    """A record of a resource no adapter knows, naming a PPU by its UUID (NVIDIA's form) and
+    given a GI's capability device: its GPU claim keeps no PPU GI; every GI is kept, and a
+    person is asked."""
+    record = OwnerRecord(
+        A,
+        CHECKPOINT,
+        f"checkpoint {A}/main example.com/accel",
+        "example.com/accel",
+        (PPU_UUID,),
+        devices=("/dev/alixpu-caps/alixpu-cap3",),
+    )
+    mine, other = ppu_gi(1, 3), ppu_gi(2, 12)
+    obs = ppu_node(mine, other, records=[record], pods=[alive(A, "llm-t")])
+    verdicts, _ = runs(lambda i: obs, 4, pol=policy())
+    assert verdicts[mine.key].status == verdicts[other.key].status == "claimed"
+    report = build("t-1", obs, decide(obs, Ledger(), policy(), T0), "converge", "", policy=policy())
+    (unread,) = report["unrecognised"]
+    assert "example.com/accel" in unread and needs_a_person(report)

@@ -105,10 +105,14 @@ def test_not_claimed_a_thead_record_claims_its_gi_on_its_ppu_and_nothing_of_nvid
     on_ppu, by_uuid = claims_from_records([marker(POD_A, 0)])  # its GI, and its MIG UUID
     assert (on_ppu.kind, on_ppu.accelerator, on_ppu.partition_id) == (PPU, ACC, "0")
     assert (by_uuid.kind, by_uuid.accelerator, by_uuid.uuid) == (PPU, None, on_ppu.uuid)
-    no_caps = claims_from_records([checkpoint(POD_A)])  # device ids only: a partition on it
+    # Device ids only: a partition on a PPU, which partitioned mode's ids do not name (gpustack
+    # picks the PPU itself); a whole PPU's name it.
+    no_caps = claims_from_records([checkpoint(POD_A)])
     assert [(c.kind, c.scope, c.accelerator, c.count) for c in no_caps] == [
-        (PPU, "device-wide", ACC, 1)
+        (PPU, "device-wide", None, 1)
     ]
+    (whole,) = claims_from_records([replace(checkpoint(POD_A), resource="alibabacloud.com/ppu")])
+    assert (whole.kind, whole.accelerator) == (PPU, ACC)
     assert all(c.kind != MIG for c in claims_from_records([checkpoint(POD_A), marker(POD_A, 0)]))
 
 
