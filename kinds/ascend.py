@@ -36,7 +36,10 @@ TABLE = "npu-smi-vnpu"  # one section per chip: npu-smi-vnpu:<card>:<chip>
 # -<vnpu>-<phy>[_<vgroup>]"). Ascend 950's whole NPUs are `huawei.com/npu` (customname
 # public_name_config.go: api.HuaweiNPU, names `npu-<id>`).
 _SPECS = r"(?:\.[0-9a-z]+)*"
-ASCEND_RESOURCE = re.compile(rf"^huawei\.com/(Ascend\w*|npu|npu-core)(-\d+c{_SPECS})?$", re.ASCII)
+# gpustack's shared and sliced (gpustack-operator pkg/nodefeature/knowns.go) are whole NPUs too.
+ASCEND_RESOURCE = re.compile(
+    rf"^huawei\.com/(Ascend\w*|npu|npu-core)(-\d+c{_SPECS}|\.shared|\.sliced)?$", re.ASCII
+)
 ASCEND_NOTES = ("huawei.com/", "hami.io/Ascend")  # annotation keys Ascend records use
 REAL_VNPU = re.compile(rf"^Ascend\w+-\d+c{_SPECS}-(\d+)-(\d+)(?:_\d+)?$", re.ASCII)
 VOLCANO_VNPU = re.compile(r"^(\d+)-(vir\w+)$")  # <phy>-<template>
@@ -46,6 +49,10 @@ TEMPLATE = re.compile(r"^vir\w+$")
 AI_CORE = re.compile(r"^npu-core-[0-9]+$", re.ASCII)
 WHOLE_CHIP = re.compile(r"^(?:Ascend\w+|npu)-[0-9]+(?:-[0-9]+)?$", re.ASCII)
 HAMI_SLOT = re.compile(r"^[0-9A-F]{8}(?:-[0-9A-F]{8}){4}-[0-9]+$", re.ASCII)
+# gpustack's tokens `<group>:<die id>:<NNNN>` (deviceplugin/resource.go; the die id's words, as
+# its detector prints dcmi's VDIE): whole NPUs, its allocator makes no vNPU (it slices through
+# vcann-rt: allocator/ascend/deviceplugin.go leaves out ASCEND_RUNTIME_OPTIONS=VIRTUAL).
+GPUSTACK_CHIP = re.compile(r"^[\w.-]+:[0-9A-F]{8}(?: [0-9A-F]{8})*:[0-9]{4}$", re.ASCII)
 # A container given a vNPU without ascend-docker-runtime gets its node (plugin.go getDevPath).
 VNPU_NODE = re.compile(r"^/dev/vdavinci([0-9]+)$", re.ASCII)
 CHIP_NODE = re.compile(r"^/dev/davinci[0-9]+$", re.ASCII)
@@ -232,7 +239,8 @@ class _Read:
     - kubelet's device ids: in Huawei's static mode the vNPU kubelet picked is the one mounted
       (plugin.go:1085-1091 useVolcano: "if virtual device, allocate by k8s"); in dynamic mode
       they are AI-core tokens (`npu-core-<n>`), kubelet's pick, naming no vNPU, and the plugin
-      makes one vNPU for them at Allocate (plugin.go:822-857) or gives whole chips;
+      makes one vNPU for them at Allocate (plugin.go:822-857) or gives whole chips; gpustack's
+      tokens (`GPUSTACK_CHIP`) give whole NPUs;
     - the allocate response: `ASCEND_RUNTIME_OPTIONS=VIRTUAL` + `ASCEND_VISIBLE_DEVICES=<vnpu>`
       (common.go:95-121), `/dev/vdavinci<vnpu>` without ascend-docker (plugin.go:1093-1116), or
       physical ids with an empty option (whole chips); HAMi's `ASCEND_VNPU_SPECS`;
@@ -340,7 +348,7 @@ class _Read:
                 self._name(m[1], f"real device {d}")  # kubelet's pick is the one mounted
             elif AI_CORE.match(d):
                 self.picks.append(d)
-            elif WHOLE_CHIP.match(d):
+            elif WHOLE_CHIP.match(d) or GPUSTACK_CHIP.match(d):
                 self.whole = self.understood = True
             elif not HAMI_SLOT.match(d):  # HAMi's placeholders are read through its records
                 self.garbled.append(f"device id {d[:60]!r}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pytest
 from unit.test_contract import T0, policy
 from unit.test_fail_closed_contract import CHECKPOINT, all_1g, decided, mig_node, nvidia_entry
 from unit.test_hygon_contract import HY_OK, dcu_node, vdcu
@@ -225,3 +226,22 @@ def test_not_claimed_a_gis_capability_device_no_adapter_reads_keeps_the_kinds_gi
     report = build("t-1", obs, decide(obs, Ledger(), policy(), T0), "converge", "", policy=policy())
     (unread,) = report["unrecognised"]
     assert "example.com/accel" in unread and needs_a_person(report)
+
+
+@pytest.mark.parametrize(
+    "resource",
+    ["huawei.com/npu", "huawei.com/npu.sliced", "device.gpustack.ai/ascend.visibility"],
+)
+def test_not_claimed_gpustacks_ascend_records_give_whole_npus_and_ask_nobody(resource):
+    """gpustack's Ascend allocator makes no vNPU (it slices through vcann-rt): its token names an
+    NPU by its die id, its answer the NPU's physical id without VIRTUAL. A whole-NPU record claims
+    no vNPU; it was not understood, kept every vNPU and asked a person, on every pod."""
+    record = OwnerRecord(
+        A,
+        CHECKPOINT,
+        f"checkpoint {A}/main {resource}",
+        resource,
+        ("910b2:E0F4EE64 802061B1 6A691492 89528485 104301E3:0000",),
+        (("ASCEND_VISIBLE_DEVICES", "3"),),
+    )
+    assert claims_from_records([record]) == ()
