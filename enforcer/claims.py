@@ -133,12 +133,13 @@ def _allocating(records: tuple[OwnerRecord, ...]) -> list[Claim]:
     before). Until the record is there, every partition of the vendor is kept: which one the
     plugin made cannot be told. One record of the vendor is enough: kubelet records a pod's
     allocations at its admission, and a resource no plugin serves (HAMi's
-    `huawei.com/Ascend310P-memory`, which only its scheduler counts) never gets a record.
+    `huawei.com/Ascend310P-memory`, which only its scheduler counts) never gets a record. But not
+    gpustack's sidecar's: it is given what its workload container was, whose own record answers.
     """
     answered = {
         (r.owner_uid, vendor_kinds(r.resource))
         for r in records
-        if r.source in DEVICE_PLUGIN_SOURCES
+        if r.source in DEVICE_PLUGIN_SOURCES and not GPUSTACK_VISIBILITY.match(r.resource)
     }
     what = "allocating: requests {}, which no device-plugin record answers yet"
     return [

@@ -24,7 +24,7 @@ from enforcer.claims import claims_from_records
 from enforcer.cli import needs_a_person
 from enforcer.contract import decide
 from enforcer.ledger import Ledger
-from enforcer.model import PPU, Advertised, Gpu, OwnerRecord, Pod, SourceHealth
+from enforcer.model import MIG, PPU, Advertised, Gpu, OwnerRecord, Pod, SourceHealth
 from enforcer.report import build
 
 A = "7d3c2b1a-0f9e-4d8c-b7a6-958473625140"
@@ -195,6 +195,23 @@ def test_not_claimed_gpustacks_ssh_sidecar_keeps_the_gi_it_was_given():
     assert (verdicts[mine.key].status, verdicts[leak.key].is_orphan) == ("claimed", True)
     report = build("t-1", obs, decide(obs, Ledger(), policy(), T0), "converge", "", policy=policy())
     assert needs_a_person(report) == []
+
+
+def test_not_claimed_gpustacks_sidecars_record_does_not_answer_its_pods_pending_request():
+    """A Pending pod asks `.partitioned` for its workload container and the visibility resource
+    for its sidecar: the sidecar's record alone does not say which GI gpustack made (its token's
+    card is kubelet's pick), so every GI stays kept until the workload container's record is
+    there."""
+    requests = [
+        OwnerRecord(A, "kubernetes-api", "pod default/llm-t (Pending)", resource=r)
+        for r in ("nvidia.com/gpu.partitioned", "device.gpustack.ai/nvidia.visibility")
+    ]
+    sidecar = pod_resources("device.gpustack.ai/nvidia.visibility", GPU)
+    kept = [c for c in claims_from_records([*requests, sidecar]) if c.kind == MIG]
+    assert any(c.accelerator is None and c.count is None for c in kept)
+    main = pod_resources("nvidia.com/gpu.partitioned", GPU)
+    answered = claims_from_records([*requests, sidecar, main])
+    assert not any(c.count is None for c in answered)
 
 
 def test_not_claimed_gpustacks_hygon_sidecar_keeps_the_vdcus_of_its_pod():
