@@ -126,26 +126,27 @@ def _requests(record: OwnerRecord) -> bool:
 
 def _allocating(records: tuple[OwnerRecord, ...]) -> list[Claim]:
     """
-    A Pending pod's request of a partition vendor's resource, while no device-plugin record of
-    that vendor names the pod: kubelet calls the plugin's Allocate at admission, which may make
-    the partition, and writes the checkpoint entry after it, so a run can read the partition
-    before anything names it (and a partition made again at a place looks the same as the one
-    before). Until the record is there, every partition of the vendor is kept: which one the
-    plugin made cannot be told. One record of the vendor is enough: kubelet records a pod's
-    allocations at its admission, and a resource no plugin serves (HAMi's
-    `huawei.com/Ascend310P-memory`, which only its scheduler counts) never gets a record. But not
-    gpustack's sidecar's: it is given what its workload container was, whose own record answers.
+    A Pending pod's container's request of a partition vendor's resource, while no
+    device-plugin record of that vendor names the container: kubelet calls the plugin's Allocate
+    at admission, which may make the partition, and writes the checkpoint entry after it, so a
+    run can read the partition before anything names it (and a partition made again at a place
+    looks the same as the one before). Until the record is there, every partition of the vendor
+    is kept: which one the plugin made cannot be told. Kubelet admits a pod container by
+    container (init containers first) and writes the checkpoint after each
+    (devicemanager allocateContainerResources): another container's record does not answer. One
+    record of the vendor for that container does: a resource no plugin serves (HAMi's
+    `huawei.com/Ascend310P-memory`, which only its scheduler counts) never gets a record.
     """
     answered = {
-        (r.owner_uid, vendor_kinds(r.resource))
+        (r.owner_uid, r.container, vendor_kinds(r.resource))
         for r in records
-        if r.source in DEVICE_PLUGIN_SOURCES and not GPUSTACK_VISIBILITY.match(r.resource)
+        if r.source in DEVICE_PLUGIN_SOURCES
     }
     what = "allocating: requests {}, which no device-plugin record answers yet"
     return [
         on_gpu(r, "device-wide", None, None, None, what.format(r.resource), kind)
         for r in records
-        if _requests(r) and (r.owner_uid, vendor_kinds(r.resource)) not in answered
+        if _requests(r) and (r.owner_uid, r.container, vendor_kinds(r.resource)) not in answered
         for kind in vendor_kinds(r.resource)
     ]
 

@@ -192,6 +192,7 @@ class OwnerRecord:
     devices: tuple[str, ...] = ()  # the allocate response's device nodes (host paths)
     mounts: tuple[tuple[str, str], ...] = ()  # the allocate response's (container, host) paths
     cdi_devices: tuple[str, ...] = ()  # the allocate response's CDI device names
+    container: str = ""  # the container it is of, where its source says (kubelet's, a request)
 
     @property
     def device_nodes(self) -> tuple[str, ...]:

@@ -67,8 +67,9 @@ class ApiPod:
     phase: str  # "" when the server did not say
     deleting: bool  # metadata.deletionTimestamp is set (Terminating)
     annotations: tuple[tuple[str, str], ...] = ()
-    # The extended resources (`<domain>/<name>`) its containers and init containers request.
-    requests: tuple[str, ...] = ()
+    # The extended resources (`<domain>/<name>`) its containers and init containers request:
+    # (container, resource).
+    requests: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -248,8 +249,16 @@ def _requests(p: ApiPod) -> tuple[OwnerRecord, ...]:
     """
     if p.phase not in ("Pending", ""):
         return ()
-    where = f"pod {p.namespace}/{p.name} ({p.phase or 'no phase'})"
-    return tuple(OwnerRecord(_owner(p), SOURCE, where, resource=r) for r in p.requests)
+    return tuple(
+        OwnerRecord(
+            _owner(p),
+            SOURCE,
+            f"pod {p.namespace}/{p.name}/{c} ({p.phase or 'no phase'})",
+            resource=r,
+            container=c,
+        )
+        for c, r in p.requests
+    )
 
 
 def _owner(p: ApiPod) -> str:
@@ -584,18 +593,22 @@ def _parse_pod(item: dict[str, Any]) -> ApiPod:
     )
 
 
-def _extended(spec: dict[str, Any]) -> tuple[str, ...]:
-    """The extended resources (names with a domain) any container or init container requests:
-    limits, where the API requires them, or requests."""
-    names: set[str] = set()
+def _extended(spec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """
+    The extended resources (names with a domain) each container and init container requests:
+    limits, where the API requires them, or requests. Not one of "0": kubelet allocates none
+    (devicemanager devicesToAllocate: "No change, no work"), and no record will answer it.
+    """
+    names: set[tuple[str, str]] = set()
     for field in ("initContainers", "containers"):
         for i, container in enumerate(spec.get(field) or ()):
+            named = _text(container.get("name"), f"spec.{field}[{i}].name")
             resources = container.get("resources") or {}
             for part in ("limits", "requests"):
                 amounts = resources.get(part) or {}
                 if not isinstance(amounts, dict) or not all(isinstance(k, str) for k in amounts):
                     raise ValueError(f"spec.{field}[{i}].resources.{part} is {amounts!r}")
-                names |= {name for name in amounts if "/" in name}
+                names |= {(named, n) for n, amount in amounts.items() if "/" in n and amount != "0"}
     return tuple(sorted(names))
 
 

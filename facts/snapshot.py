@@ -503,6 +503,7 @@ def _pod_resources(listed, sandboxes) -> tuple[list[Pod], list[OwnerRecord]]:
                 d.resource_name,
                 tuple(d.device_ids),
                 annotations=notes.get(owner, ()),
+                container=c.name,
             )
             for c in p.containers
             for d in c.devices
@@ -593,6 +594,7 @@ def _pods_and_records(entries, sandboxes, containers) -> tuple[list[Pod], list[O
             e.devices,
             e.mounts,
             e.cdi_devices,
+            e.container,
         )
         for e in entries or ()
     ]

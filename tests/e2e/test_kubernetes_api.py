@@ -234,7 +234,9 @@ def test_a_pod_being_allocated_keeps_its_vendors_vnpus_until_kubelet_records_it(
     # says what it is getting.
     train_c = next(i for i in api.items if i["metadata"]["uid"] == LIVE["train-c"])
     limits = {"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "12288"}
-    train_c["spec"]["containers"][0]["resources"] = {"limits": limits}
+    train_c["spec"]["containers"] = [
+        {"name": "train", "image": "x", "resources": {"limits": limits}}
+    ]
     with_api(seed_node, tmp_path, api.url)
     seed_node.enforce()
     infer_b = infer_b_starts(seed_node.sim)

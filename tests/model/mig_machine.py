@@ -768,7 +768,7 @@ class MigLifecycle(GiBook, PodMachine):
                 NODE,
                 API_PHASE.get(p.phase, p.phase),
                 deleting=p.phase == "Terminating",
-                requests=(REQUESTS[p.style],) if p.style in REQUESTS else (),
+                requests=(("main", REQUESTS[p.style]),) if p.style in REQUESTS else (),
             )
             for p in self.pods.values()
             if p.phase != "Deleted"

@@ -76,6 +76,7 @@ def hami(uid: str, template: str = "vir02") -> OwnerRecord:
         "huawei.com/Ascend310P",
         ("E281A66C-0140C979-2CFBED72-00000000-00000001-0",),
         (("ASCEND_VISIBLE_DEVICES", "0"), ("ASCEND_VNPU_SPECS", template)),
+        container="main",
     )
 
 

@@ -48,7 +48,15 @@ def decided(obs: Observation, n: int, pol=None) -> tuple[dict, Observation, Deci
 def nvidia_entry(uid: str, resource: str, ids, devices=(), envs=()) -> OwnerRecord:
     where = f"checkpoint {uid}/main {resource}"
     return OwnerRecord(
-        uid, CHECKPOINT, where, resource, tuple(ids), tuple(envs), (), tuple(devices)
+        uid,
+        CHECKPOINT,
+        where,
+        resource,
+        tuple(ids),
+        tuple(envs),
+        (),
+        tuple(devices),
+        container="main",
     )
 
 
@@ -236,9 +244,10 @@ def test_not_claimed_a_dra_claim_keeps_every_partition_of_its_drivers_vendor():
 # --- a pod being allocated: Allocate before the checkpoint write ---------------------------------
 
 
-def request(uid: str, resource: str) -> OwnerRecord:
-    """A Pending pod's request as facts.kubeapi.for_node makes it a record."""
-    return OwnerRecord(uid, "kubernetes-api", "pod default/b (Pending)", resource=resource)
+def request(uid: str, resource: str, container: str = "main") -> OwnerRecord:
+    """A Pending pod's container's request as facts.kubeapi.for_node makes it a record."""
+    where = f"pod default/b/{container} (Pending)"
+    return OwnerRecord(uid, "kubernetes-api", where, resource=resource, container=container)
 
 
 def test_not_claimed_a_pending_pods_request_keeps_its_vendors_partitions_until_it_is_recorded():
@@ -257,11 +266,31 @@ def test_not_claimed_a_pending_pods_request_keeps_its_vendors_partitions_until_i
     assert [status(verdicts, g) for g in (7, 8)] == ["claimed", "orphan"]
 
 
-def test_not_claimed_one_record_of_the_vendor_answers_every_request_of_the_pod():
+def test_not_claimed_one_record_of_the_vendor_answers_every_request_of_the_container():
     """HAMi's `-memory` resource is counted by its scheduler only: no plugin ever records it."""
     requests = [request(A, "huawei.com/Ascend310P"), request(A, "huawei.com/Ascend310P-memory")]
     assert len(claims_from_records(requests)) == 2
     assert [c.source for c in claims_from_records([*requests, hami(A)])] == [CHECKPOINT]
+
+
+def test_not_claimed_a_containers_record_does_not_answer_another_containers_request():
+    """Kubelet admits a pod container by container and writes the checkpoint after each
+    (devicemanager allocateContainerResources): read between the two, the first container's
+    record is there while the second's Allocate may have made a GI no record names yet."""
+    pending = Pod(B, "kubernetes-api", "alive", "b", "default", "phase Pending")
+    asks = [request(B, "nvidia.com/gpu.partitioned", c) for c in ("prefill", "decode")]
+    first = replace(
+        nvidia_entry(B, "nvidia.com/gpu.partitioned", ["x"], envs=[("V", mig_uuid(GPU, 7))]),
+        container="prefill",
+    )
+    obs = mig_node(*all_1g(3), records=[*asks, first], pods=[pending])
+    verdicts, _ = runs(lambda i: obs, 4)
+    assert [status(verdicts, g) for g in (7, 8, 9)] == ["claimed"] * 3
+    assert "allocating: requests nvidia.com/gpu.partitioned" in verdicts["9"].reason
+    assert "pod default/b/decode (Pending)" in verdicts["9"].reason
+    second = replace(first, container="decode", envs=(("V", mig_uuid(GPU, 8)),))
+    verdicts, _ = runs(lambda i: replace(obs, records=(*obs.records, second)), 3)
+    assert [status(verdicts, g) for g in (7, 8, 9)] == ["claimed", "claimed", "orphan"]
 
 
 def test_not_claimed_a_request_of_no_partition_vendor_keeps_nothing():

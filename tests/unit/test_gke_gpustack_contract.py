@@ -157,11 +157,11 @@ def test_not_claimed_gpustacks_allocation_annotation_naming_a_ppu_alone_keeps_a_
 POD_RESOURCES = policy(claim_sources=["kubelet-pod-resources", "cri"])
 
 
-def pod_resources(resource: str, card: str, n: int = 1) -> OwnerRecord:
+def pod_resources(resource: str, card: str, n: int = 1, container: str = "main") -> OwnerRecord:
     """What the pod-resources API says of a container: its resource and device ids, no more."""
     ids = tuple(f"g0:{card}:{i:04d}" for i in range(n))
-    where = f"pod-resources default/llm-t/main {resource}"
-    return OwnerRecord(A, "kubelet-pod-resources", where, resource, ids)
+    where = f"pod-resources default/llm-t/{container} {resource}"
+    return OwnerRecord(A, "kubelet-pod-resources", where, resource, ids, container=container)
 
 
 def test_not_claimed_gpustacks_partitioned_tokens_name_no_card_so_a_gi_on_any_is_kept():
@@ -197,16 +197,21 @@ def test_not_claimed_gpustacks_ssh_sidecar_keeps_the_gi_it_was_given():
     assert needs_a_person(report) == []
 
 
+VISIBILITY = "device.gpustack.ai/nvidia.visibility"
+
+
 def test_not_claimed_gpustacks_sidecars_record_does_not_answer_its_pods_pending_request():
     """A Pending pod asks `.partitioned` for its workload container and the visibility resource
     for its sidecar: the sidecar's record alone does not say which GI gpustack made (its token's
     card is kubelet's pick), so every GI stays kept until the workload container's record is
     there."""
     requests = [
-        OwnerRecord(A, "kubernetes-api", "pod default/llm-t (Pending)", resource=r)
-        for r in ("nvidia.com/gpu.partitioned", "device.gpustack.ai/nvidia.visibility")
+        OwnerRecord(
+            A, "kubernetes-api", f"pod default/llm-t/{c} (Pending)", resource=r, container=c
+        )
+        for c, r in (("main", "nvidia.com/gpu.partitioned"), ("ssh", VISIBILITY))
     ]
-    sidecar = pod_resources("device.gpustack.ai/nvidia.visibility", GPU)
+    sidecar = pod_resources(VISIBILITY, GPU, container="ssh")
     kept = [c for c in claims_from_records([*requests, sidecar]) if c.kind == MIG]
     assert any(c.accelerator is None and c.count is None for c in kept)
     main = pod_resources("nvidia.com/gpu.partitioned", GPU)

@@ -256,8 +256,9 @@ def test_pods_are_grouped_per_node_with_their_states(fake: FakeApiServer, tmp_pa
 
 
 def test_a_pending_pods_extended_requests_are_records_once_it_runs_they_are_not():
-    """kubelet allocates at admission: a Pending pod's request is the only record of what its
-    plugin may be making until the checkpoint entry is written (enforcer.claims._allocating)."""
+    """kubelet allocates at admission: a Pending pod's container's request is the only record of
+    what its plugin may be making until the checkpoint entry is written
+    (enforcer.claims._allocating). One of 0 is allocated nothing: no record will answer it."""
     item = pod("starting", "n1", "Pending")
     item["spec"]["initContainers"] = [
         {"name": "fetch", "resources": {"limits": {"huawei.com/Ascend310P-2c.1cpu": "1"}}}
@@ -266,14 +267,25 @@ def test_a_pending_pods_extended_requests_are_records_once_it_runs_they_are_not(
         "limits": {"cpu": "2", "nvidia.com/mig-1g.10gb": "2"},
         "requests": {"memory": "1Gi", "nvidia.com/mig-1g.10gb": "2"},
     }
+    item["spec"]["containers"].append(
+        {"name": "probe", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "0"}}}
+    )
     parsed = kubeapi._parse_pod(item)
-    assert parsed.requests == ("huawei.com/Ascend310P-2c.1cpu", "nvidia.com/mig-1g.10gb")
+    assert parsed.requests == (
+        ("fetch", "huawei.com/Ascend310P-2c.1cpu"),
+        ("main", "nvidia.com/mig-1g.10gb"),
+    )
 
     listed = PodList(True, "", (parsed, replace(parsed, uid="uid-b", phase="Running")), 0)
     _, records, _ = for_node(listed, "n1")
-    assert [(r.owner_uid, r.resource, r.where) for r in records if r.resource] == [
-        ("uid-starting", "huawei.com/Ascend310P-2c.1cpu", "pod ai/starting (Pending)"),
-        ("uid-starting", "nvidia.com/mig-1g.10gb", "pod ai/starting (Pending)"),
+    assert [(r.owner_uid, r.container, r.resource, r.where) for r in records if r.resource] == [
+        (
+            "uid-starting",
+            "fetch",
+            "huawei.com/Ascend310P-2c.1cpu",
+            "pod ai/starting/fetch (Pending)",
+        ),
+        ("uid-starting", "main", "nvidia.com/mig-1g.10gb", "pod ai/starting/main (Pending)"),
     ]
 
 
