@@ -6,12 +6,17 @@ shell, and verifies the listing after. Any doubt keeps the vNPU (exit 0, the nex
 from __future__ import annotations
 
 import hashlib
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 from enforcer.model import VNPU, Observation, Partition, Verdict
 from enforcer.policy import NodePaths
 from operations.enforce import destroy_command
+from simulator import barrier
+
+LATE = "0f3c9a2e-5b71-4d8e-9c2a-6e1b7d4f8a35"  # a pod whose entry lands during the guard
 
 
 def zombie(vid: int, vgroup: str, devnode: str) -> Verdict:
@@ -96,6 +101,43 @@ def test_re_proven_at_the_moment_of_destruction_a_successor_with_the_same_row(se
     assert seed_node.sim.create_vnpu(0, 0, "vir02", 101, vgroup=vgroup) == 101
     rc, out = guarded(seed_node, 101, devnode=f"{made.st_dev}:{made.st_ino}")
     assert rc == 0 and "its device node was made anew" in out
+    assert 101 in seed_node.vnpus()
+
+
+def test_re_proven_at_the_moment_of_destruction_a_record_written_while_it_lists(
+    seed_node, tmp_path
+):
+    """The owner's checkpoint entry lands after the guard's first proof, while it lists the chip's
+    processes (seconds on a busy node): proven again right before the destroy, it is kept."""
+    with ThreadPoolExecutor(1) as pool, barrier.Barrier(tmp_path / "listing") as listing:
+        seed_node.sim.set_fault("npu-smi", "info", barrier=str(listing))
+        guard = pool.submit(guarded, seed_node, 101)
+        listing.wait()
+        seed_node.sim.allocate(LATE, "infer", "huawei.com/Ascend310P", ["late-0"], {})
+        listing.release()
+        rc, out = guard.result()
+    assert rc == 0 and "kept, not destroyed: claim records changed" in out, out
+    assert 101 in seed_node.vnpus()
+
+
+def test_re_proven_at_the_moment_of_destruction_a_process_on_its_chip_with_another_chips_vnpu(
+    seed_node, tmp_path
+):
+    """npu-smi lists the pid on chip 0 0, and the only vNPU it is seen using is not of that chip:
+    it may be using this one, as the read says (kinds.ascend: every vNPU of the chip is held)."""
+    other = seed_node.sim.devfile(200)  # another chip's vNPU
+    other.touch()
+    with barrier.Barrier(tmp_path / "opened") as opened:
+        argv = ["sh", "-c", 'exec 3<"$0"; "$1" "$2" "$3" opened; exec sleep 600']
+        argv += [str(other), sys.executable, barrier.__file__, str(opened)]
+        pid = seed_node.ns.start(argv, tmp_path / "holder.log")
+        opened.wait()  # its fd is open
+    seed_node.sim.add_process(0, 0, pid, "infer", 512)
+    try:
+        rc, out = guarded(seed_node, 101)
+    finally:
+        seed_node.ns.stop(pid)
+    assert rc == 0 and f"pid {pid} runs on its chip and no vNPU of it is seen open" in out, out
     assert 101 in seed_node.vnpus()
 
 

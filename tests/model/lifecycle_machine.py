@@ -167,8 +167,9 @@ class InProcessDriver(AscendNode, core.InProcessDriver):
         Mirrors destroy-vnpu.sh.j2: keep (no destroy) unless the boot id and the claim digest are
         the run's, npu-smi lists the same row (vgroup, Container ID 000000000000, Status 0,
         template), the device node exists, no fd reaches it, and every process npu-smi lists on
-        the chip is seen holding some vNPU; then `destroy-vnpu` (faults honoured: fail_ids is
-        npu-smi's refusal) and the listing no longer showing it.
+        the chip is seen holding some vNPU of the chip (the model's one chip); then
+        `destroy-vnpu` (faults honoured: fail_ids is npu-smi's refusal) and the listing no longer
+        showing it.
         """
         f = dict(v.partition.identity_fields)
         card, chip, vid = int(f["card"]), int(f["chip"]), int(f["vnpu"])

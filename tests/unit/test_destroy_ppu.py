@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from enforcer.policy import NodePaths
 from enforcer.shell import render
 from facts import ppu as ppu_facts
 from operations.enforce import destroy_command
+from simulator.barrier import Barrier
 from simulator.mig_model import PPU as PPU_SPEC
 from simulator.namespace import NodeNamespace
 from simulator.node import SimNode
@@ -237,6 +239,24 @@ def test_a_changed_claim_digest_keeps_it(node):
     node.sim.add_pod(POD, "late", phase="ContainerCreating")
     node.sim.write_ppu_marker(POD, "main", 0, gi)  # a record made meanwhile
     rc, out = node.guarded(p, obs)
+    assert rc == 0 and "kept, not destroyed: claim records changed" in out, out
+    assert node.gis(0) == {gi}
+
+
+def test_a_record_written_while_it_lists_keeps_it(node, tmp_path):
+    """gpustack's marker lands after the guard's first proof, while it lists the processes:
+    proven again right before the destroy, the instance is kept."""
+    gi = node.sim.create_ppu_gi(0, "2g24gb", start=4)
+    p = node.partition(0, gi)
+    obs = node.observed()
+    with ThreadPoolExecutor(1) as pool, Barrier(tmp_path / "listing") as listing:
+        node.sim.set_fault("ppu-smi", "table", barrier=str(listing))
+        guard = pool.submit(node.guarded, p, obs)
+        listing.wait()
+        node.sim.add_pod(POD, "late", phase="ContainerCreating")
+        node.sim.write_ppu_marker(POD, "main", 0, gi)
+        listing.release()
+        rc, out = guard.result()
     assert rc == 0 and "kept, not destroyed: claim records changed" in out, out
     assert node.gis(0) == {gi}
 
