@@ -429,6 +429,7 @@ def test_a_checkpoint_entry_is_an_owner_record_with_its_allocate_response():
             ("3F5A1C2B-0140C979-2CFBED72-6A8D4E10-00000000-0",),
             (("ASCEND_VISIBLE_DEVICES", "0"), ("ASCEND_VNPU_SPECS", "vir02")),
             (),
+            container="infer",
         )
     ]
 
