@@ -141,6 +141,25 @@ def test_re_proven_at_the_moment_of_destruction_a_process_on_its_chip_with_anoth
     assert 101 in seed_node.vnpus()
 
 
+def test_re_proven_at_the_moment_of_destruction_a_process_on_its_chip_with_its_chips_other_vnpu(
+    seed_node, tmp_path
+):
+    """npu-smi lists the pid on chip 0 0 and it is seen using vNPU 102 of that chip, not 101:
+    the chip's listing names 100, 101 and 102, and every one of their nodes is looked at."""
+    with barrier.Barrier(tmp_path / "opened") as opened:
+        argv = ["sh", "-c", 'exec 3<"$0"; "$1" "$2" "$3" opened; exec sleep 600']
+        argv += [str(seed_node.sim.devfile(102)), sys.executable, barrier.__file__, str(opened)]
+        pid = seed_node.ns.start(argv, tmp_path / "holder.log")
+        opened.wait()  # its fd is open
+    seed_node.sim.add_process(0, 0, pid, "infer", 512)
+    try:
+        rc, out = guarded(seed_node, 101)
+    finally:
+        seed_node.ns.stop(pid)
+    assert rc == 0 and out.rstrip().endswith("destroyed"), out
+    assert 101 not in seed_node.vnpus() and 102 in seed_node.vnpus()
+
+
 def test_verified_after_a_destroy_the_tool_reports_but_does_not_do_fails(seed_node):
     seed_node.sim.set_fault("npu-smi", "destroy-vnpu", lie_ids=[101])
     rc, out = guarded(seed_node, 101)
