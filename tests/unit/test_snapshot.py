@@ -13,8 +13,10 @@ from pathlib import Path
 
 from framing import cut_short
 
+from enforcer.contract import decide, failed_sources
+from enforcer.ledger import Ledger
 from enforcer.model import Holder, Observation, OwnerRecord, Pod, SourceHealth
-from enforcer.policy import NodePaths
+from enforcer.policy import NodePaths, policy_from_host_data
 from facts import protowire
 from facts.sections import Section, Sections, frame
 from facts.snapshot import observe, parse_sections
@@ -835,3 +837,16 @@ def test_a_pod_resources_name_the_cri_knows_under_two_uids_is_not_guessed():
 def test_pod_resources_asked_but_missing_from_the_read_is_unreadable_not_nothing_claimed():
     obs = read(claim_sources=ASKED)  # the healthy read has no pod-resources section
     assert [(h.source, h.status) for h in obs.health] == [("kubelet-pod-resources", "unreadable")]
+
+
+def test_everything_was_read_a_claim_digest_not_read_keeps_every_partition_whatever_the_sources():
+    """The destroy guard compares the digest of every claim record (node.sh.j2 `claim_digest`):
+    without it no destroy can be re-proven, on a host that requires the checkpoint or not."""
+    failed = ("1", "", "/srv/n1/var/lib/kubelet/checkpoint: not a regular file, not read\n")
+    for sources in (SOURCES, ("cri",)):
+        obs = read({"claim-digest": failed}, claim_sources=sources)
+        pol = policy_from_host_data("n1", {"enforcer_claim_sources": list(sources)})
+        assert [h.source for h in failed_sources(obs, pol)] == ["node"]
+        verdicts = decide(obs, Ledger(), pol, obs.now).verdicts
+        assert verdicts and {v.status for v in verdicts} == {"inconclusive"}
+        assert all("not a regular file" in v.reason for v in verdicts)
