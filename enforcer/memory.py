@@ -24,7 +24,8 @@ The memory is the ledger's `desired`, per partition identity (`Remembered`):
 - advertised now (rule 4 pins it by an advertisement, `Desired.by`): remembered, by that one;
 - remembered and not advertised now: kept (`pinned`) and said, "<advertised by ...>, until
   <the first run that found it not advertised>; <why>", where why is one of:
-  - its advertiser's source was not read this run: nothing is learnt;
+  - its advertiser's source was not read this run, or its word not whole (Observation.unheard:
+    a pool of ResourceSlices being replaced): nothing is learnt;
   - the advertiser is gone: its source was read and lists no device of its resource (a plugin
     disconnected, restarting, or gone past kubelet's 5 minutes); remembered as `gone_seen`;
   - the advertiser lists other devices of its resource, not this one: it calls it unhealthy, or
@@ -102,7 +103,7 @@ def recall(
     previous = _previous(ledger, obs, set(listed), now)
     asked = {r.identity: r for r in obs.released}
     there = Counter((a.source, a.resource) for a in obs.advertised)
-    unread = {h.source for h in obs.health if h.status != "ok"}
+    unread = {(h.source, "") for h in obs.health if h.status != "ok"} | set(obs.unheard)
     kept: dict[str, str] = {}
     stuck: dict[str, tuple[str, float]] = {}
     released: list[Released] = []
@@ -183,9 +184,12 @@ def _advertised(
     return Remembered(key, a.source, a.resource, a.device_id, desired.pinned[key], since)
 
 
-def _advertiser(m: Remembered, there: Counter[tuple[str, str]], unread: set[str]) -> str:
-    """What this run read of a remembered partition's advertiser: unread, gone, or there."""
-    if m.source in unread:
+def _advertiser(
+    m: Remembered, there: Counter[tuple[str, str]], unread: set[tuple[str, str]]
+) -> str:
+    """What this run read of a remembered partition's advertiser: unread (its source, or its
+    word, `(source, "")` or `(source, resource)`), gone, or there."""
+    if (m.source, "") in unread or (m.source, m.resource) in unread:
         return UNREAD
     return THERE if there[m.source, m.resource] else GONE
 
@@ -193,7 +197,7 @@ def _advertiser(m: Remembered, there: Counter[tuple[str, str]], unread: set[str]
 def _kept(m: Remembered, state: str) -> str:
     """Rule 4's evidence for a partition kept by memory alone."""
     if state == UNREAD:
-        why = f"its advertiser's source {m.source} was not read this run"
+        why = f"its advertiser's word ({m.source}: {m.resource}) was not read whole this run"
     elif state == GONE:
         why = f"the advertiser is gone ({m.source} lists no device of {m.resource})"
     else:

@@ -318,6 +318,9 @@ class Observation:
     listening: dict[str, frozenset[int]] = field(default_factory=dict)  # unix socket path ->
     # inodes of listening sockets bound there (/proc/net/unix, accept flag set)
     advertised: tuple[Advertised, ...] = ()
+    # Advertisers (source, resource) whose word was not read whole this run, their source ok all
+    # the same (a pool of ResourceSlices being replaced): their silence says nothing (rule 4).
+    unheard: tuple[tuple[str, str], ...] = ()
     dra_modes: tuple[DraMode, ...] = ()  # rule 4's evidence on NVIDIA's DRA driver's DynamicMIG
     released: tuple[Release, ...] = ()  # a person's releases not applied yet (enforcer.memory)
     # Which machine this is, across boots (facts.machine_id): its app-specific ID, or None and why.

@@ -339,9 +339,19 @@ def kept_kinds(drivers: dict[str, str], kinds: Sequence[str]) -> dict[str, str]:
 # --- its ResourceSlices: the driver's own word on what it advertises (rule 4) --------------------
 
 
-def slices_evidence(
-    listed: kubeapi.PodList, node_name: str, unread: str = ""
-) -> tuple[tuple[Advertised, ...], tuple[DraMode, ...]]:
+class SliceEvidence(NamedTuple):
+    """What the slices say: `advertised` (desired), `modes` (DynamicMIG or not), and `unheard`:
+    the advertiser (source, resource) whose silence says nothing this run (rule 4's memory)."""
+
+    advertised: tuple[Advertised, ...]
+    modes: tuple[DraMode, ...]
+    unheard: tuple[tuple[str, str], ...] = ()
+
+
+RESOURCE = f"{DRA}{DRIVER}"  # what the slices advertise under (enforcer.advertised)
+
+
+def slices_evidence(listed: kubeapi.PodList, node_name: str, unread: str = "") -> SliceEvidence:
     """
     What NVIDIA's GPU driver's ResourceSlices for this node say (its pool, named after the node,
     v0.4.1 driver.go:190-307,455-493), read whole: partitionable devices (shared counters, a
@@ -350,47 +360,52 @@ def slices_evidence(
     static MIG device by its canonical name pins that GI, enforcer.advertised). `unread`: why
     the API's word is not this node's (the kubernetes-api source not ok). Anything short of a
     whole pool (slices missing or being replaced, two pools, static and partitionable MIG
-    devices together, which the driver never publishes) says nothing, and is said.
+    devices together, which the driver never publishes) says nothing, and is said: the memory
+    takes it as its advertiser unread, not gone. No pool for the node is the driver gone.
     """
     if unread or listed.slices is None:
         why = unread or f"they could not be listed ({listed.slices_reason})"
-        return (), (DraMode(DRA_SLICES, None, f"its ResourceSlices are not read: {why}"),)
+        return _unheard(f"its ResourceSlices are not read: {why}")
     mine = [s for s in listed.slices if s.driver == DRIVER and s.node == node_name]
     pools = sorted({s.pool for s in mine})
+    if not pools:
+        why = f"its ResourceSlices for node {node_name}: none (not published yet, or gone)"
+        return SliceEvidence((), (DraMode(DRA_SLICES, None, why),))
     if len(pools) != 1:
-        what = f"pools {', '.join(pools)}" if pools else "none"
-        why = f"its ResourceSlices for node {node_name}: {what} (not published yet, or gone)"
-        return (), (DraMode(DRA_SLICES, None, why),)
+        return _unheard(f"its ResourceSlices for node {node_name}: pools {', '.join(pools)}")
     newest = max(s.generation for s in mine)
     current = [s for s in mine if s.generation == newest]
     named = f"pool {pools[0]} (generation {newest}, {', '.join(sorted(s.name for s in current))})"
     if {s.slice_count for s in current} != {len(current)}:
-        why = f"its ResourceSlices of {named} are not all there: being replaced"
-        return (), (DraMode(DRA_SLICES, None, why),)
+        return _unheard(f"its ResourceSlices of {named} are not all there: being replaced")
     return _advertised(pools[0], named, [d for s in current for d in s.devices], current)
+
+
+def _unheard(why: str) -> SliceEvidence:
+    return SliceEvidence((), (DraMode(DRA_SLICES, None, why),), ((kubeapi.SOURCE, RESOURCE),))
 
 
 def _advertised(
     pool: str, named: str, devices: list[kubeapi.SliceDevice], slices: list[kubeapi.ApiSlice]
-) -> tuple[tuple[Advertised, ...], tuple[DraMode, ...]]:
+) -> SliceEvidence:
     partitionable = any(s.shared_counters for s in slices) or any(
         d.consumes_counters for d in devices
     )
     static = [d.name for d in devices if dra.MIG_NAME.fullmatch(d.name) and not d.consumes_counters]
     if partitionable and static:
         why = f"its ResourceSlices of {named} mix partitionable devices with static MIG devices"
-        return (), (DraMode(DRA_SLICES, None, why),)
+        return _unheard(why)
     if partitionable:
         why = (
             f"its ResourceSlices of {named} advertise partitionable devices (shared counters): "
             "DynamicMIG, GPU instances made per claim"
         )
-        return (), (DraMode(DRA_SLICES, True, why),)
+        return SliceEvidence((), (DraMode(DRA_SLICES, True, why),))
     advertised = tuple(
-        Advertised(kubeapi.SOURCE, f"{DRA}{DRIVER}", f"{DRIVER}/{pool}/{d.name}") for d in devices
+        Advertised(kubeapi.SOURCE, RESOURCE, f"{DRIVER}/{pool}/{d.name}") for d in devices
     )
     why = (
         f"its ResourceSlices of {named} advertise {len(static)} static MIG device(s) and no "
         "partitionable one: GPU instances made beforehand, each pinned as it is advertised"
     )
-    return advertised, (DraMode(DRA_SLICES, False, why),)
+    return SliceEvidence(advertised, (DraMode(DRA_SLICES, False, why),))

@@ -86,8 +86,13 @@ def with_slices(
     advertise (desired) and whether it runs DynamicMIG; only while the API agrees with the node
     (another node's slices would say nothing of this one's)."""
     unread = "" if health.status == "ok" else f"the kubernetes-api source is {health.status}"
-    advertised, modes = dra_node.slices_evidence(listed, node_name, unread)
-    return replace(obs, advertised=obs.advertised + advertised, dra_modes=obs.dra_modes + modes)
+    said = dra_node.slices_evidence(listed, node_name, unread)
+    return replace(
+        obs,
+        advertised=obs.advertised + said.advertised,
+        dra_modes=obs.dra_modes + said.modes,
+        unheard=obs.unheard + said.unheard,
+    )
 
 
 def node_name(host, sections: Sections | None) -> nodename.NodeName:

@@ -95,6 +95,7 @@ from enforcer.policy import Policy
 from facts import cri, dra_node, hami, kubeapi
 from facts.errors import ParseError
 from facts.snapshot import Sections, observe, parse_sections
+from operations import converge
 from simulator import device_plugins as dp
 from simulator import dra as sim_dra
 from simulator import dra_cd as sim_dra_cd
@@ -788,18 +789,15 @@ class MigLifecycle(GiBook, PodMachine):
                 sandboxes = str(error)
         health = kubeapi.agreement(health, listing, name, registered, sandboxes)
         on_node = kubeapi.claims_on(listing, name) if health.status == "ok" else None
-        # The DRA chart's ResourceSlices (converge.with_slices): under DynamicMIG the GPU
-        # plugin's partitionable devices, its word that GIs are made per claim.
-        unread = "" if health.status == "ok" else f"the kubernetes-api source is {health.status}"
-        advertised, modes = dra_node.slices_evidence(listing, name, unread)
-        return replace(
+        obs = replace(
             obs,
             pods=obs.pods + found,
             records=tuple(dra_node.agreement(obs.records + records, on_node)),
             health=(*obs.health, health),
-            advertised=obs.advertised + advertised,
-            dra_modes=obs.dra_modes + modes,
         )
+        # The DRA chart's ResourceSlices: under DynamicMIG the GPU plugin's partitionable
+        # devices, its word that GIs are made per claim; else the static GIs it advertises.
+        return converge.with_slices(obs, listing, name, health)
 
     def api_alive(self, p: MigPodM) -> bool:
         """The API lists the pod under the node name asked, in a phase alive or coming."""
