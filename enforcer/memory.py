@@ -149,12 +149,11 @@ def _previous(
     ledger: Ledger, obs: Observation, listed: set[str], now: float
 ) -> dict[str, Remembered]:
     """
-    The ledger's memory as this run can use it: of this node; an identity of the boot before
+    The ledger's memory as this run can use it (the node's own, whatever its name says: a name
+    that changed loses no memory, streaks.restart_note says it); an identity of the boot before
     whose every field a listed partition of this boot has is carried onto it, its advertiser
     seen gone (it restarted with the node); a time ahead of the clock (gone backwards) is now.
     """
-    if ledger.node not in ("", obs.node):
-        return {}
     stems = {_stem(i): i for i in listed}
     found: dict[str, Remembered] = {}
     # This boot's entries first: one remembered in this boot is never replaced by one carried.

@@ -30,7 +30,7 @@ def comparable(ledger: Ledger, obs: Observation, now: float) -> dict[str, Entry]
     boot keeps none: identities carry the boot id, so no entry of the last boot names a partition
     of this one (converge reports it in the ledger note).
     """
-    if ledger.boot_id != obs.boot_id or ledger.node not in ("", obs.node):
+    if ledger.boot_id != obs.boot_id:
         return {}
     if clock_went_back(ledger, now):
         # The clock went backwards: every streak restarts, and each identity counts as first seen
@@ -89,4 +89,8 @@ def restart_note(ledger: Ledger, obs: Observation) -> str:
             f"clock went backwards ({ledger.last_run:.0f} -> {obs.now:.0f}): every streak "
             f"restarts; destroy attempts kept ({attempted} entries)"
         )
+    if ledger.node and ledger.node != obs.node:
+        # The ledger is this node's own state (its boot id, every identity's, says which boot):
+        # a name host data gave since, or one the hostname did not give this run, is a label.
+        return f"node name {obs.node} (was {ledger.node}): the ledger is this node's, kept"
     return "ok"

@@ -497,6 +497,18 @@ def test_verified_after_an_unreadable_listing_proves_nothing_and_forgets_nothing
     assert ledger.entries[vnpu(102).identity(BOOT)].destroy_attempts == 1
 
 
+def test_verified_after_a_node_name_that_changes_forgets_no_destroy_attempt():
+    """The ledger is the node's own: a run under another name (host data set since, or the
+    hostname not read) forgets no attempt, and the next run keeps counting from it."""
+    _, ledger = runs(lambda i: node(vnpu(102)), 3)
+    broken = (SourceHealth("npu-smi", "unreadable", NODE, "timeout"),) + OK[1:]
+    renamed = replace(node(), node="gpu-3.dc1.example.com", health=broken)
+    _, ledger = runs(lambda i: renamed, 1, ledger=ledger)
+    assert ledger.entries[vnpu(102).identity(BOOT)].destroy_attempts == 1
+    _, ledger = runs(lambda i: node(vnpu(102)), 1, ledger=ledger)
+    assert ledger.entries[vnpu(102).identity(BOOT)].destroy_attempts == 1
+
+
 def test_plan_mode_decides_but_records_no_destroy():
     v, ledger = runs(lambda i: node(vnpu(102)), 3, pol=policy(mode="plan"))
     assert proven(v, 102)

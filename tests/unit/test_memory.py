@@ -12,6 +12,7 @@ from dataclasses import replace
 from unit.test_contract import BOOT, T0, policy
 from unit.test_mig_contract import GPU, OK, OTHER_GPU, gi, mig_uuid, runs
 
+from enforcer import streaks
 from enforcer.contract import decide
 from enforcer.ledger import Ledger, Remembered, dump, load
 from enforcer.model import (
@@ -173,6 +174,25 @@ def test_not_pinned_memory_carries_a_pool_made_again_after_a_reboot():
     back = lambda i: replace(pool(*range(1, 7)), boot_id="b2")  # noqa: E731
     v, _ = runs(back, 1, pol=pol(), ledger=ledger)
     assert v[key(7)].status == "pending"  # the plugin restarted with the node: back without it
+
+
+def test_not_pinned_memory_a_node_name_that_changes_loses_nothing():
+    """
+    The name is a label of the node's own ledger: host data sets enforcer_node_name, or one run
+    cannot read the hostname and takes the inventory's. GI 7, called unhealthy and kept by the
+    memory, stays kept through and after the run under the other name; its streaks and the
+    memory carry on, and the ledger note says the name changed.
+    """
+    _, ledger = runs(lambda i: pool(*ALL), 2, pol=pol())
+    six = tuple(range(1, 7))
+    _, ledger = runs(lambda i: pool(*six), 2, pol=pol(), ledger=ledger)
+    renamed = replace(pool(*six), node="gpu-3.dc1.example.com")
+    later = replace(renamed, now=ledger.last_run + 300)
+    assert streaks.restart_note(ledger, later).startswith("node name gpu-3.dc1.example.com")
+    v, ledger = runs(lambda i: renamed, 1, pol=pol(), ledger=ledger)
+    assert statuses(v)[7] == "pinned" and len(ledger.desired) == 7
+    v, ledger = runs(lambda i: pool(*six), 3, pol=pol(), ledger=ledger)
+    assert statuses(v)[7] == "pinned" and "not this one" in v[key(7)].reason
 
 
 def test_not_pinned_memory_a_lost_ledger_remembers_nothing():
