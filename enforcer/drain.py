@@ -48,25 +48,38 @@ def settings(data: Mapping[str, Any]) -> Settings:
     )
 
 
-def decision(obs: Observation, ledger: Ledger, policy: Policy) -> Decision:
+def decision(obs: Observation, ledger: Ledger, policy: Policy, unread_ledger: str = "") -> Decision:
     """
     The drain's decision: a verdict for every listed partition, pinned, blocking (BLOCKING) or
     free (`orphan` or `destroy-failed`, to destroy). The ledger is read, never written: a drain
     records no streaks, and so its report says no stuck owner (none is timed) and no drift.
+    `unread_ledger`: why the node's ledger could not be read ("": it was, or there is none).
+    It holds rule 4's memory, partitions kept while their advertiser is away, and a converge
+    run's grace covers its loss, which a drain waives: nothing is free then.
     """
     waived = replace(policy, grace_seconds=0.0, grace_runs=1, breaker=False, mode="plan")
     judged = decide(obs, ledger, waived, obs.now)
-    found = [
-        replace(v, reason=FREE) if v.is_orphan else v
-        for v in judged.verdicts
-        if v.status != "destroyed"
-    ]
+    found = [_free(v, unread_ledger) for v in judged.verdicts if v.status != "destroyed"]
     return replace(judged, verdicts=found, stuck_owners={}, drift=[])
 
 
-def verdicts(obs: Observation, ledger: Ledger, policy: Policy) -> list[Verdict]:
+def _free(v: Verdict, unread_ledger: str) -> Verdict:
+    """A partition the rules leave free is said to be; none is while the ledger is not read."""
+    if not v.is_orphan:
+        return v
+    if unread_ledger:
+        why = (
+            f"the ledger, rule 4's memory of desired partitions, could not be read: {unread_ledger}"
+        )
+        return replace(v, status="inconclusive", reason=why)
+    return replace(v, reason=FREE)
+
+
+def verdicts(
+    obs: Observation, ledger: Ledger, policy: Policy, unread_ledger: str = ""
+) -> list[Verdict]:
     """The drain's verdicts (`decision`)."""
-    return decision(obs, ledger, policy).verdicts
+    return decision(obs, ledger, policy, unread_ledger).verdicts
 
 
 def unread(obs: Observation, policy: Policy) -> list[str]:

@@ -18,6 +18,7 @@ import jsonschema
 import schemas
 
 VERSION = 2
+SET_ASIDE = "set aside"  # the ledger note of one that could not be read (operations.converge)
 SCHEMA = schemas.load("ledger")
 VALIDATOR = schemas.Validator(SCHEMA)
 

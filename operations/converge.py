@@ -148,13 +148,13 @@ def ledger_of(obs: Observation) -> tuple[ledgers.Ledger, str]:
     """The previous ledger, or an empty one; one that cannot be read is set aside, never lost."""
     unreadable = [h.reason for h in obs.health if h.source == "ledger"]
     if unreadable:
-        return ledgers.Ledger(), f"set aside: {unreadable[0]}"
+        return ledgers.Ledger(), f"{ledgers.SET_ASIDE}: {unreadable[0]}"
     if obs.ledger_text is None:
         return ledgers.Ledger(), "missing"
     try:
         ledger = ledgers.load(obs.ledger_text)
     except ledgers.LedgerError as error:
-        return ledgers.Ledger(), f"set aside: {error}"
+        return ledgers.Ledger(), f"{ledgers.SET_ASIDE}: {error}"
     return ledger, streaks.restart_note(ledger, obs)
 
 

@@ -30,6 +30,7 @@ from enforcer import audit
 from enforcer import drain as drains
 from enforcer import report as reports
 from enforcer.contract import Decision
+from enforcer.ledger import SET_ASIDE
 from enforcer.model import Observation
 from enforcer.policy import NodePaths, Policy
 from enforcer.shell import render
@@ -78,9 +79,9 @@ def drain(host) -> None:
         return
     found = decision.verdicts
     previous, obs = drain_marker(obs)
-    report = reports.build(
-        host.name, obs, decision, "dry" if dry else "drain", ledger_of(obs)[1], policy=policy
-    )
+    unread = _unread_ledger(obs)  # a converge run sets it aside; a drain only reads it
+    note = f"not read: {unread}" if unread else ledger_of(obs)[1]
+    report = reports.build(host.name, obs, decision, "dry" if dry else "drain", note, policy=policy)
     print(reports.table(report, inventory_source()), flush=True)
     free = [v for v in found if v.is_orphan]
     marker = drains.draining(
@@ -172,7 +173,7 @@ def wait_until_free(
     while True:
         obs = read_node(host, policy, list_pods=kubeapi.list_pods)
         first = obs.now if first is None else first
-        decision = drains.decision(obs, ledger_of(obs)[0], policy)
+        decision = drains.decision(obs, ledger_of(obs)[0], policy, _unread_ledger(obs))
         found = decision.verdicts
         waiting = drains.unread(obs, policy) + [drains.line(v) for v in drains.blocking(found)]
         waited = time.monotonic() - started
@@ -185,6 +186,12 @@ def wait_until_free(
         time.sleep(min(poll, timeout - waited))
 
 
+def _unread_ledger(obs: Observation) -> str:
+    """Why the node's ledger could not be read ("": it was, or there is none)."""
+    note = ledger_of(obs)[1]
+    return note.removeprefix(f"{SET_ASIDE}: ") if note.startswith(SET_ASIDE) else ""
+
+
 def verify_free(state, host, policy: Policy) -> bool:
     """
     After the destroys: read the node again; every required source answered and it lists
@@ -192,7 +199,7 @@ def verify_free(state, host, policy: Policy) -> bool:
     state and host; the result is the operation's success.)
     """
     obs = read_node(host, policy, list_pods=kubeapi.list_pods)
-    found = drains.verdicts(obs, ledger_of(obs)[0], policy)
+    found = drains.verdicts(obs, ledger_of(obs)[0], policy, _unread_ledger(obs))
     left = drains.unread(obs, policy) + [drains.line(v) for v in drains.remaining(found)]
     if left:
         print(f"{host.name}: the drain left:\n{_listed(left)}", file=sys.stderr, flush=True)

@@ -267,6 +267,20 @@ def test_a_dry_drain_reads_once_and_changes_nothing(seed_node, tmp_path, api_nod
     assert seed_node.vnpus() == {100, 101, 102} and marker(seed_node) is None
 
 
+def test_not_pinned_a_drain_frees_nothing_while_the_ledger_is_not_read(seed_node):
+    """The ledger holds rule 4's memory (partitions kept while their advertiser is away) and the
+    drain waives the grace that covers its loss: one that cannot be read frees nothing."""
+    seed_node.configure(**drain_data())
+    pods_leave(seed_node, INFER_B, TRAIN_C)
+    (seed_node.state_dir / "ledger.json").mkdir(parents=True)
+    rc, output = run(seed_node, "drain.py", "--dry")
+    assert rc == 0, output
+    assert "would destroy" not in output, output
+    assert "inconclusive" in output and "ledger: not read: cat ledger.json exited 1" in output
+    assert "rule 4's memory of desired partitions, could not be read: cat ledger.json" in output
+    assert seed_node.vnpus() == {100, 101, 102} and marker(seed_node) is None
+
+
 def test_a_host_in_plan_mode_is_not_drained(seed_node):
     seed_node.configure(**drain_data(enforcer_mode="plan"))
     pods_leave(seed_node, INFER_B, TRAIN_C)

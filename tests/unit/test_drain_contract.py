@@ -92,6 +92,16 @@ def test_not_pinned_a_pinned_partition_neither_blocks_nor_remains():
     assert drains.blocking(found) == [] and drains.remaining(found) == []
 
 
+def test_not_pinned_nothing_is_free_while_the_ledger_is_not_read():
+    """Rule 4's memory is in the ledger; the drain waives the grace that covers its loss."""
+    why = "ledger.json: not a regular file, not read"
+    obs = node(vnpu(100), vnpu(101), holders=(Holder(vnpu(100).key, "npu-smi-status"),))
+    found = drains.verdicts(obs, Ledger(), policy(), why)
+    assert [(v.status, why in v.reason) for v in found] == [("held", False), ("inconclusive", True)]
+    assert [v.partition.id for v in drains.blocking(found)] == ["100", "101"]
+    assert [v.status for v in drains.verdicts(obs, Ledger(), policy())] == ["held", "orphan"]
+
+
 def test_remaining_is_every_listed_partition_but_the_pinned():
     pol = policy(pinned=[{"kind": "ascend-vnpu", "id": "100"}])
     found = drains.verdicts(node(vnpu(100), vnpu(101)), Ledger(), pol)
