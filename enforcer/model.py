@@ -310,6 +310,7 @@ class Observation:
     claim_digest: str = ""
     ledger_text: str | None = None  # None: no ledger file on the node
     destroyed: tuple[str, ...] = ()  # identities the guarded destroy verified gone since last run
+    destroyed_text: str = ""  # their records as read: the lines the run's write removes
     drain_text: str | None = None  # the drain marker (enforcer.drain); None: not drained
     devnodes: dict[str, str] = field(default_factory=dict)  # device node path -> "dev:ino:rdev"
     containers: tuple[Container, ...] | None = None  # None: the runtime's listing was not read
@@ -323,6 +324,7 @@ class Observation:
     unheard: tuple[tuple[str, str], ...] = ()
     dra_modes: tuple[DraMode, ...] = ()  # rule 4's evidence on NVIDIA's DRA driver's DynamicMIG
     released: tuple[Release, ...] = ()  # a person's releases not applied yet (enforcer.memory)
+    released_text: str = ""  # their lines as read: the run's write removes those
     # Which machine this is, across boots (facts.machine_id): its app-specific ID, or None and why.
     machine_id: str | None = None
     machine_id_why: str = "not read"

@@ -61,6 +61,7 @@ from kinds.base import Context, Witness
 HOST_DATA = "host-data"  # the read's first section: host data's paths (host-paths.sh.j2)
 REFUSED = "refused on the node: "  # a node read that stopped there, as its problem begins
 ABSENT = "(absent)"  # the ledger and drain sections' value for a file that is not there
+NONE: tuple[tuple, str] = ((), "")  # records not there, or not read: none, and no text
 CLIENT = Path(__file__).with_name("pod_resources_client.py")  # runs on the node, stdlib only
 POD_RESOURCES = "kubelet-pod-resources"
 MARKERS = "markers"
@@ -247,8 +248,16 @@ def observe(
     gpus = [g for _, f in found for g in f.gpus]
     marked = _markers(r, paths, gpus) if MARKERS in claim_sources else []
     ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=ABSENT)
-    destroyed = r.read("destroyed", DESTROYED_RECORDS, lambda s: _destroyed(s.stdout), absent=())
-    released = r.read(RELEASED, RELEASED, lambda s: _released(s.stdout), absent=())
+    # Each with its text: the run's write removes those lines (write-state.sh.j2), no others.
+    destroyed, destroyed_text = (
+        r.read(
+            "destroyed", DESTROYED_RECORDS, lambda s: (_destroyed(s.stdout), s.stdout), absent=NONE
+        )
+        or NONE
+    )
+    released, released_text = (
+        r.read(RELEASED, RELEASED, lambda s: (_released(s.stdout), s.stdout), absent=NONE) or NONE
+    )
     drain = r.read("drain", DRAIN_MARKER, lambda s: s.stdout, absent=ABSENT)
     # Rule 7's proof of every record, as the boot id is: the node's, whatever the claim sources.
     digest = r.read("claim-digest", "node", lambda s: _one_line(s.stdout, "digest"))
@@ -296,8 +305,10 @@ def observe(
         health=tuple(r.health),
         claim_digest=digest or "",
         ledger_text=None if ledger_text in (None, ABSENT) else ledger_text,
-        destroyed=tuple(destroyed or ()),
-        released=released or (),
+        destroyed=tuple(destroyed),
+        destroyed_text=destroyed_text,
+        released=released,
+        released_text=released_text,
         drain_text=None if drain in (None, ABSENT) else drain,
         devnodes={k: f"{v.dev_ino}:{v.rdev}" for k, v in (devnodes or {}).items()},
         containers=_containers(sandboxes, containers),

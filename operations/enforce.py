@@ -25,8 +25,8 @@ def write_state(
     set_aside_destroyed: bool = False,
     ledger: str = "",
     report: str = "",
-    consumed: int = 0,
-    released: int = 0,
+    consumed: str = "",
+    released: str = "",
     why: str = "always",
     audit: str = "",
     audit_max_bytes: int = 10485760,
@@ -43,8 +43,8 @@ def write_state(
     ``audit``: JSON lines (`enforcer.audit.lines`) appended to audit.jsonl first, synced, the
     file rotated when it has reached ``audit_max_bytes`` (``audit_keep`` old ones kept).
     ``metrics``: the node_exporter textfile (`enforcer.metrics.render`), renamed into place.
-    ``consumed``, ``released``: the destroy records and a person's releases the run read (the
-    first lines of ``destroyed`` and ``released``): applied in this ledger, removed.
+    ``consumed``, ``released``: the destroy records and a person's releases the run read, as
+    read from ``destroyed`` and ``released``: applied in this ledger, those lines are removed.
 
     .. code:: python
 
@@ -62,8 +62,8 @@ def write_state(
         set_aside=set_aside,
         set_aside_destroyed=set_aside_destroyed,
         stamp=stamp,
-        consumed=consumed,
-        released=released,
+        consumed=b64(consumed) if consumed else "",
+        released=b64(released) if released else "",
         audit=b64(audit) if audit else "",
         audit_max_bytes=audit_max_bytes,
         audit_keep=audit_keep,

@@ -67,7 +67,7 @@ def write_state(state_dir, audit_text: str, max_bytes: int, keep: int) -> None:
         report=base64.b64encode(b"{}").decode(),
         set_aside=False,
         stamp=1,
-        consumed=0,
+        consumed="",
         audit=b64,
         audit_max_bytes=max_bytes,
         audit_keep=keep,

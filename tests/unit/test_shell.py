@@ -839,3 +839,43 @@ def test_vm_processes_leaves_a_socket_link_it_cannot_read_for_the_parser_to_refu
     assert done.stdout.decode().endswith(" 5171559,socket:[x]\n")
     with pytest.raises(ParseError, match="not '<pid> <stat> <sockets>'"):
         parse_vm_processes(done.stdout.decode())
+
+
+def write_state(state: Path, consumed: str = "", released: str = "") -> None:
+    """write-state.sh.j2 as a run renders it, with the record lines it read."""
+    paths = NodePaths.from_rootfs(str(state.parent), state_dir="/state", lock_path="/lock")
+    b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
+    script = render(
+        "write-state.sh.j2",
+        paths=paths,
+        ledger=b64("{}"),
+        report=b64("{}"),
+        set_aside=False,
+        stamp=1,
+        consumed=b64(consumed) if consumed else "",
+        released=b64(released) if released else "",
+    )
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_runs_write_removes_the_record_lines_it_read_and_no_other(tmp_path):
+    """
+    Runs A and B read the same record; A's write takes it and A's destroy appends its own; B's
+    write then takes nothing of A's (it took the first line: A's record was lost, and a GI made
+    again at the same place inherited its predecessor's streak). A release likewise.
+    """
+    state = tmp_path / "state"
+    state.mkdir()
+    one, two = "identity b25l\n", "identity dHdv\n"  # base64 of "one", "two"
+    (state / "destroyed").write_text(one)
+    write_state(state, consumed=one)  # A
+    (state / "destroyed").write_text(two)  # A's destroy
+    write_state(state, consumed=one)  # B, which read what A read
+    assert (state / "destroyed").read_text() == two
+    write_state(state, consumed=two)
+    assert (state / "destroyed").read_text() == ""
+    asked = ['{"identity": "x", "by": "ops@ctl"}\n', '{"identity": "y", "by": "ops@ctl"}\n']
+    (state / "released").write_text(asked[1] + asked[0] + asked[0])  # the first, asked twice
+    write_state(state, released=asked[0])
+    assert (state / "released").read_text() == asked[1] + asked[0]

@@ -729,11 +729,13 @@ def test_the_destroyed_record_names_identities_and_refuses_anything_else():
         f"ascend-vnpu/npu:0:0/101[card=0,chip=0,vnpu=101,vgroup=1,template=vir02,"
         f"devnode=5:1127]@{BOOT_ID}",
     )
+    assert obs.destroyed_text == record  # the lines the run's write removes, no others
     for bad in (f"0 0 101 1 vir02 {BOOT_ID}\n", f"0 0 101 1 vir02 5:x {BOOT_ID}\n"):
         broken = read({"destroyed": ("0", bad, "")})
         assert [(h.source, h.status) for h in broken.health] == [
             ("destroyed-records", "unreadable")
         ]
+        assert (broken.destroyed, broken.destroyed_text) == ((), "")
 
 
 def test_a_persons_releases_are_read_and_a_line_of_another_shape_applies_none():
