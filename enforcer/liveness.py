@@ -14,6 +14,7 @@ rule 6's breaker compares run to run). decide() calls `Owners.of`, `stuck`, `liv
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,13 @@ from enforcer.model import (
     Pod,
 )
 from enforcer.policy import Policy
+
+# A static pod's UID on the node: its config hash (kubelet config/common.go applyDefaults, an md5
+# in hex), never one the API server gives (uuid.NewUUID: RFC 4122 text, with dashes). The API
+# never lists the static pod: only its mirror stands for it (facts.kubeapi._owner), and kubelet
+# may not have made one yet, or the API server refuses it (a mirror may not reference a service
+# account, a secret, a configmap).
+STATIC_UID = re.compile(r"[0-9a-f]{32}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -158,14 +166,16 @@ def _absent_from_api(obs: Observation) -> tuple[Pod, ...]:
     """
     A complete pod list from the API server that lacks an owner proves that owner is gone, only
     while the API agrees with the node: the Node exists under that name, the CRI's API-managed
-    sandboxes are listed, a static pod is known by its mirror (facts.kubeapi.agreement, which
-    says otherwise as a kubernetes-api health that is not ok). Every one of that source's
-    health entries must be ok: one that agrees does not outvote one that does not.
+    sandboxes are listed (facts.kubeapi.agreement, which says otherwise as a kubernetes-api
+    health that is not ok). Every one of that source's health entries must be ok: one that
+    agrees does not outvote one that does not. Not a static pod's (STATIC_UID): the API knows
+    it by its mirror alone, whose absence proves nothing.
     """
     if not _api_agrees(obs):
         return ()
     listed = {p.uid for p in obs.pods if p.source == "kubernetes-api"}
-    owners = {r.owner_uid for r in obs.records if r.source != DRA_SOURCE} - listed
+    recorded = {r.owner_uid for r in obs.records if r.source != DRA_SOURCE}
+    owners = {u for u in recorded - listed if not STATIC_UID.fullmatch(u)}
     return tuple(
         Pod(u, "kubernetes-api", "ended", detail="not in the API's pod list") for u in owners
     )
@@ -255,14 +265,16 @@ def waiting_owners(
     (a stale checkpoint entry of a deleted pod, kubelet prunes lazily; a pod not admitted yet),
     or they have not started (CNI down, an image that never pulls). A DRA claim the driver holds
     waits while none of its pods runs (`dra_waiting`). Kept, as rule 3 says; reported once
-    waiting longer than `enforcer_stuck_owner_seconds`.
+    waiting longer than `enforcer_stuck_owner_seconds`. Not judged when `cri` is no claim
+    source: no ready sandbox would show an owner running.
     """
     using = {h.owner_uid for h in obs.holders if h.owner_uid}
     own = (VM_METADATA, DRA_SOURCE)  # a VM has its own (stuck_claims)
     keeping = {c.owner_uid for cs in protected.values() for c in cs if c.source not in own}
     claims = {c.owner_uid for cs in protected.values() for c in cs if c.source == DRA_SOURCE}
-    dra = dra_waiting(obs, claims, using, pods) if cri else {}
-    return not_running(keeping - using, pods) | dra
+    if not cri:
+        return {}  # its sandboxes are not among the pods said: a pod running would not show
+    return not_running(keeping - using, pods) | dra_waiting(obs, claims, using, pods)
 
 
 def dra_waiting(

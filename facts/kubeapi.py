@@ -167,19 +167,28 @@ def list_pods(kubeconfig: str | None, timeout: float = 10) -> PodList:
     return PodList(True, said, pods, listed_at, claims, slices, why)
 
 
-_RUN_LISTS: dict[str | None, PodList] = {}
+# Per kubeconfig, the latest LIST of this process (one pyinfra run) and when it started
+# (time.monotonic()): hosts share it (list_pods_after).
+_RUN_LISTS: dict[str | None, tuple[float, PodList]] = {}
 _RUN_LOCK = threading.Lock()
 
 
-def list_pods_once(kubeconfig: str | None, timeout: float = 10) -> PodList:
+def list_pods_after(kubeconfig: str | None, read_ended: float, timeout: float = 10) -> PodList:
     """
-    `list_pods`, once per process (one pyinfra run) and kubeconfig: every host of the
-    inventory shares that one LIST, and sees the same answer, even when it failed.
+    `list_pods`, from a LIST that started after the host's node read ended (`read_ended`,
+    time.monotonic()): a pod is in the API before kubelet admits it, so only such a list lacks
+    every owner whose records that read has and that has not ended (liveness._absent_from_api).
+    One started before may lack a pod admitted meanwhile, and a host whose read ends last is
+    not rare (pyinfra reads its hosts side by side). The hosts of a run share the latest LIST
+    that started late enough: those whose reads ended while one was under way share the next.
     """
     with _RUN_LOCK:
-        if kubeconfig not in _RUN_LISTS:
-            _RUN_LISTS[kubeconfig] = list_pods(kubeconfig, timeout)
-        return _RUN_LISTS[kubeconfig]
+        started, listed = _RUN_LISTS.get(kubeconfig, (0.0, None))
+        if listed is None or started <= read_ended:
+            started = time.monotonic()
+            listed = list_pods(kubeconfig, timeout)
+            _RUN_LISTS[kubeconfig] = (started, listed)
+        return listed
 
 
 def for_node(
@@ -191,8 +200,10 @@ def for_node(
     mine = tuple(p for p in pods.pods if p.node_name == node_name)
     health = SourceHealth(SOURCE, "ok", reason=f"{len(mine)} of {len(pods.pods)} pods on node")
     records = tuple(r for p in mine for r in (_record(p), *_requests(p)))
-    records += tuple(r for c in pods.claims if c.on(node_name) for r in _allocated(c, node_name))
-    return tuple(_pod(p) for p in mine), records, health
+    claims = [c for c in pods.claims if c.on(node_name)]
+    records += tuple(r for c in claims for r in _allocated(c, node_name))
+    consumers = tuple(p for c in claims for p in _not_pods(c))
+    return tuple(_pod(p) for p in mine) + consumers, records, health
 
 
 def claims_on(pods: PodList, node_name: str) -> frozenset[str] | None:
@@ -207,7 +218,7 @@ def _allocated(c: ApiClaim, node_name: str) -> tuple[OwnerRecord, ...]:
     devices. So does a consumer that is not a pod, though no source here sees it run: "a claim
     that is in use or might be in use because it has been reserved must not get deallocated"
     (kubernetes/api resource/v1 types.go, ResourceClaimStatus.ReservedFor); no pod source knows
-    its uid, so it counts as alive (enforcer.liveness.owner_liveness). One reserved for nothing
+    its uid, so it counts as alive (`_not_pods`). One reserved for nothing
     claims nothing: nothing uses it, and it may be deallocated.
     """
     mine = [r for r in c.results if r.pool == node_name]
@@ -222,6 +233,24 @@ def _allocated(c: ApiClaim, node_name: str) -> tuple[OwnerRecord, ...]:
         )
         for consumer, name, uid in c.reserved
         for driver in dict.fromkeys(r.driver for r in mine)
+    )
+
+
+def _not_pods(c: ApiClaim) -> tuple[Pod, ...]:
+    """A claim's consumers that are not pods: reserved, they are "in use or might be" (_allocated),
+    and the pod list cannot say one ended, so its silence proves nothing (alive)."""
+    return tuple(
+        Pod(
+            uid,
+            SOURCE,
+            "alive",
+            name,
+            c.namespace,
+            f"{consumer} {name}, not a pod, reserves ResourceClaim {c.namespace}/{c.name}: "
+            "no source here sees it end",
+        )
+        for consumer, name, uid in c.reserved
+        if consumer != "pod"
     )
 
 

@@ -9,8 +9,8 @@ import json
 import os
 import sys
 import tempfile
+import time
 import weakref
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -55,22 +55,17 @@ def host_policy(host) -> Policy:
         raise DeployError(str(error)) from error
 
 
-def read_node(
-    host,
-    policy: Policy,
-    record: bool = False,
-    list_pods: Callable[[str | None, float], kubeapi.PodList] = kubeapi.list_pods_once,
-) -> Observation:
-    """`record`: the read leaves its heartbeat on the node (<state_dir>/last-read).
-    `list_pods`: by default one LIST per run for all hosts; a drain, which reads again while it
-    waits, lists again (kubeapi.list_pods)."""
+def read_node(host, policy: Policy, record: bool = False) -> Observation:
+    """`record`: the read leaves its heartbeat on the node (<state_dir>/last-read). The API's
+    pods, when a claim source, from a LIST that started after the node read ended."""
     asks = "kubelet-pod-resources" in policy.claim_sources
     sections = host.get_fact(NodeSnapshot, paths=policy.paths, pod_resources=asks, record=record)
+    read_ended = time.monotonic()
     node = node_name(host, sections)
     obs = observe(sections, node.name, policy.paths, policy.claim_sources, policy.kinds)
     obs = replace(obs, health=obs.health + _said(node))
     if "kubernetes-api" in policy.claim_sources:
-        listed = list_pods(policy.kubeconfig, policy.api_timeout)
+        listed = kubeapi.list_pods_after(policy.kubeconfig, read_ended, policy.api_timeout)
         pods, records, health = api_source(policy, node, sections, listed)
         claims = kubeapi.claims_on(listed, node.name) if health.status == "ok" else None
         records = tuple(dra_node.agreement(obs.records + records, claims))

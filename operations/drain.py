@@ -171,7 +171,7 @@ def wait_until_free(
     started = time.monotonic()
     said, said_at, first = None, 0.0, None
     while True:
-        obs = read_node(host, policy, list_pods=kubeapi.list_pods)
+        obs = read_node(host, policy)
         first = obs.now if first is None else first
         decision = drains.decision(obs, ledger_of(obs)[0], policy, _unread_ledger(obs))
         found = decision.verdicts
@@ -198,7 +198,7 @@ def verify_free(state, host, policy: Policy) -> bool:
     nothing but pinned partitions, or this host fails, saying what is left. (pyinfra passes
     state and host; the result is the operation's success.)
     """
-    obs = read_node(host, policy, list_pods=kubeapi.list_pods)
+    obs = read_node(host, policy)
     found = drains.verdicts(obs, ledger_of(obs)[0], policy, _unread_ledger(obs))
     left = drains.unread(obs, policy) + [drains.line(v) for v in drains.remaining(found)]
     if left:

@@ -21,10 +21,12 @@ from test_kubeapi import (  # noqa: F401 (fixtures: the fake server, loopback on
     pod,
 )
 
+from enforcer.liveness import live_claims
 from enforcer.model import SourceHealth
+from facts import dra
 from facts.cri import Sandbox
 from facts.errors import ParseError
-from facts.kubeapi import agreement, for_node, list_pods, node_registered
+from facts.kubeapi import ApiClaim, PodList, agreement, for_node, list_pods, node_registered
 from facts.nodename import DEFAULTED, NodeHostname, parse_hostname, resolve
 from facts.sections import Section
 
@@ -112,6 +114,36 @@ def test_a_static_pod_matched_to_its_mirror_agrees_and_counts_alive(
     assert [r.owner_uid for r in records] == [HASH]
     # Its checkpoint entry names the hash, never the mirror's UID: the API keeps it claimed.
     assert status(decided(health, HASH, pods), 102) == "claimed"
+
+
+@pytest.mark.parametrize("sandboxes", [[], [sandbox(HASH, "s", "file", "SANDBOX_NOTREADY")]])
+def test_a_static_pod_without_a_mirror_is_not_proven_ended_by_the_apis_silence(
+    api: FakeApiServer, tmp_path: Path, sandboxes: list
+):
+    """Its UID on the node is its config hash, which the API never lists: kubelet has not made
+    its mirror yet (admitted, its sandbox not made or being made again), or the API server
+    refuses one. The API agrees with the node all the same; its silence proves nothing."""
+    api.items, api.nodes = [pod("a", NODE, "Running")], {NODE}
+    ready = [sandbox("uid-a", "a"), *sandboxes]
+    pods, _, health = source(kubeconfig(tmp_path, api.url), NODE, ready)
+    assert health.status == "ok"
+    assert status(decided(health, HASH, pods), 102) == "claimed"
+
+
+def test_a_claims_consumer_that_is_not_a_pod_is_alive_for_the_api():
+    """A ResourceClaim reserved for a KubeVirt VMI: "in use or might be in use" (ReservedFor);
+    the pod list cannot say it ended."""
+    vmi = "7d1e2f3a-4b5c-4d6e-8f90-a1b2c3d4e5f6"
+    device = dra.AllocatedDevice("gpu", "gpu.nvidia.com", NODE, "gpu-0-mig-1g10gb-19-6")
+    reserved = (("virtualmachineinstances.kubevirt.io", "vm1", vmi),)
+    claim = ApiClaim("c-uid", "vm-gpu", "ai", (device,), (NODE,), reserved)
+    pods, records, _ = for_node(PodList(True, "listed", (), 0.0, (claim,)), NODE)
+    assert [r.owner_uid for r in records] == [vmi]
+    assert [(p.uid, p.state) for p in pods] == [(vmi, "alive")]
+    assert "virtualmachineinstances.kubevirt.io vm1, not a pod" in pods[0].detail
+    health = SourceHealth("kubernetes-api", "ok")
+    obs = replace(node(records=records, pods=pods), health=OK + (health,))
+    assert [c.owner_uid for c in live_claims(obs)] == [vmi]
 
 
 def test_an_agreeing_api_still_proves_a_deleted_pod_ended(api: FakeApiServer, tmp_path: Path):

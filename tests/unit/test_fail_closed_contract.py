@@ -325,6 +325,16 @@ def test_not_claimed_a_stale_checkpoint_entry_keeps_its_gi_and_is_reported_once_
     assert "1 stuck owner" in needs_a_person(report)
 
 
+def test_not_claimed_an_owner_is_not_judged_stuck_without_the_cri_as_a_claim_source():
+    """Its sandboxes are not among what the sources say: a pod running, or in CrashLoopBackOff
+    between restarts, would be a stuck owner in every run, with nothing for a person to do."""
+    running = Pod(A, "kubernetes-api", "alive", "infer-a", "default", "phase Running")
+    obs = node(vnpu(101), records=(hami(A),), pods=(running,))
+    sources = ["kubelet-checkpoint", "kubernetes-api"]
+    verdicts, report = stuck_report(obs, 4, stuck_owner_seconds=600, claim_sources=sources)
+    assert status(verdicts, 101) == "claimed" and report["stuck_owners"] == []
+
+
 def test_not_claimed_a_pending_pod_keeping_zombies_is_reported_and_a_running_one_is_not():
     """The seed incident: a pod stuck before its sandbox keeps every zombie of its template."""
     pending = Pod(A, "kubernetes-api", "alive", "infer-a", "default", "phase Pending")

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,7 +26,7 @@ from enforcer.liveness import owner_liveness
 from enforcer.model import OwnerRecord, Pod, SourceHealth
 from facts import dra, kubeapi
 from facts.errors import ParseError
-from facts.kubeapi import ApiPod, PodList, for_node, list_pods, list_pods_once
+from facts.kubeapi import ApiPod, PodList, for_node, list_pods, list_pods_after
 
 DRA_FIXTURES = Path(__file__).parents[1] / "fixtures" / "dra"
 
@@ -381,15 +382,24 @@ def test_a_malformed_answer_is_unavailable(body: bytes, why: str):
         kubeapi._parse_page(kubeapi._decode(body, "GET /api/v1/pods"), 1)
 
 
-def test_one_list_per_run_is_shared_by_every_host(
+def test_a_list_is_shared_by_the_hosts_whose_node_reads_ended_before_it_started(
     fake: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
+    """
+    A pod is in the API before kubelet admits it: only a LIST started after a node's read ended
+    lacks every live owner that read has. Hosts whose reads ended before it share it; a host
+    whose read ended after it started gets a LIST of its own (a pod admitted meanwhile).
+    """
     monkeypatch.setattr(kubeapi, "_RUN_LISTS", {})
     fake.items = [pod("a", "n1", "Running"), pod("b", "n2", "Running")]
     config = kubeconfig(tmp_path, fake.url)
-    first, second = list_pods_once(config, timeout=BUDGET), list_pods_once(config, timeout=BUDGET)
-    assert first is second and first.ok
+    read_a, read_b = time.monotonic(), time.monotonic()
+    first = list_pods_after(config, read_a, timeout=BUDGET)
+    assert list_pods_after(config, read_b, timeout=BUDGET) is first and first.ok
     assert len(fake.requests) == 1
+    fake.items.append(pod("c", "n1", "Pending"))  # admitted while host c reads its node
+    later = list_pods_after(config, time.monotonic(), timeout=BUDGET)
+    assert len(fake.requests) == 2 and "c" in {p.name for p in later.pods}
 
 
 def test_a_failed_list_is_never_read_as_no_pods():
