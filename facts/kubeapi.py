@@ -176,11 +176,11 @@ _RUN_LOCK = threading.Lock()
 def list_pods_after(kubeconfig: str | None, read_ended: float, timeout: float = 10) -> PodList:
     """
     `list_pods`, from a LIST that started after the host's node read ended (`read_ended`,
-    time.monotonic()): a pod is in the API before kubelet admits it, so only such a list lacks
-    every owner whose records that read has and that has not ended (liveness._absent_from_api).
-    One started before may lack a pod admitted meanwhile, and a host whose read ends last is
-    not rare (pyinfra reads its hosts side by side). The hosts of a run share the latest LIST
-    that started late enough: those whose reads ended while one was under way share the next.
+    time.monotonic()): a pod is in the API before kubelet admits it, so an owner that read has
+    records of and such a list lacks has ended (liveness._absent_from_api). A list started
+    before may lack a pod admitted meanwhile, and hosts' reads end at different times (pyinfra
+    reads them side by side). The hosts of a run share the latest LIST that started late
+    enough: those whose reads ended while one was under way share the next.
     """
     with _RUN_LOCK:
         started, listed = _RUN_LISTS.get(kubeconfig, (0.0, None))

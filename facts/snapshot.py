@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import functools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -248,16 +248,8 @@ def observe(
     gpus = [g for _, f in found for g in f.gpus]
     marked = _markers(r, paths, gpus) if MARKERS in claim_sources else []
     ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=ABSENT)
-    # Each with its text: the run's write removes those lines (write-state.sh.j2), no others.
-    destroyed, destroyed_text = (
-        r.read(
-            "destroyed", DESTROYED_RECORDS, lambda s: (_destroyed(s.stdout), s.stdout), absent=NONE
-        )
-        or NONE
-    )
-    released, released_text = (
-        r.read(RELEASED, RELEASED, lambda s: (_released(s.stdout), s.stdout), absent=NONE) or NONE
-    )
+    destroyed, destroyed_text = _with_text(r, "destroyed", DESTROYED_RECORDS, _destroyed)
+    released, released_text = _with_text(r, RELEASED, RELEASED, _released)
     drain = r.read("drain", DRAIN_MARKER, lambda s: s.stdout, absent=ABSENT)
     # Rule 7's proof of every record, as the boot id is: the node's, whatever the claim sources.
     digest = r.read("claim-digest", "node", lambda s: _one_line(s.stdout, "digest"))
@@ -559,6 +551,12 @@ def _destroyed(text: str) -> tuple[str, ...]:
             raise ParseError("not a destroyed-partition record", line, n)
         found.append(identity)
     return tuple(found)
+
+
+def _with_text(r: Reader, section: str, source: str, parse: Callable[[str], tuple]) -> tuple:
+    """A record file parsed, and its text: the run's write removes those lines, no others
+    (write-state.sh.j2). None, and no text, when it is not there or not read."""
+    return r.read(section, source, lambda s: (parse(s.stdout), s.stdout), absent=NONE) or NONE
 
 
 def _released(text: str) -> tuple[Release, ...]:

@@ -198,13 +198,13 @@ def converge(host) -> None:
     # would change nothing shows no change (a "dry" mode would change the digest every time).
     recorded = {**report, "mode": policy.mode}
     next_ledger = replace(next_ledger, report_digest=reports.digest(recorded))
-    read = None if note == "missing" or note.startswith("set aside") else ledger
+    read = None if note == "missing" or note.startswith(ledgers.SET_ASIDE) else ledger
     why = ledgers.why_record(read, next_ledger, len(obs.destroyed), len(obs.released))
     why = why or ("the destroyed-partition records were set aside" if torn else "")
     enforce.write_state(
         name="Record the ledger and the run report",
         paths=policy.paths,
-        set_aside=note.startswith("set aside"),
+        set_aside=note.startswith(ledgers.SET_ASIDE),
         set_aside_destroyed=torn,
         stamp=int(obs.now),
         consumed=obs.destroyed_text,
