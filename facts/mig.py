@@ -76,6 +76,7 @@ class MigRead(NamedTuple):
     # file name -> (accelerator, GI id) by mig-minors and the GPUs' device minors. None when
     # they could not be read.
     places: dict | None = None
+    caps_major: int | None = None  # NVIDIA: the capability devices' major, by /proc/devices
 
 
 NOTHING = MigRead([], [], [])
@@ -122,8 +123,9 @@ def observe_mig(r: Reader, wanted: bool, vendor: Vendor = NVIDIA, procfs: str = 
             r.fail(tool, "unreadable", why, gpu.accelerator)
     if vendor is NVIDIA:
         places = _nvidia_places(r, partitions) if partitions else {}
+        major = _caps_major(r) if partitions else None
         partitions = _with_indexes(partitions, gpus, listed[1])
-        return MigRead(gpus, _with_aliases(partitions, places), table.processes, places)
+        return MigRead(gpus, _with_aliases(partitions, places), table.processes, places, major)
     places = None
     if minors is not None:
         places = {m: (p, gi) for (p, gi, _), m in minors.items()}
@@ -164,6 +166,14 @@ def _nvidia_places(r: Reader, partitions: list[Partition]) -> dict | None:
             places[f"{NVIDIA.cap}{minor}"] = (f"gpu:{gpus[gpu]}", str(gi), ci)
             places[f"nvidia{gpu}/gi{gi}"] = (f"gpu:{gpus[gpu]}", str(gi), None)
     return places
+
+
+def _caps_major(r: Reader) -> int | None:
+    """The capability devices' major (/proc/devices; None: the driver registered none, or it
+    could not be read, and proc-fd is unreadable for MIG)."""
+    return r.read(
+        "proc-devices", "proc-fd", lambda s: nvidia.parse_caps_major(s.stdout), MIG, absent=None
+    )
 
 
 def _with_indexes(
@@ -301,7 +311,7 @@ def mig_holders(
     in, by its cgroup, and how the detail says so. For a PPU (`vendor` THEAD): ppu-smi's process
     table and /dev/alixpu-caps/alixpu-cap<minor>, the minor's GI by the driver's access files.
     """
-    gpus, migs, processes, places = read
+    gpus, migs, processes, places, major = read
     if not migs:
         return []
     holders = _listed_processes(vendor, gpus, migs, processes)
@@ -309,6 +319,8 @@ def mig_holders(
     caps = {n: d for n, d in (devnodes or {}).items() if n.startswith(folder)}
     if devnodes is None or scan is None:
         return holders  # proc-fd is unreadable: rule 1 keeps every partition
+    if vendor is NVIDIA:
+        caps |= _unmade_caps(caps, places, major, folder)
     if vendor is THEAD:
         where = _ppu_cap_places(r, caps, gpus, places)
     else:
@@ -325,6 +337,27 @@ def mig_holders(
             held = [p for p in migs if place is None or (p.accelerator, p.id) == place]
             holders += [Holder(p.key, "proc-fd", fd.pid, detail, owner) for p in held]
     return holders
+
+
+def _unmade_caps(
+    caps: dict[str, procfs.DevNode], places: dict | None, major: int | None, folder: str
+) -> dict[str, procfs.DevNode]:
+    """
+    The GIs' and CIs' capabilities with no node in the host's /dev, by device number (`major`,
+    mig-minors' minor): a process may hold one through a node of its own, a container's that
+    its runtime made from a CDI spec (nvidia-container-toolkit computes it from those two files,
+    no host node needed), which only the number tells (procfs.holds).
+    """
+    if major is None or not places:
+        return {}
+    made = {path.rsplit("/", 1)[-1] for path in caps}
+    unmade = [n for n in places if n.startswith(NVIDIA.cap) and n not in made]
+    return {
+        f"{folder}{n}": procfs.DevNode(
+            f"{folder}{n}", "", f"{major:x}:{int(n.removeprefix(NVIDIA.cap)):x}", procfs.CHAR
+        )
+        for n in unmade
+    }
 
 
 def _listed_processes(vendor: Vendor, gpus, migs, processes) -> list[Holder]:

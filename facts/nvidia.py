@@ -683,6 +683,32 @@ def parse_processes(text: str) -> list[GpuProcess]:
     return [p for _, p in rows]
 
 
+# --- /proc/devices: the nvidia-caps major -----------------------------------------------------
+
+_DEVICES_LINE = re.compile(r" *([0-9]{1,4}) (\S.*)", re.ASCII)  # fs/proc/devices.c: "%3d %s\n"
+
+
+def parse_caps_major(text: str) -> int | None:
+    """
+    /proc/devices: the major the driver registered the capability devices under ("nvidia-caps",
+    nv-caps.c alloc_chrdev_region), None when it registered none. With mig-minors' minor it is
+    the device number of a GI's or CI's capability, whatever node a process opened it through.
+    """
+    found = None
+    section = ""
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line in ("Character devices:", "Block devices:"):
+            section = line
+        elif line and (m := _DEVICES_LINE.fullmatch(line)) and section:
+            if section == "Character devices:" and m[2] == "nvidia-caps":
+                found = int(m[1])
+        elif line:
+            raise ParseError("not a /proc/devices line", line, n)
+    if not section:
+        raise ParseError("no 'Character devices:' in /proc/devices", text[:80])
+    return found
+
+
 # --- /proc/driver/nvidia-caps/mig-minors -------------------------------------------------------
 
 # nv-caps.c nv_procfs_read_mig_minors: "%s %d\n" for mig/config and mig/monitor, then

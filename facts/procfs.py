@@ -35,7 +35,8 @@ _FTYPES = frozenset(
         "socket",
     }
 )
-_DEVICE_TYPES = frozenset({"character special file", "block special file"})
+CHAR = "character special file"
+_DEVICE_TYPES = frozenset({CHAR, "block special file"})
 PID = r"(?P<pid>[0-9]{1,10})"  # pid_max is at most 2**22; int() refuses over 4300 digits
 _FD_PATH = re.compile(rf"(?P<procfs>/.*)?/{PID}/fd/(?P<fd>[0-9]+)")
 # GNU stat and find quote names with '...' (stat always, find in the C locale) or with

@@ -348,6 +348,7 @@ KIND = Kind(
         "nvidia-smi-lci": "nvidia-smi mig -lci",
         "nvidia-smi": "nvidia-smi",
         "nvidia-caps": "cat /proc/driver/nvidia-caps/mig-minors",
+        "proc-devices": "cat /proc/devices",  # the capability devices' major (facts.mig)
         "nvidia-gpus": "grep '' /proc/driver/nvidia/gpus/*/information",
         "nvidia-driver": "ls /proc/driver/nvidia/capabilities/gpu*/mig/gi* " + GPU_OPERATOR_SMI,
         "hami-mig-config": f"cat {hami.PATH}",  # HAMi's MIG template cache (facts.hami)

@@ -93,6 +93,7 @@ ABSENT = {
     "mig": (
         *((f"nvidia-smi{s}", "missing") for s in ("-list", "-lgi", "-lci", "")),
         ("nvidia-caps", "absent"),
+        ("proc-devices", "0"),
         ("nvidia-gpus", "absent"),
         ("nvidia-driver", "0"),
         ("hami-mig-config", "absent"),

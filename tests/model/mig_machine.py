@@ -149,6 +149,10 @@ FAULTS = {
 }
 DRA_FAULT = ("dra", "checkpoint")  # not a tool's: the machine writes the file, then restores it
 
+# /proc/devices with the capability devices' major (facts.mig: a GI's caps by device number); the
+# model's capability nodes are regular files, matched by inode, so that number reaches none.
+PROC_DEVICES = (Path(__file__).parents[1] / "fixtures/procfs/devices_nvidia-caps.txt").read_text()
+
 
 def mig_policy(node_dir: Path) -> Policy:
     return core.node_policy(
@@ -244,6 +248,7 @@ class MigInProcessDriver(core.InProcessDriver):
         ):
             lines.append(_line(name, *self._smi(state, *args)))
         lines.append(_line("nvidia-caps", "0", self.minors, ""))
+        lines.append(_line("proc-devices", "0", PROC_DEVICES, ""))
         lines.append(_line("nvidia-gpus", "0", self.information, ""))
         lines.append(self._file("hami-mig-config", self.sim.rootfs / "tmp" / "migconfig.yaml"))
         caps = self._caps()

@@ -303,6 +303,7 @@ def test_the_rendered_node_read_runs_and_speaks_the_section_protocol(tmp_path: P
         "nvidia-smi-lci",
         "nvidia-smi",
         "nvidia-caps",
+        "proc-devices",
         "nvidia-gpus",
         "nvidia-driver",
         "hami-mig-config",

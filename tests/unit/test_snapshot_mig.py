@@ -9,6 +9,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from samples import sample
 from unit.test_snapshot import node_read
 
@@ -49,6 +50,11 @@ CAPS = (
     "/srv/n1/dev/nvidia-caps/nvidia-cap121|5:902:f0:79|character special file\n"
 )
 
+# This machine's /proc/devices (fs/proc/devices.c: "%3d %s") with the NVIDIA driver's capability
+# devices, registered as "nvidia-caps" (open-gpu-kernel-modules nv-caps.c, alloc_chrdev_region)
+# under the major CAPS' nodes have (f0).
+PROC_DEVICES = (FIXTURES / "procfs/devices_nvidia-caps.txt").read_text()
+
 
 def mig_sections(**changes) -> dict:
     sections = {
@@ -67,6 +73,7 @@ def mig_sections(**changes) -> dict:
             (FIXTURES / "nvidia/mig-minors_nv-caps-table-32-gpus.txt").read_text(),
             "",
         ),
+        "proc-devices": ("0", PROC_DEVICES, ""),
         "nvidia-gpus": ("0", INFORMATION, ""),
         "hami-mig-config": ("absent", "", ""),
         "devnodes": ("0", CAPS, ""),
@@ -153,6 +160,26 @@ def test_an_open_capability_device_holds_its_gpu_instance_and_config_holds_nothi
     obs = read(**{"fd-scan": ("0", scan, "")})
     fds = [(h.partition_key, h.pid) for h in obs.holders if h.source == "proc-fd"]
     assert fds == [(KEY.format(13), 777)]
+
+
+@pytest.mark.parametrize("made", [CAPS.splitlines(True)[0], ""])
+def test_not_held_a_capability_with_no_node_on_the_host_holds_its_gpu_instance_by_number(made):
+    """The host's /dev has no node of GI 13's caps (nvidia-modprobe makes them on demand; a
+    CDI spec's node is made in the container from mig-minors and /proc/devices alone): the
+    container's node, by its device number, still holds GI 13."""
+    scan = "/proc/777/fd/5|1048:30:f0:79|character special file\n"  # GI 13's CI 0
+    obs = read(**{"devnodes": ("0", made, ""), "fd-scan": ("0", scan, "")})
+    fds = [(h.partition_key, h.pid) for h in obs.holders if h.source == "proc-fd"]
+    assert fds == [(KEY.format(13), 777)]
+    assert [h for h in obs.health if h.status != "ok"] == []
+
+
+def test_a_proc_devices_line_of_another_shape_makes_mig_holders_unreadable():
+    broken = PROC_DEVICES.replace("240 nvidia-caps", "nvidia-caps 240")
+    obs = read(**{"proc-devices": ("0", broken, "")})
+    (bad,) = [h for h in obs.health if h.status != "ok"]
+    assert (bad.source, bad.status, bad.scope) == ("proc-fd", "unreadable", MIG)
+    assert "not a /proc/devices line" in bad.reason
 
 
 def test_a_capability_the_minor_table_does_not_know_makes_mig_holders_unreadable():
