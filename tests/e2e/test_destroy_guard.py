@@ -52,6 +52,21 @@ def guarded(node, vid: int, devnode: str = "", **obs_changes) -> tuple[int, str]
     return done.returncode, done.stdout + done.stderr
 
 
+def guarded_beside(node, tmp_path: Path, opened_node: Path) -> tuple[int, int, str]:
+    """vNPU 101's guarded destroy while a process npu-smi lists on chip 0 0 has `opened_node`
+    open (its fd open before the guard starts: a barrier): its pid, the guard's rc and output."""
+    with barrier.Barrier(tmp_path / "opened") as opened:
+        argv = ["sh", "-c", 'exec 3<"$0"; "$1" "$2" "$3" opened; exec sleep 600']
+        argv += [str(opened_node), sys.executable, barrier.__file__, str(opened)]
+        pid = node.ns.start(argv, tmp_path / "holder.log")
+        opened.wait()
+    node.sim.add_process(0, 0, pid, "infer", 512)
+    try:
+        return pid, *guarded(node, 101)
+    finally:
+        node.ns.stop(pid)
+
+
 def test_re_proven_at_the_moment_of_destruction_destroys_and_verifies(seed_node):
     rc, out = guarded(seed_node, 101)
     assert rc == 0 and "destroyed" in out
@@ -127,16 +142,7 @@ def test_re_proven_at_the_moment_of_destruction_a_process_on_its_chip_with_anoth
     it may be using this one, as the read says (kinds.ascend: every vNPU of the chip is held)."""
     other = seed_node.sim.devfile(200)  # another chip's vNPU
     other.touch()
-    with barrier.Barrier(tmp_path / "opened") as opened:
-        argv = ["sh", "-c", 'exec 3<"$0"; "$1" "$2" "$3" opened; exec sleep 600']
-        argv += [str(other), sys.executable, barrier.__file__, str(opened)]
-        pid = seed_node.ns.start(argv, tmp_path / "holder.log")
-        opened.wait()  # its fd is open
-    seed_node.sim.add_process(0, 0, pid, "infer", 512)
-    try:
-        rc, out = guarded(seed_node, 101)
-    finally:
-        seed_node.ns.stop(pid)
+    pid, rc, out = guarded_beside(seed_node, tmp_path, other)
     assert rc == 0 and f"pid {pid} runs on its chip and no vNPU of it is seen open" in out, out
     assert 101 in seed_node.vnpus()
 
@@ -146,16 +152,7 @@ def test_re_proven_at_the_moment_of_destruction_a_process_on_its_chip_with_its_c
 ):
     """npu-smi lists the pid on chip 0 0 and it is seen using vNPU 102 of that chip, not 101:
     the chip's listing names 100, 101 and 102, and every one of their nodes is looked at."""
-    with barrier.Barrier(tmp_path / "opened") as opened:
-        argv = ["sh", "-c", 'exec 3<"$0"; "$1" "$2" "$3" opened; exec sleep 600']
-        argv += [str(seed_node.sim.devfile(102)), sys.executable, barrier.__file__, str(opened)]
-        pid = seed_node.ns.start(argv, tmp_path / "holder.log")
-        opened.wait()  # its fd is open
-    seed_node.sim.add_process(0, 0, pid, "infer", 512)
-    try:
-        rc, out = guarded(seed_node, 101)
-    finally:
-        seed_node.ns.stop(pid)
+    _, rc, out = guarded_beside(seed_node, tmp_path, seed_node.sim.devfile(102))
     assert rc == 0 and out.rstrip().endswith("destroyed"), out
     assert 101 not in seed_node.vnpus() and 102 in seed_node.vnpus()
 
