@@ -93,7 +93,7 @@ ABSENT = {
     "mig": (
         *((f"nvidia-smi{s}", "missing") for s in ("-list", "-lgi", "-lci", "")),
         ("nvidia-caps", "absent"),
-        ("proc-devices", "0"),
+        ("proc-devices", "0"),  # /proc/devices is on every node: its text (_absent)
         ("nvidia-gpus", "absent"),
         ("nvidia-driver", "0"),
         ("hami-mig-config", "absent"),
@@ -462,19 +462,20 @@ class InProcessDriver(Driver):
         lines.append(self._file("machine-id", Path(self.paths.machine_id)))
         return lines, ""
 
-    @staticmethod
-    def _kind_sections(own: str, lines: list[str]) -> list[str]:
+    def _kind_sections(self, own: str, lines: list[str]) -> list[str]:
         """Every kind's sections in kinds.REGISTRY's order: kind `own`'s `lines`, the others'
         as on a node without them (ABSENT)."""
         return [
             line
             for kind in REGISTRY
-            for line in (
-                lines
-                if kind.name == own
-                else [f"PE1 {name} {rc} - -" for name, rc in ABSENT[kind.name]]
-            )
+            for line in (lines if kind.name == own else map(self._absent, ABSENT[kind.name]))
         ]
+
+    def _absent(self, section: tuple[str, str]) -> str:
+        name, rc = section
+        if name == "proc-devices":
+            return self._file(name, Path(self.paths.procfs) / "devices")
+        return f"PE1 {name} {rc} - -"
 
     def _devs(self) -> list[Path]:
         """The device nodes of every kind there (kinds.Kind.devnodes), each glob sorted."""
