@@ -485,6 +485,16 @@ def render_mig_minors() -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_proc_devices(caps_major: int) -> str:
+    """
+    /proc/devices with the capability devices under `caps_major`, as fs/proc/devices.c prints
+    it ("%3d %s\n"; nv-caps.c registers "nvidia-caps" with alloc_chrdev_region).
+    """
+    chars = {1: "mem", 4: "tty", 5: "/dev/tty", 10: "misc", 136: "pts", caps_major: "nvidia-caps"}
+    lines = ["Character devices:", *(f"{n:3d} {name}" for n, name in sorted(chars.items()))]
+    return "\n".join([*lines, "", "Block devices:", "  7 loop", "259 blkext"]) + "\n"
+
+
 def proc_bus_dir(bus_id: str) -> str:
     """nvidia-smi's "00000000:16:00.0" as /proc/driver/nvidia/gpus names it: "0000:16:00.0"."""
     head, func = bus_id.rsplit(".", 1)

@@ -46,7 +46,7 @@ from simulator.hygon import DcuError
 from simulator.kernel import Kernel
 from simulator.node import SimNode
 from simulator.procs import end_process
-from simulator.state import PROC_DRIVER, SOURCE
+from simulator.state import PROC_DEVICES, PROC_DRIVER, SOURCE
 from simulator.vgpu import VgpuError
 
 # The agent: this module's main, the checkout put first on its sys.path (the simulator is not
@@ -337,31 +337,36 @@ def pod_cgroup(uid: str, container_id: str) -> str:
     return f"0::/{qos}/{pod}/cri-containerd-{container_id}.scope\n"
 
 
+def _proc_mounts(node_dir: Path) -> list[tuple[Path, str]]:
+    """The node's procfs files and where they go: its driver folder, and its /proc/devices when
+    it has one of its own (SimNode.declare_char_major)."""
+    mounts = [(node_dir / PROC_DRIVER, "/proc/driver"), (node_dir / PROC_DEVICES, "/proc/devices")]
+    return [(source, target) for source, target in mounts if source.exists()]
+
+
 def mount_proc_driver(node_dir: Path) -> None:
     """
-    Bind-mount the node's procfs files (mig-minors, gpus/*/information) over /proc/driver, in
-    this namespace only: as its PID 1 (the agent, or a command run by `-- CMD`, like the demo).
+    Bind-mount the node's procfs files (mig-minors, gpus/*/information) over /proc/driver, and
+    its /proc/devices if it has one, in this namespace only: as its PID 1 (the agent, or a
+    command run by `-- CMD`, like the demo).
     """
-    source = node_dir / PROC_DRIVER
-    if not source.is_dir():
-        return  # no GPUs: the namespace's own /proc/driver
-    if os.getpid() != 1:  # the agent is PID 1 of its namespace; anywhere else is not ours
-        raise OSError(f"not in the node's namespace (pid {os.getpid()}): refusing to mount")
-    argv = ["mount", "--bind", str(source), "/proc/driver"]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise OSError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
+    for source, target in _proc_mounts(node_dir):  # none without GPUs: the namespace's own
+        if os.getpid() != 1:  # the agent is PID 1 of its namespace; anywhere else is not ours
+            raise OSError(f"not in the node's namespace (pid {os.getpid()}): refusing to mount")
+        argv = ["mount", "--bind", str(source), target]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise OSError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
 
 
 def unmount_proc_driver(node_dir: Path) -> None:
     """Undo mount_proc_driver, so that the next node of the namespace shows no driver of it."""
-    if not (node_dir / PROC_DRIVER).is_dir():
-        return
-    if os.getpid() != 1:
-        raise OSError(f"not in the node's namespace (pid {os.getpid()}): refusing to unmount")
-    done = subprocess.run(["umount", "/proc/driver"], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise OSError(f"umount /proc/driver exited {done.returncode}: {done.stderr.strip()}")
+    for _, target in _proc_mounts(node_dir):
+        if os.getpid() != 1:
+            raise OSError(f"not in the node's namespace (pid {os.getpid()}): refusing to unmount")
+        done = subprocess.run(["umount", target], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise OSError(f"umount {target} exited {done.returncode}: {done.stderr.strip()}")
 
 
 def _enter_pod(node: SimNode, pid: int, uid: str) -> None:

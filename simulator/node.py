@@ -40,6 +40,7 @@ from simulator.pods import PodModel
 from simulator.state import (
     CHECKPOINT,
     LAYOUT_DIRS,
+    PROC_DEVICES,
     STATE_FILE,
     TOOLS,
     State,
@@ -207,6 +208,14 @@ class SimNode(AscendModel, HygonModel, VgpuModel, PodModel, FaultModel):
     def cap_file(self, gpu: int, gi: int, ci: int | None = None) -> Path:
         """The access capability file of GI `gi` (`ci` None) or of its CI `ci` on GPU `gpu`."""
         return self.nvidia.cap_file(gpu, gi, ci)
+
+    def declare_caps_major(self, major: int) -> None:
+        """
+        Give the node a /proc/devices of its own with the capability devices under `major`
+        (the namespace agent mounts it when it starts): a real device of that major stands in
+        for a capability node made inside a container, which the host's /dev has not.
+        """
+        write_atomic(self.path / PROC_DEVICES, mig.render_proc_devices(major))
 
     def create_gi(
         self, gpu: int, profile: str | int, *, ci: bool = True, start: int | None = None

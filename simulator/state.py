@@ -43,6 +43,7 @@ TOOLS = {
     "hy-smi": "simulator.hy_smi",
 }
 PROC_DRIVER = "proc-driver"  # <node>/proc-driver: what the namespace agent mounts on /proc/driver
+PROC_DEVICES = "proc-devices"  # <node>/proc-devices: on /proc/devices, when a node has one
 GPUSTACK_PODS = "/var/lib/gpustack/operator/pods"  # gpustack's OperatorPodsDir
 # The folder holding simulator/: the checkout (the simulator does not ship in the wheel).
 SOURCE = Path(__file__).resolve().parents[1]

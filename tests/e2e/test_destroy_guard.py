@@ -5,16 +5,23 @@ shell, and verifies the listing after. Any doubt keeps the vNPU (exit 0, the nex
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from enforcer.model import VNPU, Observation, Partition, Verdict
 from enforcer.policy import NodePaths
+from facts.snapshot import NodeSnapshot, observe, parse_sections
 from operations.enforce import destroy_command
-from simulator import barrier
+from simulator import barrier, mig, mig_story
+from simulator.mig_model import H100
+from simulator.namespace import NodeNamespace
+from simulator.node import SimNode
 
 LATE = "0f3c9a2e-5b71-4d8e-9c2a-6e1b7d4f8a35"  # a pod whose entry lands during the guard
 
@@ -157,10 +164,90 @@ def test_re_proven_at_the_moment_of_destruction_a_process_on_its_chip_with_its_c
     assert 101 not in seed_node.vnpus() and 102 in seed_node.vnpus()
 
 
+@contextlib.contextmanager
+def gi_zero(tmp_path: Path, caps_major: int | None = None) -> Iterator[tuple[SimNode, Any, str]]:
+    """An H100 node with GI 0 (7g.80gb), in its namespace; the GI's guarded destroy, by a read.
+    `caps_major`: the major the node's /proc/devices gives the capability devices."""
+    path = tmp_path / "node"
+    sim = SimNode.create(path, [], gpus=[H100])
+    assert sim.create_gi(0, "7g.80gb") == 0
+    if caps_major is not None:
+        sim.declare_caps_major(caps_major)
+    paths = NodePaths.from_rootfs(str(path / "rootfs"), tools=mig_story.tools(path))
+    with NodeNamespace(path) as ns:
+        read = ns.run(["sh", "-c", NodeSnapshot().command(paths=paths)], timeout=120)
+        obs = observe(parse_sections(read.stdout.splitlines()), "n1", paths, ["cri"])
+        (p,) = obs.partitions
+        yield sim, ns, destroy_command(Verdict(p, "orphan", "proven orphaned"), obs, paths)
+
+
+def test_re_proven_at_the_moment_of_destruction_a_capability_held_through_a_node_of_its_own(
+    tmp_path, namespaces
+):
+    """
+    A process holds GI 0's capability through a node the host's /dev/nvidia-caps has not (a
+    container's, made from its CDI spec): the guard finds it by device number. The node's
+    /proc/devices gives the capabilities major 1, so /dev/zero (1:5, gpu0/gi0/ci1/access by
+    mig-minors) is that node: a real device a process can hold open.
+    """
+    with gi_zero(tmp_path, caps_major=1) as (sim, ns, command):
+        assert mig.cap_minor(0, 0, 1) == 5 and not sim.cap_file(0, 0, 1).exists()
+        with barrier.Barrier(tmp_path / "opened") as opened:
+            argv = ["sh", "-c", 'exec 3</dev/zero; "$0" "$1" "$2" opened; exec sleep 600']
+            holder = ns.start(
+                [*argv, sys.executable, barrier.__file__, str(opened)], tmp_path / "log"
+            )
+            opened.wait()
+        kept = ns.run(["sh", "-c", command])
+        ns.stop(holder)
+        destroyed = ns.run(["sh", "-c", command])
+    assert kept.returncode == 0 and "kept, not destroyed" in kept.stdout, kept.stdout + kept.stderr
+    assert f"pid(s) {holder} have its capability devices open" in kept.stdout
+    assert destroyed.stdout.rstrip().endswith("destroyed"), destroyed.stdout + destroyed.stderr
+    assert sim.gpu_instances(0) == []
+
+
 def test_verified_after_a_destroy_the_tool_reports_but_does_not_do_fails(seed_node):
     seed_node.sim.set_fault("npu-smi", "destroy-vnpu", lie_ids=[101])
     rc, out = guarded(seed_node, 101)
     assert rc == 1 and "still lists it" in out
+
+
+def test_verified_after_a_destroy_whose_listing_after_is_cut_short_fails(seed_node, tmp_path):
+    """npu-smi prints success and keeps the vNPU; its listing after ends at its Total line, exit
+    0: no row there is not the vNPU gone while the rows the Total counts are missing."""
+    npu_smi = str(seed_node.path / "bin/npu-smi")
+    listing = seed_node.ns.run([npu_smi, "info", "-t", "info-vnpu", "-i", "0", "-c", "0"])
+    cut = "".join(listing.stdout.splitlines(True)[:10])
+    assert cut.rstrip().endswith("+") and "| Total number of vnpu: 3" in cut, listing.stdout
+    with ThreadPoolExecutor(1) as pool, barrier.Barrier(tmp_path / "destroying") as destroying:
+        seed_node.sim.set_fault("npu-smi", "destroy-vnpu", lie_ids=[101], barrier=str(destroying))
+        guard = pool.submit(guarded, seed_node, 101)
+        destroying.wait()
+        seed_node.sim.set_fault("npu-smi", "info-vnpu", stdout=cut)
+        destroying.release()
+        rc, out = guard.result()
+    assert rc == 1 and "npu-smi could not list it after the destroy" in out, out
+    record = seed_node.state_dir / "destroyed"
+    assert not record.exists() or " 101 " not in record.read_text()
+
+
+def test_verified_after_a_gpu_instance_whose_listing_after_is_cut_short_fails(tmp_path, namespaces):
+    """nvidia-smi's -lgi after -dgi ends at its header, exit 0: not a listing without GI 0."""
+    with gi_zero(tmp_path) as (sim, ns, command):
+        smi = str(sim.path / "bin/nvidia-smi")
+        listing = ns.run([smi, "mig", "-i", "0", "-lgi"]).stdout
+        cut = "".join(listing.splitlines(True)[:5])
+        assert cut.rstrip().endswith("=|"), listing
+        with ThreadPoolExecutor(1) as pool, barrier.Barrier(tmp_path / "destroying") as at:
+            sim.set_fault("nvidia-smi", "dgi", barrier=str(at))
+            guard = pool.submit(ns.run, ["sh", "-c", command])
+            at.wait()
+            sim.set_fault("nvidia-smi", "lgi", stdout=cut)
+            at.release()
+            done = guard.result()
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "nvidia-smi could not list it after the destroy" in done.stderr
 
 
 def test_verified_after_a_refused_destroy_fails_with_the_tools_words(seed_node):
