@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     key: spec["default"] for key, spec in SCHEMA["properties"].items() if "default" in spec
 }
 PREFIX = "enforcer_"
+BREAKER = "enforcer_breaker"  # lifted for one run by hand, `--data enforcer_breaker=off`
 KUBELET = "/var/lib/kubelet"
 CHECKPOINT = f"{KUBELET}/device-plugins/kubelet_internal_checkpoint"
 POD_RESOURCES = "/var/lib/kubelet/pod-resources/kubelet.sock"

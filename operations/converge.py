@@ -27,7 +27,14 @@ from enforcer import report as reports
 from enforcer.contract import decide
 from enforcer.fleet import report_file_name
 from enforcer.model import DRAIN_MARKER, NODE, Observation, OwnerRecord, Pod, SourceHealth
-from enforcer.policy import DEFAULTS, HOST_DATA_KEYS, Policy, PolicyError, policy_from_host_data
+from enforcer.policy import (
+    BREAKER,
+    DEFAULTS,
+    HOST_DATA_KEYS,
+    Policy,
+    PolicyError,
+    policy_from_host_data,
+)
 from facts import cri, dra_node, kubeapi, nodename
 from facts.cri import Sandbox
 from facts.errors import ParseError
@@ -48,11 +55,21 @@ def host_data(host) -> dict[str, Any]:
 
 
 def host_policy(host) -> Policy:
-    """The host's policy, validated before anything runs; bad data names the host and the key."""
+    """
+    The host's policy, validated before anything runs; bad data names the host and the key.
+    The breaker is lifted by hand for one run (`--data`, pyinfra's override data): off in the
+    inventory or its group data, every run would take it, and no report would say so.
+    """
     try:
-        return policy_from_host_data(host.name, host_data(host))
+        policy = policy_from_host_data(host.name, host_data(host))
     except PolicyError as error:
         raise DeployError(str(error)) from error
+    if not policy.breaker and BREAKER not in host.inventory.get_override_data():
+        raise DeployError(
+            f"host {host.name}: host data {BREAKER} is off: expected it lifted for one run by "
+            f"hand (--data {BREAKER}=off), never by the inventory or its group data"
+        )
+    return policy
 
 
 def read_node(host, policy: Policy, record: bool = False) -> Observation:

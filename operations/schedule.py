@@ -91,6 +91,7 @@ from pyinfra.operations.util import any_changed
 
 from enforcer import shell
 from enforcer.policy import (
+    BREAKER,
     DEFAULTS,
     HOST_DATA_KEYS,
     SPAN,
@@ -115,9 +116,8 @@ NODE_INVENTORY = "/etc/partition-enforcer/inventory.py"
 # (`<reports dir>/@local.json` beside the node inventory), which collect.py reads.
 NODE_HOST = "@local"
 VENV = DEFAULTS["enforcer_schedule_venv"]
-# Keys that never go into a node's inventory: the schedule's own, and the breaker, which is
-# lifted for one run by hand (`--data enforcer_breaker=off`), never for every scheduled run.
-BREAKER = "enforcer_breaker"
+# Keys that never go into a node's inventory: the schedule's own, and the breaker (BREAKER), which
+# is lifted for one run by hand (`--data enforcer_breaker=off`), never for every scheduled run.
 
 UNIT_PATH = shell.PATH  # letters, digits and . _ / + @ : = - : no space, quote, ;, $, %, \
 # A deploy function pyinfra imports (`module.function`); a name ending in .py would be a file.

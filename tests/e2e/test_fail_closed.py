@@ -245,3 +245,19 @@ def test_a_stale_checkpoint_entry_keeps_its_gi_and_is_reported(build):
     assert run.verdict(gi) == "claimed" and "stuck owner" in run.reason(gi)
     assert [o["owner"]["uid"] for o in run.report["stuck_owners"]] == [A]
     assert gi_ids(node) == {gi}
+
+
+# --- rule 6: the breaker is lifted for one run, by hand -------------------------------------------
+
+
+def test_not_implausible_the_breaker_is_not_lifted_by_host_data(seed_node):
+    """Off in the inventory, every run would take it and no report would say so: the run is
+    refused, naming the host and how to lift it for one run; `--data` lifts it."""
+    seed_node.configure(enforcer_breaker="off")
+    refused = seed_node.enforce()
+    assert refused.rc != 0 and refused.report is None, refused.output
+    assert "host data enforcer_breaker is off" in refused.output
+    assert "(--data enforcer_breaker=off)" in refused.output
+    seed_node.configure()
+    lifted = seed_node.enforce("--data", "enforcer_breaker=off")
+    assert lifted.rc == 0 and lifted.report is not None, lifted.output
