@@ -45,7 +45,7 @@ from enforcer import ledger as ledgers
 from enforcer.model import Release
 from enforcer.policy import PREFIX, PolicyError, policy_from_host_data
 from enforcer.report import VALIDATOR as REPORT
-from enforcer.report import drain_hint, owner_name
+from enforcer.report import needs_a_person, owner_name
 
 OK, FINDINGS, USAGE = 0, 1, 2
 BOLD, RED = "1", "31"  # ANSI colours, only for a terminal
@@ -211,7 +211,7 @@ def _rows(
     by_kind: dict[str, Counter[str]] = {}
     for v in report["verdicts"]:
         by_kind.setdefault(v["partition"]["kind"], Counter())[v["status"]] += 1
-    node_needs = needs_a_person(report, inventory and inventory.source) + host_needs
+    source = inventory and inventory.source
     return [
         FleetRow(
             host=report["host"],
@@ -220,7 +220,7 @@ def _rows(
             mode=_mode(report),
             run_at=report["run_at"],
             counts={status: counts[status] for status, _ in COUNTED},
-            needs=tuple(_kind_needs(counts) + node_needs),
+            needs=tuple(needs_a_person(report, source, kind) + host_needs),
             file=file,
         )
         for kind, counts in sorted((by_kind or {"-": Counter()}).items())
@@ -231,41 +231,6 @@ def _mode(report: dict[str, Any]) -> str:
     """The run's mode, and a node's drain (enforcer.deploys.drain) until undrain ends it."""
     drain = report.get("drain")
     return f"{report['mode']}, {drain['state']}" if drain else report["mode"]
-
-
-def _kind_needs(counts: Counter[str]) -> list[str]:
-    return [f"{counts[s]} {s}" for s in ("destroy-failed", "inconclusive") if counts[s]]
-
-
-def needs_a_person(report: dict[str, Any], inventory: str | None = None) -> list[str]:
-    """What in a node's report a person should look at: each makes runs keep partitions or
-    stop destroying (a source not read, the breaker) or says that something is off.
-    `inventory`: the fleet's, as its runs recorded it (the commands it prints name it)."""
-    needs = [f"breaker: {report['breaker']}"] if report["breaker"] else []
-    needs += [
-        f"source {s['source']} {s['status']} ({s['scope']})"
-        for s in report["sources"]
-        if s["status"] != "ok"
-    ]
-    for count, one, more in (
-        (len(report.get("stuck_claims", ())), "stuck claim", "stuck claims"),
-        (len(report["dangling_claims"]), "dangling claim", "dangling claims"),
-        (len(report.get("unrecognised", ())), "record not understood", "records not understood"),
-        (len(report.get("stuck_owners", ())), "stuck owner", "stuck owners"),
-        (
-            len(report.get("stuck_desired", ())),
-            "partition kept with its advertiser gone",
-            "partitions kept with their advertiser gone",
-        ),
-        (len(report.get("drift", ())), "declared partition missing", "declared partitions missing"),
-    ):
-        if count:
-            needs.append(f"{count} {one if count == 1 else more}")
-    if report["ledger"].startswith("set aside"):
-        needs.append("ledger set aside")
-    if (report.get("drain") or {}).get("state") == "draining":
-        needs.append(f"drain not finished: {drain_hint(report['host'], inventory)}")
-    return needs
 
 
 def _report(args: argparse.Namespace) -> int:

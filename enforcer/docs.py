@@ -35,6 +35,7 @@ _EVERY_LABEL = {
     "mode": "converge",
     "run_at": 0.0,
     "breaker": None,
+    "ledger": "ok",
     "verdicts": [{"partition": {"kind": "-"}, "status": "orphan"}],
     "sources": [{"source": "-", "scope": "-", "status": "failed"}],
     "dangling_claims": [],

@@ -27,6 +27,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from enforcer.ledger import DESTROY_FAILURES, DESTROYS
+from enforcer.report import needs_a_person
 
 FILE = "partition-enforcer.prom"
 PREFIX = "partition_enforcer"
@@ -104,9 +105,10 @@ def render(report: dict, totals: Mapping[str, Mapping[str, int]] | None = None) 
     gauge("last_run_timestamp_seconds", "When the last recorded run read the node.").set(
         report["run_at"]
     )
-    gauge("last_run_success", "1 when the last recorded run found nothing for a person.").set(
-        1 if success(report) else 0
-    )
+    gauge(
+        "last_run_success",
+        "1 when the last recorded run found nothing for a person but a drain not finished.",
+    ).set(1 if success(report) else 0)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / FILE
         write_to_textfile(str(path), registry)
@@ -114,10 +116,7 @@ def render(report: dict, totals: Mapping[str, Mapping[str, int]] | None = None) 
 
 
 def success(report: dict) -> bool:
-    """No breaker, every source ok, no failed destroy, every record understood."""
-    return (
-        not report["breaker"]
-        and all(s["status"] == "ok" for s in report["sources"])
-        and not any(v["status"] == "destroy-failed" for v in report["verdicts"])
-        and not report.get("unrecognised")
-    )
+    """Nothing for a person (enforcer.report.needs_a_person, as the fleet view says) but a drain
+    not finished: a converge run may read the node while a drain runs, and `drained` at 0.5
+    pages after an hour (PartitionEnforcerDrainNotFinished)."""
+    return not needs_a_person({**report, "drain": None})

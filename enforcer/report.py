@@ -6,11 +6,13 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import kinds
 import schemas
 from enforcer import fleet
 from enforcer.contract import Decision
+from enforcer.ledger import SET_ASIDE
 from enforcer.model import (
     CLAIM_OWNER,
     OWNER_NOUNS,
@@ -238,6 +240,54 @@ def table(report: dict, inventory: str | None = None) -> str:
         cells = [c.ljust(w) for c, w in zip(r[:4], widths, strict=True)]
         lines.append("  " + "  ".join([*cells, r[4]]).rstrip())
     return "\n".join(lines)
+
+
+def needs_a_person(
+    report: dict[str, Any], inventory: str | None = None, kind: str | None = None
+) -> list[str]:
+    """
+    What in a run report a person should look at: each makes runs keep partitions or stop
+    destroying (a source not read, the breaker) or says that something is off. The one list of
+    the fleet view's NEEDS (`kind`: its row's verdicts; None: every kind's) and of the metrics'
+    last_run_success. `inventory`: the fleet's, as its runs recorded it (the commands it prints
+    name it).
+    """
+    return _verdicts_needing(report, kind) + _node_needs(report, inventory)
+
+
+def _verdicts_needing(report: dict[str, Any], kind: str | None) -> list[str]:
+    counts = Counter(
+        v["status"] for v in report["verdicts"] if kind in (None, v["partition"]["kind"])
+    )
+    return [f"{counts[s]} {s}" for s in ("destroy-failed", "inconclusive") if counts[s]]
+
+
+def _node_needs(report: dict[str, Any], inventory: str | None) -> list[str]:
+    needs = [f"breaker: {report['breaker']}"] if report["breaker"] else []
+    needs += [
+        f"source {s['source']} {s['status']} ({s['scope']})"
+        for s in report["sources"]
+        if s["status"] != "ok"
+    ]
+    for count, one, more in (
+        (len(report.get("stuck_claims", ())), "stuck claim", "stuck claims"),
+        (len(report["dangling_claims"]), "dangling claim", "dangling claims"),
+        (len(report.get("unrecognised", ())), "record not understood", "records not understood"),
+        (len(report.get("stuck_owners", ())), "stuck owner", "stuck owners"),
+        (
+            len(report.get("stuck_desired", ())),
+            "partition kept with its advertiser gone",
+            "partitions kept with their advertiser gone",
+        ),
+        (len(report.get("drift", ())), "declared partition missing", "declared partitions missing"),
+    ):
+        if count:
+            needs.append(f"{count} {one if count == 1 else more}")
+    if report["ledger"].startswith(SET_ASIDE):
+        needs.append("ledger set aside")
+    if (report.get("drain") or {}).get("state") == "draining":
+        needs.append(f"drain not finished: {drain_hint(report['host'], inventory)}")
+    return needs
 
 
 def owner_noun(owner: dict) -> str:

@@ -23,6 +23,10 @@ from faults.kit import (
     sh,
 )
 from fifos import Fifos
+from prometheus_client.parser import text_string_to_metric_families
+
+from enforcer import ledger as ledgers
+from enforcer import metrics
 
 CORRUPT = {
     "truncated": (lambda b: b[: len(b) // 2], "set aside: ledger is not JSON"),
@@ -54,6 +58,24 @@ def test_corrupt_ledger_is_set_aside_byte_for_byte_and_destroys_nothing(seed_nod
         assert run.verdict(101) == run.verdict(infer_b) == "claimed"
         assert {100, 101, infer_b} <= seed_node.vnpus()
         run = seed_node.enforce()
+
+
+def test_a_ledger_set_aside_pages_a_person_by_that_runs_textfile(seed_node):
+    """The report says it for one run only (the next one is clean): that run's textfile is the
+    one PartitionEnforcerNeedsAPerson can read."""
+    seed_node.enforce()
+    (seed_node.state_dir / "ledger.json").write_text("corrupt")
+    run = seed_node.enforce()
+    assert run.rc == 0 and run.report["ledger"].startswith(ledgers.SET_ASIDE), run.output
+    assert success(seed_node) == 0
+    run = seed_node.enforce()
+    assert run.report["ledger"] == "ok" and success(seed_node) == 1
+
+
+def success(node) -> float:
+    text = (node.state_dir / metrics.FILE).read_text()
+    (family,) = (f for f in text_string_to_metric_families(text) if f.name.endswith("_success"))
+    return family.samples[0].value
 
 
 def test_two_set_asides_in_the_same_second_keep_both(seed_node, tmp_path):

@@ -37,6 +37,7 @@ def report(mode: str = "converge", breaker: str | None = None, *verdicts: dict) 
         "boot_id": "boot",
         "mode": mode,
         "breaker": breaker,
+        "ledger": "ok",
         "sources": [{"source": "cri", "status": "unreadable", "scope": "node", "reason": "x"}],
         "verdicts": list(verdicts),
         "dangling_claims": [],

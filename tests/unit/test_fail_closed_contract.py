@@ -12,11 +12,10 @@ from unit.test_contract import BOOT, T0, hami, node, policy, runs, status, vnpu
 from unit.test_mig_contract import GPU, OK, alive, gi, mig_uuid
 
 from enforcer.claims import claims_from_records
-from enforcer.cli import needs_a_person
 from enforcer.contract import Decision, decide
 from enforcer.ledger import dump, load
 from enforcer.model import MDEV, MIG, VFIO, VNPU, Advertised, Observation, OwnerRecord, Pod
-from enforcer.report import build
+from enforcer.report import build, needs_a_person
 
 A, B = "7d3c2b1a-0f9e-4d8c-b7a6-958473625140", "3a9f8e7d-6c5b-4a39-8271-605f4e3d2c1b"
 CHECKPOINT = "kubelet-checkpoint"
