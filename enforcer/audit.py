@@ -16,8 +16,48 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
+
+import schemas
+from enforcer.report import SCHEMA
+
 # Verdict status -> audit event, for the statuses that are about a destroy.
 EVENTS = {"orphan": "destroy", "destroyed": "destroyed", "destroy-failed": "destroy-failed"}
+
+# What `enforcer audit` and `enforcer explain` read of a line (a destroy's: its proof).
+EXPECTED = (
+    "one JSON object in UTF-8 with run_at, host, event and reason; a destroy's with its "
+    "partition, mode, evidence and streak"
+)
+EVENT = schemas.Validator(
+    {
+        "type": "object",
+        "required": ["run_at", "host", "event", "reason"],
+        "properties": {
+            "run_at": {"type": "number"},
+            "host": {"type": "string"},
+            "event": {"type": "string"},
+            "reason": {"type": "string"},
+            "identity": {"type": "string"},
+            "partitions": {"type": "array", "items": {"type": "string"}},
+            "partition": {"$ref": "#/$defs/partition"},
+        },
+        "if": {"properties": {"event": {"const": "destroy"}}},
+        "then": {
+            "required": ["partition", "mode", "evidence", "streak"],
+            "properties": {
+                "mode": {"type": "string"},
+                "evidence": {"type": "array", "items": {"type": "string"}},
+                "streak": {
+                    "type": "object",
+                    "required": ["runs", "seconds"],
+                    "properties": {"runs": {"type": "integer"}, "seconds": {"type": "number"}},
+                },
+            },
+        },
+        "$defs": SCHEMA["$defs"],
+    }
+)
 
 
 def events(report: dict) -> list[dict]:
@@ -67,3 +107,15 @@ def _about(v: dict) -> dict:
 def lines(report: dict) -> str:
     """The events as JSON lines, one per line, ready to append."""
     return "".join(json.dumps(e, sort_keys=True) + "\n" for e in events(report))
+
+
+def parsed(line: bytes) -> dict:
+    """One line of an audit log as its event; ValueError says what is wrong with it (a
+    UnicodeDecodeError and json's JSONDecodeError are ValueErrors too)."""
+    event = json.loads(line.decode("utf-8"))
+    try:
+        EVENT.validate(event)
+    except jsonschema.ValidationError as error:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top)"
+        raise ValueError(f"at {where}: {error.message}") from error
+    return event

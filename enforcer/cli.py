@@ -15,9 +15,10 @@ The `enforcer` command: what the runs said, for people (tables) and machines (`-
     enforcer verify --hosts=URL,... [ARG...]  the testinfra checks of converged nodes, from the
                                               control node (ARG: pytest's; the verify extra)
 
-Exit codes: 0 ok; 1 findings or a failed check (a node that needs a person, a report that cannot
-be read, a corrupt ledger, bad host data, no such partition); 2 usage (bad arguments, a path that
-is not there, a partition that matches more than one).
+Exit codes: 0 ok; 1 findings or a failed check (a node that needs a person, a file that cannot
+be read (denied: run it as root), a corrupt ledger or audit log, bad host data, no such
+partition); 2 usage (bad arguments, a path that is not there, a partition that matches more than
+one).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import getpass
 import json
 import os
 import re
+import shlex
 import socket
 import sys
 import time
@@ -40,6 +42,7 @@ from typing import Any
 
 import jsonschema
 
+from enforcer import audit as audits
 from enforcer import fleet, releases
 from enforcer import ledger as ledgers
 from enforcer.model import Release
@@ -736,15 +739,17 @@ def _alerts(args: argparse.Namespace) -> int:
 
 
 def audit_events(log: Path) -> list[dict[str, Any]]:
-    """Every event of an audit log, oldest first, its rotated files included."""
-    files = [Path(f"{log}.{n}") for n in range(100, 0, -1)] + [log]
+    """Every event of an audit log, oldest first, its rotated files included; Failed(1) names
+    the file and line of one that is not an event, and what an event is."""
+    files = [log, *(Path(f"{log}.{n}") for n in range(1, 101))]  # the log itself looked at first
     events = []
-    for f in (f for f in files if f.is_file()):
-        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), start=1):
+    for f in reversed([f for f in files if f.is_file()]):
+        for n, line in enumerate(f.read_bytes().splitlines(), start=1):
             try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise Failed(FINDINGS, f"{f}:{n}: not an audit event: {error}") from error
+                events.append(audits.parsed(line))
+            except ValueError as error:
+                said = f"{f}:{n}: not an audit event ({audits.EXPECTED}): {_cut(str(error), 160)}"
+                raise Failed(FINDINGS, said) from error
     return events
 
 
@@ -972,6 +977,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `enforcer report DIR | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return FINDINGS
+    except OSError as error:  # a path the command was given, or what it found there
+        sys.stderr.write(f"enforcer: {_not_done(error, argv)}\n")
+        return FINDINGS
+
+
+def _not_done(error: OSError, argv: Sequence[str]) -> str:
+    """An OS error as a person can act on it: which path, why; denied, how to run it instead
+    (the node's state dir is root's, 0700)."""
+    said = f"{error.filename}: {error.strerror}" if error.filename else str(error)
+    if isinstance(error, PermissionError):
+        said += f": run it as root: sudo {shlex.join(['enforcer', *argv])}"
+    return said
 
 
 # --- output -----------------------------------------------------------------------------------

@@ -6,9 +6,13 @@ ledger show, validate, sim; exit codes 0 ok, 1 findings, 2 usage; --json for mac
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -741,3 +745,68 @@ def test_explain_of_a_claimed_partition_says_what_claims_it(capsys, tmp_path):
     assert rc == 0
     assert "no live owner's exact claim" not in out
     assert "claimed by:       the placement claim(s) its reason names (no claim names it" in out
+
+
+# --- enforcer audit, ledger show, explain: what a person can act on --------------------------
+
+NOBODY = ("--reuid=65534", "--regid=65534", "--clear-groups")
+
+
+@pytest.fixture
+def roots_state_dir() -> Iterator[Path]:
+    """A node's state dir as the runs keep it: root's, 0700, in a directory anyone may enter
+    (pytest's tmp_path is in root's 0700 one)."""
+    top = Path(tempfile.mkdtemp(prefix="enforcer-cli-", dir="/tmp"))
+    top.chmod(0o755)
+    state = top / "state"
+    state.mkdir(mode=0o700)
+    (state / "audit.jsonl").write_text(audit.lines(report("n1", verdict("101", "orphan"))))
+    (state / "ledger.json").write_text(ledgers.dump(ledgers.Ledger()))
+    (state / "report.json").write_text(json.dumps(report("n1", verdict("101", "held"))))
+    yield state
+    shutil.rmtree(top)
+
+
+@pytest.mark.parametrize(
+    ("argv", "denied"),
+    [
+        (("audit", "{state}", "--last", "20"), "audit.jsonl"),
+        (("ledger", "show", "{state}"), "ledger.json"),
+        (("explain", "{state}/report.json", "101"), "report.json"),
+    ],
+)
+def test_a_person_not_root_is_told_to_run_it_as_root_not_shown_a_traceback(
+    setpriv, roots_state_dir, argv, denied
+):
+    """docs/OPERATIONS.md's `enforcer audit /var/lib/partition-enforcer --last 20`, run by an
+    operator's own user on the node."""
+    argv = tuple(a.format(state=roots_state_dir) for a in argv)
+    done = subprocess.run(
+        [setpriv, *NOBODY, ENFORCER, *argv], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    sudo = shlex.join(["enforcer", *argv])
+    said = f"{roots_state_dir / denied}: Permission denied: run it as root: sudo {sudo}"
+    assert done.stderr == f"enforcer: {said}\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (b"[]", "at (top): [] is not of type 'object'"),
+        (b'{"run_at": 1, "host": "n1", "event": "breaker"}', "'reason' is a required property"),
+        (b'{"run_at": "noon", "host": "n1", "event": "x", "reason": "y"}', "at run_at: 'noon' is"),
+        (b'{"run_at": 1, "host": "n1", "event": "destroy", "reason": "y"}', "'partition' is a"),
+        (b"\xff\xfe{}", "'utf-8' codec can't decode byte 0xff in position 0"),
+        (b'{"run_at": 1', "Expecting ',' delimiter"),
+    ],
+)
+def test_enforcer_audit_names_the_line_that_is_not_an_event_and_what_one_is(
+    capsys, tmp_path, line, said
+):
+    log = tmp_path / "audit.jsonl"
+    log.write_bytes(audit.lines(report("n1", verdict("101", "orphan"))).encode() + line + b"\n")
+    rc, out, err = run(capsys, "audit", str(tmp_path))
+    assert (rc, out) == (1, "")
+    assert err.startswith(f"enforcer: {log}:2: not an audit event ({audit.EXPECTED}): "), err
+    assert said in err and err.count("\n") == 1
