@@ -6,11 +6,10 @@ ledger show, validate, sim; exit codes 0 ok, 1 findings, 2 usage; --json for mac
 from __future__ import annotations
 
 import json
+import os
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -749,22 +748,23 @@ def test_explain_of_a_claimed_partition_says_what_claims_it(capsys, tmp_path):
 
 # --- enforcer audit, ledger show, explain: what a person can act on --------------------------
 
-NOBODY = ("--reuid=65534", "--regid=65534", "--clear-groups")
+# Root's shell without the capabilities that let it read any directory (tests/unit/test_shell.py's
+# walk): it meets a directory it may not enter as an operator's own user does the state dir.
+NO_DAC = "--bounding-set=-dac_override,-dac_read_search"
 
 
 @pytest.fixture
-def roots_state_dir() -> Iterator[Path]:
-    """A node's state dir as the runs keep it: root's, 0700, in a directory anyone may enter
-    (pytest's tmp_path is in root's 0700 one)."""
-    top = Path(tempfile.mkdtemp(prefix="enforcer-cli-", dir="/tmp"))
-    top.chmod(0o755)
-    state = top / "state"
-    state.mkdir(mode=0o700)
+def denied_state_dir(tmp_path: Path) -> Iterator[Path]:
+    """A node's state dir, as the runs keep it, that the command may not enter (an operator's
+    user meets root's 0700 so)."""
+    state = tmp_path / "state"
+    state.mkdir()
     (state / "audit.jsonl").write_text(audit.lines(report("n1", verdict("101", "orphan"))))
     (state / "ledger.json").write_text(ledgers.dump(ledgers.Ledger()))
     (state / "report.json").write_text(json.dumps(report("n1", verdict("101", "held"))))
+    state.chmod(0)
     yield state
-    shutil.rmtree(top)
+    state.chmod(0o700)
 
 
 @pytest.mark.parametrize(
@@ -776,17 +776,22 @@ def roots_state_dir() -> Iterator[Path]:
     ],
 )
 def test_a_person_not_root_is_told_to_run_it_as_root_not_shown_a_traceback(
-    setpriv, roots_state_dir, argv, denied
+    setpriv, denied_state_dir, argv, denied
 ):
     """docs/OPERATIONS.md's `enforcer audit /var/lib/partition-enforcer --last 20`, run by an
     operator's own user on the node."""
-    argv = tuple(a.format(state=roots_state_dir) for a in argv)
+    if os.geteuid() != 0:  # CI runs as root: there a missing prerequisite fails
+        problem = "needs root, to drop the capabilities that read any directory"
+        if os.environ.get("CI") == "true":
+            pytest.fail(problem)
+        pytest.skip(problem)
+    argv = tuple(a.format(state=denied_state_dir) for a in argv)
     done = subprocess.run(
-        [setpriv, *NOBODY, ENFORCER, *argv], capture_output=True, text=True, timeout=120
+        [setpriv, NO_DAC, ENFORCER, *argv], capture_output=True, text=True, timeout=120
     )
     assert (done.returncode, done.stdout) == (1, ""), done.stderr
     sudo = shlex.join(["enforcer", *argv])
-    said = f"{roots_state_dir / denied}: Permission denied: run it as root: sudo {sudo}"
+    said = f"{denied_state_dir / denied}: Permission denied: run it as root: sudo {sudo}"
     assert done.stderr == f"enforcer: {said}\n"
 
 
