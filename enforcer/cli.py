@@ -33,6 +33,7 @@ import shlex
 import socket
 import sys
 import time
+import traceback
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -669,11 +670,14 @@ def _validate(args: argparse.Namespace) -> int:
         overrides[key] = value
     import click  # pyinfra's CLI is click: its errors are click's
     from pyinfra.api.exceptions import PyinfraError
+    from pyinfra_cli.exceptions import UnexpectedExternalError
     from pyinfra_cli.util import parse_cli_arg
 
     try:
         data = {key: parse_cli_arg(value) for key, value in overrides.items()}
         hosts = load_inventory(path, data, args.group_data)
+    except UnexpectedExternalError as error:  # the inventory's own code raised: no message
+        raise Failed(FINDINGS, _raised_in(path, error.exception)) from error
     except click.ClickException as error:
         message = f"{path}: pyinfra cannot load it: {error.format_message()}"
         raise Failed(FINDINGS, message) from error
@@ -706,6 +710,13 @@ def _validate(args: argparse.Namespace) -> int:
                 print(f"{error}{' (not set: it is the host name)' if defaulted else ''}")
         print(f"{path}: {len(results)} host(s), {bad} with bad host data")
     return FINDINGS if bad else OK
+
+
+def _raised_in(path: Path, error: BaseException) -> str:
+    """An error the inventory's code raised, at its line there: what a person fixes."""
+    lines = [f.lineno for f in traceback.extract_tb(error.__traceback__) if f.filename == str(path)]
+    where = f"{path}:{lines[-1]}" if lines else str(path)
+    return f"{where}: pyinfra cannot load it: {type(error).__name__}: {error}"
 
 
 # --- enforcer audit [STATE_DIR_OR_FILE] ------------------------------------------------------

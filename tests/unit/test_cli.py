@@ -516,6 +516,16 @@ def test_validate_a_good_inventory_exits_0_and_a_missing_one_2(tmp_path):
     assert broken.returncode == 1 and "pyinfra cannot load it" in broken.stderr
 
 
+def test_validate_names_the_line_of_an_inventory_whose_code_raises(tmp_path):
+    """A typo in the inventory's Python (pyinfra wraps the error without a message): its file,
+    line and error, no traceback."""
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text("nodes = ['n1']\nhosts = [nodes[0], node_3]\n")
+    done = enforcer("validate", str(inventory))
+    said = f"{inventory}:2: pyinfra cannot load it: NameError: name 'node_3' is not defined"
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", f"enforcer: {said}\n")
+
+
 def test_validate_refuses_a_reports_dir_the_run_would_refuse(tmp_path):
     """The control node's own paths, checked as the run checks them: an absolute reports dir
     in a directory that is not there, or a file, is refused naming host, key, path and what was
