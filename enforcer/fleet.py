@@ -130,6 +130,11 @@ def host_needs(
         return [f"not in the inventory ({inventory.source}): a retired host? remove {path}"]
     limit = applied(host, inventory, override)
     age = now - report["run_at"]
+    if -age > limit.seconds:  # it would look fresh until this clock reaches it
+        return [
+            f"report dated {span_of(-age)} ahead of this machine's clock: its age cannot be "
+            f"told; is {host}'s clock right (or this one's)?"
+        ]
     if age <= limit.seconds:
         return []
     return [

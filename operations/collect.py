@@ -223,7 +223,7 @@ def collect(host) -> None:
         return
     try:
         report = _readable(kept)
-        refused = refusal(view, host.name, report, said, before)
+        refused = refusal(view, host.name, report, said, before, time.time())
         if refused:
             _said(host.name, directory, fleet.Said(host.name, time.time(), said, refused, before))
             raise ReportError(f"{refused}; the last kept report stays")
@@ -279,12 +279,13 @@ def refusal(
     report: dict[str, Any],
     said: fleet.Identity,
     before: float | None,
+    now: float,
 ) -> str | None:
     """
     Why a node's report is not kept as `host_name`'s (issue 31), naming both hosts where there
     are two: it is not of the machine the host says it is, another host's kept report in the
     fleet view (`view`: kept_reports) names the same machine, or it is older than the one kept
-    (`before`: that one's run_at). None: keep it.
+    (`before`: that one's run_at; `now`: this machine's clock). None: keep it.
     """
     problems = []
     wrong = fleet.not_its_own(host_name, report, said)
@@ -301,8 +302,17 @@ def refusal(
         problems.append(
             f"older than the report kept for {host_name}: expected one run at "
             f"{_utc(before)} or later, found one run at {_utc(report['run_at'])}"
+            + (_ahead(host_name) if before > now else "")
         )
     return "; ".join(problems) or None
+
+
+def _ahead(host_name: str) -> str:
+    """The kept report is the one to doubt: each report after it would be refused until then."""
+    return (
+        f" (the kept one is dated ahead of this machine's clock: if {host_name}'s clock was "
+        f"wrong, remove its kept report and collect again)"
+    )
 
 
 def kept_reports(directory: Path) -> dict[str, dict[str, Any]]:

@@ -52,6 +52,21 @@ def test_a_report_older_than_three_schedule_periods_needs_a_person(capsys, tmp_p
     assert needs(run(capsys, "report", str(directory), "--json")[1])["node1"] == []
 
 
+def test_a_report_dated_ahead_of_this_clock_needs_a_person(capsys, tmp_path):
+    """Its age cannot be told: it would look fresh for days after its node stopped."""
+    directory = write_reports(tmp_path, aged("node1", -10), aged("node2", -(5 * 24 * 60 + 1)))
+    record(directory, node1=None, node2=None)
+    rc, out, _ = run(capsys, "report", str(directory), "--json")
+    assert rc == 1
+    assert needs(out) == {
+        "node1": [],  # ten minutes ahead: within the 15m a report stays fresh
+        "node2": [
+            "report dated 5d ahead of this machine's clock: its age cannot be told; is node2's "
+            "clock right (or this one's)?"
+        ],
+    }
+
+
 def test_each_host_is_judged_by_its_own_schedule_period(capsys, tmp_path):
     directory = write_reports(tmp_path, aged("daily", 120), aged("often", 120))
     record(directory, daily="1d", often="30min")

@@ -161,19 +161,28 @@ def mine(host: str, machine: str, **fields: object) -> dict:
 
 
 def test_a_report_of_another_machine_is_refused_naming_what_was_expected_and_found():
-    refused = collect.refusal({}, "node2", mine(NODE_HOST, M1, node="node1"), identity(), None)
+    refused = collect.refusal(
+        {}, "node2", mine(NODE_HOST, M1, node="node1"), identity(), None, time.time()
+    )
     assert refused == (
         f"not node2's own report: node name: expected node2, found node1; machine id: expected "
         f"{M2}, found {M1}"
     )
-    assert collect.refusal({}, "node2", mine(NODE_HOST, M2, node="node2"), identity(), None) is None
+    assert (
+        collect.refusal(
+            {}, "node2", mine(NODE_HOST, M2, node="node2"), identity(), None, time.time()
+        )
+        is None
+    )
 
 
 def test_a_report_naming_the_machine_of_another_host_s_kept_report_is_refused_naming_both(tmp_path):
     write_reports(tmp_path, mine("node1", M1, node="node1"))
     said = identity(machine=None)  # a node that has no machine id says nothing against it
     view = collect.kept_reports(tmp_path)
-    refused = collect.refusal(view, "node2", mine(NODE_HOST, M1, node="node2"), said, None)
+    refused = collect.refusal(
+        view, "node2", mine(NODE_HOST, M1, node="node2"), said, None, time.time()
+    )
     assert refused is not None and refused.startswith(
         f"not node2's own report: machine id: expected none, found {M1}; the reports of node2 "
         f"and node1 name one machine (machine id {M1})"
@@ -183,11 +192,24 @@ def test_a_report_naming_the_machine_of_another_host_s_kept_report_is_refused_na
 def test_a_report_older_than_the_one_kept_is_refused_and_the_kept_one_stays():
     newer = time.time()
     older = mine(NODE_HOST, M2, node="node2", run_at=newer - 300)
-    refused = collect.refusal({}, "node2", older, identity(), newer)
+    refused = collect.refusal({}, "node2", older, identity(), newer, newer)
     assert refused is not None and refused.startswith(
         "older than the report kept for node2: expected one run at "
     )
-    assert collect.refusal({}, "node2", older, identity(), newer - 300) is None
+    assert "ahead of this machine's clock" not in refused
+    assert collect.refusal({}, "node2", older, identity(), newer - 300, newer) is None
+
+
+def test_a_report_kept_from_a_clock_ahead_is_named_the_one_to_doubt():
+    """node2's clock ran a month ahead and is right again: every report after the kept one is
+    older, until this machine's clock reaches it; the refusal says which to remove."""
+    now = time.time()
+    right = mine(NODE_HOST, M2, node="node2", run_at=now)
+    refused = collect.refusal({}, "node2", right, identity(), now + 30 * 86400, now)
+    assert refused is not None and refused.endswith(
+        "(the kept one is dated ahead of this machine's clock: if node2's clock was wrong, "
+        "remove its kept report and collect again)"
+    ), refused
 
 
 def test_one_run_reads_the_fleet_view_once_and_sees_its_own_keeps(tmp_path):
@@ -207,5 +229,7 @@ def test_one_run_reads_the_fleet_view_once_and_sees_its_own_keeps(tmp_path):
     kept = collect.keep(view, directory, "node2", mine(NODE_HOST, M2, node="node2"))
     assert json.loads(kept.read_text())["host"] == "node2" and view[kept.name]["host"] == "node2"
     said = identity("node3", machine=None)
-    refused = collect.refusal(view, "node3", mine(NODE_HOST, M2, node="node3"), said, None)
+    refused = collect.refusal(
+        view, "node3", mine(NODE_HOST, M2, node="node3"), said, None, time.time()
+    )
     assert refused and "the reports of node3 and node2 name one machine" in refused, refused
