@@ -295,7 +295,7 @@ def not_implausible(
     """
     if not policy.breaker:
         return None
-    for source in liveness.went_silent(live, ledger):
+    for source in liveness.went_silent(live, ledger, policy):
         before = ledger.live_owners[source]
         return f"claim source {source} reported {before} live owners last run and none now"
     orphans = sum(1 for v in verdicts if v.is_orphan)
@@ -465,7 +465,7 @@ def decide(obs: Observation, ledger: Ledger, policy: Policy, now: float) -> Deci
         verdicts.append(verdict)
 
     verdicts = whole_devices(verdicts)
-    live = liveness.live_owners(obs, owners, index.read)
+    live = liveness.live_owners(obs, owners, policy)
     orphans = [v for v in verdicts if v.is_orphan]
     trip = not_implausible(verdicts, live, ledger, policy) if orphans else None
     if trip:

@@ -347,10 +347,9 @@ def _waiting_since(
 # --- live owners by claim source: what rule 6's breaker compares run to run ---------------------
 
 
-def live_owners(obs: Observation, owners: Owners, read: Sequence[str]) -> dict[str, int]:
-    """How many live owners each healthy claim source reports in this run; `read`: the sources
-    read (the policy's, and a DRA driver's when its claims were read whole: contract.Index)."""
-    said: dict[str, set[str]] = {s: set() for s in read}
+def live_owners(obs: Observation, owners: Owners, policy: Policy) -> dict[str, int]:
+    """How many live owners each healthy claim source reports in this run."""
+    said: dict[str, set[str]] = {s: set() for s in policy.claim_sources}
     for r in _records(obs):
         if r.source in said and owners.alive(r.owner_uid):
             said[r.source].add(r.owner_uid)
@@ -361,10 +360,12 @@ def live_owners(obs: Observation, owners: Owners, read: Sequence[str]) -> dict[s
     return {s: len(uids) for s, uids in said.items() if s not in failed}
 
 
-def went_silent(live: dict[str, int], ledger: Ledger) -> list[str]:
+def went_silent(live: dict[str, int], ledger: Ledger, policy: Policy) -> list[str]:
     """Healthy claim sources that saw live owners last run and see none now."""
     return [
-        s for s, before in sorted(ledger.live_owners.items()) if before > 0 and live.get(s) == 0
+        s
+        for s, before in sorted(ledger.live_owners.items())
+        if before > 0 and live.get(s) == 0 and s in policy.claim_sources
     ]
 
 
@@ -376,5 +377,5 @@ def next_live(live: dict[str, int], ledger: Ledger, policy: Policy) -> dict[str,
     """
     kept = {s: n for s, n in ledger.live_owners.items() if s not in live}
     if policy.breaker:
-        kept |= {s: ledger.live_owners[s] for s in went_silent(live, ledger)}
+        kept |= {s: ledger.live_owners[s] for s in went_silent(live, ledger, policy)}
     return {**live, **kept}

@@ -10,7 +10,6 @@ GI 13 (1g.10gb, 19, 6:1). The checkpoints are written by the fixtures' builder
 from __future__ import annotations
 
 import base64
-from dataclasses import replace
 
 import pytest
 from fixtures.dra import build
@@ -283,26 +282,6 @@ def test_a_claim_the_driver_holds_whose_pods_do_not_run_is_a_stuck_owner_and_sta
     (v13,) = [v for v in decision.verdicts if v.partition.id == "13"]
     assert v13.status == "claimed"
     assert "stuck owner: prepared for pod(s)" in v13.reason
-
-
-def test_not_implausible_the_dra_drivers_claims_going_silent_trip_the_breaker():
-    """
-    The driver's checkpoint, read whole, held llm-0's claim last run and holds none now: rule
-    6(a) for the `dra` source, which host data's claim sources never name. GI 13 is due.
-    """
-    claim = completed(concrete(13, 0, GI13_MIG, "gpu-0-mig-1g10gb-19-6"))
-    before = node(build.write_v2({UID: claim}, boot_id=BOOT))
-    silent = node(build.write_v2({}, boot_id=BOOT))
-    data = {"enforcer_grace_runs": 1, "enforcer_grace_seconds": 0, "enforcer_dra_dynamic_mig": True}
-    policy = policy_from_host_data("h100", data)
-    ledger = decide(before, Ledger(), policy, before.now).ledger
-    assert ledger.live_owners["dra"] == 1
-    decision = decide(replace(silent, now=before.now + 300), ledger, policy, before.now + 300)
-    said = {v.partition.id: (v.status, v.reason) for v in decision.verdicts}
-    assert said["13"] == (
-        "breaker",
-        "claim source dra reported 1 live owners last run and none now",
-    )
 
 
 def test_a_claim_is_not_judged_stuck_without_the_cri_as_a_claim_source():
