@@ -339,7 +339,7 @@ def pod_cgroup(uid: str, container_id: str) -> str:
 
 def _proc_mounts(node_dir: Path) -> list[tuple[Path, str]]:
     """The node's procfs files and where they go: its driver folder, and its /proc/devices when
-    it has one of its own (SimNode.declare_char_major)."""
+    it has one of its own (SimNode.declare_caps_major)."""
     mounts = [(node_dir / PROC_DRIVER, "/proc/driver"), (node_dir / PROC_DEVICES, "/proc/devices")]
     return [(source, target) for source, target in mounts if source.exists()]
 
