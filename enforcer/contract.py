@@ -34,6 +34,7 @@ from enforcer.advertised import Desired, desired
 from enforcer.claims import exact_claims, on_unlisted_accelerators, protect
 from enforcer.ledger import Entry, Ledger
 from enforcer.model import (
+    CLAIM_OWNER,
     DRA_SLICES,
     DRA_SOURCE,
     HOST_DATA,
@@ -284,7 +285,11 @@ def proven_over_time(entry: Entry, policy: Policy, now: float) -> str | None:
 
 
 def not_implausible(
-    verdicts: list[Verdict], live: dict[str, int], ledger: Ledger, policy: Policy
+    verdicts: list[Verdict],
+    live: dict[str, int],
+    vanished: dict[str, list[str]],
+    ledger: Ledger,
+    policy: Policy,
 ) -> str | None:
     """
     Rule 6: the circuit breaker, over the whole node and each accelerator. One accelerator's
@@ -298,6 +303,12 @@ def not_implausible(
     for source in liveness.went_silent(live, ledger, policy):
         before = ledger.live_owners[source]
         return f"claim source {source} reported {before} live owners last run and none now"
+    for claim, pods in vanished.items():
+        return (
+            f"claim source {DRA_SOURCE}: DRA claim {claim.removeprefix(CLAIM_OWNER)} was held by "
+            f"its driver last run and is not now, while pod {', '.join(pods)} it was prepared "
+            "for still runs"
+        )
     orphans = sum(1 for v in verdicts if v.is_orphan)
     total = len(verdicts)
     if orphans > policy.breaker_max_fraction * total and orphans > policy.breaker_min_count:
@@ -466,8 +477,10 @@ def decide(obs: Observation, ledger: Ledger, policy: Policy, now: float) -> Deci
 
     verdicts = whole_devices(verdicts)
     live = liveness.live_owners(obs, owners, policy)
+    held = liveness.dra_held(obs)
+    vanished = liveness.dra_vanished(obs, ledger, held)
     orphans = [v for v in verdicts if v.is_orphan]
-    trip = not_implausible(verdicts, live, ledger, policy) if orphans else None
+    trip = not_implausible(verdicts, live, vanished, ledger, policy) if orphans else None
     if trip:
         verdicts = [
             replace(v, status="breaker", reason=trip) if v.is_orphan else v for v in verdicts
@@ -496,6 +509,7 @@ def decide(obs: Observation, ledger: Ledger, policy: Policy, now: float) -> Deci
         owners.containers,
         waiting=stuck.waiting,
         desired=recalled.remembered,
+        dra_claims=liveness.next_dra(obs, held, vanished, ledger, policy.breaker),
     )
     exact, dangling = exact_claims(obs.partitions, owners.claims)
     dangling += on_unlisted_accelerators(obs, owners.claims)

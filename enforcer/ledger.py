@@ -88,6 +88,9 @@ class Ledger:
     # Rule 4's memory: identity -> what advertised it (enforcer.memory). A ledger without it
     # (written before it existed, missing, set aside) remembers nothing.
     desired: dict[str, Remembered] = field(default_factory=dict)
+    # Rule 6(a)'s memory of the DRA drivers' claims (enforcer.liveness.dra_held): claim owner ->
+    # the pods it was prepared for (`<uid>:<name>`). A ledger without it compares nothing.
+    dra_claims: dict[str, list[str]] = field(default_factory=dict)
 
 
 class LedgerError(ValueError):
@@ -122,6 +125,7 @@ def load(text: str | None) -> Ledger:
         waiting=dict(data.get("waiting", {})),  # absent before it existed: nobody waits yet
         totals={name: dict(kinds) for name, kinds in data.get("totals", {}).items()},  # from 0
         desired={i: Remembered(**m) for i, m in data.get("desired", {}).items()},  # none yet
+        dra_claims={c: list(pods) for c, pods in data.get("dra_claims", {}).items()},
     )
 
 
@@ -140,6 +144,7 @@ def dump(ledger: Ledger) -> str:
         "waiting": dict(sorted(ledger.waiting.items())),
         "totals": {name: dict(sorted(k.items())) for name, k in sorted(ledger.totals.items())},
         "desired": {i: asdict(m) for i, m in sorted(ledger.desired.items())},
+        "dra_claims": dict(sorted(ledger.dra_claims.items())),
     }
     VALIDATOR.validate(data)
     return json.dumps(data, indent=1, sort_keys=True) + "\n"

@@ -379,3 +379,63 @@ def next_live(live: dict[str, int], ledger: Ledger, policy: Policy) -> dict[str,
     if policy.breaker:
         kept |= {s: ledger.live_owners[s] for s in went_silent(live, ledger, policy)}
     return {**live, **kept}
+
+
+# --- the DRA drivers' claims: what rule 6's breaker keeps of them run to run --------------------
+
+
+def dra_held(obs: Observation) -> dict[str, list[str]] | None:
+    """
+    The claims NVIDIA's DRA drivers hold this run (their checkpoints), each with the pods it was
+    prepared for (`<uid>:<name>`, its status.reservedFor; a CDI spec left without its claim
+    names none); None when the `dra` source was not read whole.
+    """
+    said = [h.status for h in obs.health if h.source == DRA_SOURCE]
+    if not said or any(status != "ok" for status in said):
+        return None
+    held: dict[str, list[str]] = {}
+    for r in obs.records:
+        if r.source == DRA_SOURCE:
+            pods = dict(r.annotations).get(RESERVED, "").split(",")
+            held[r.owner_uid] = sorted({*held.get(r.owner_uid, ()), *filter(None, pods)})
+    return held
+
+
+def dra_vanished(
+    obs: Observation, ledger: Ledger, held: dict[str, list[str]] | None
+) -> dict[str, list[str]]:
+    """
+    Rule 6(a) for the `dra` source: the claims the drivers held last run (this boot) and hold no
+    longer while a pod they were prepared for still runs, with the names of those pods. A count
+    would not do: a checkpoint empties as its last claim is unprepared. Kubelet unprepares a
+    claim only once its pods stopped (syncTerminatedPod, after killPod stopped the sandbox), and
+    the node read takes the checkpoint before the runtime's listing: a ready sandbox there means
+    the claim went while its pod ran, the way a checkpoint lost or rewritten looks.
+    """
+    if held is None or ledger.boot_id != obs.boot_id or obs.containers is None:
+        return {}
+    running = {p.uid for p in obs.pods if p.source == "cri" and p.detail == "sandbox ready"}
+    vanished = {}
+    for claim, pods in sorted(ledger.dra_claims.items()):
+        names = [name or uid for uid, _, name in (p.partition(":") for p in pods) if uid in running]
+        if claim not in held and names:
+            vanished[claim] = names
+    return vanished
+
+
+def next_dra(
+    obs: Observation,
+    held: dict[str, list[str]] | None,
+    vanished: dict[str, list[str]],
+    ledger: Ledger,
+    on: bool,
+) -> dict[str, list[str]]:
+    """
+    What the next run compares against: the claims held now; the last run's, in this boot, when
+    the source was not read whole; and, while the breaker is `on`, those that vanished, so that
+    the trip holds while their pods run.
+    """
+    if held is None:
+        return ledger.dra_claims if ledger.boot_id == obs.boot_id else {}
+    kept = {c: ledger.dra_claims[c] for c in vanished} if on else {}
+    return {**held, **kept}

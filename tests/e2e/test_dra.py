@@ -198,6 +198,30 @@ def test_a_claim_unprepared_whose_dynamic_gi_stayed_is_reclaimed_after_the_grace
     assert node.instances() == set()
 
 
+def test_not_implausible_a_claim_the_driver_lost_while_its_pod_runs_trips_the_breaker(build):
+    """batch-b runs on while the driver forgets its claim (a lost checkpoint: kubelet never
+    unprepares a claim of a running pod): its GI is due after the grace and kept, the breaker
+    tripped run after run, until an operator lifts it."""
+
+    def lay_out(node: DraNode) -> None:
+        node.sim.add_pod(BATCH_B, "batch-b", phase="Running")
+        node.gis["b"] = node.prepare(CLAIM_B, "batch-b-gpu", "batch-b", BATCH_B, 0, 0)
+
+    node = build(lay_out)
+    gi = node.gis["b"]
+    assert node.converge(1)[0].verdict(gi) == "claimed"
+    node.sim.dra.unprepare(CLAIM_B, leak=True)
+    runs = node.converge(4)
+    assert [r.verdict(gi) for r in runs[:2]] == ["pending", "pending"]
+    assert [r.verdict(gi) for r in runs[2:]] == ["breaker", "breaker"]
+    assert f"DRA claim {CLAIM_B} was held by its driver last run" in runs[3].reason(gi)
+    assert "pod batch-b it was prepared for still runs" in runs[3].reason(gi)
+    assert node.instances() == {gi}
+    lifted = node.enforce("--data", "enforcer_breaker=off")
+    assert lifted.rc == 0 and lifted.verdict(gi) == "orphan"
+    assert node.instances() == set()
+
+
 def test_an_unprepare_that_failed_half_way_keeps_what_it_left_until_the_driver_retries(build):
     """The driver destroyed the CI, then failed on the GI: the claim stays PrepareCompleted and
     still names it. Kept until kubelet's retry, which the driver completes."""

@@ -10,12 +10,13 @@ GI 13 (1g.10gb, 19, 6:1). The checkpoints are written by the fixtures' builder
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 
 import pytest
 from fixtures.dra import build
 from unit.test_snapshot_mig import GPU, read
 
-from enforcer.contract import decide
+from enforcer.contract import Decision, decide
 from enforcer.ledger import Ledger
 from enforcer.model import MIG, Observation, OwnerRecord
 from enforcer.policy import policy_from_host_data
@@ -282,6 +283,74 @@ def test_a_claim_the_driver_holds_whose_pods_do_not_run_is_a_stuck_owner_and_sta
     (v13,) = [v for v in decision.verdicts if v.partition.id == "13"]
     assert v13.status == "claimed"
     assert "stuck owner: prepared for pod(s)" in v13.reason
+
+
+def prepared_for(pod: str, uid: str) -> bytes:
+    """The checkpoint holding GI 13's claim, prepared for one pod."""
+    names = ["gpu-0-mig-1g10gb-19-6"]
+    stat = build.status([build.result("mig", n) for n in names], [(pod, uid)])
+    dev = concrete(13, 0, GI13_MIG, names[0])
+    claim = build.claim_v2(build.COMPLETED, stat, [build.group([dev])])
+    return build.write_v2({UID: claim}, boot_id=BOOT)
+
+
+def runs_of(*reads: Observation, breaker: str = "on") -> list[Decision]:
+    """One decision per read, five minutes apart, each with the ledger the one before made."""
+    data = {"enforcer_grace_runs": 1, "enforcer_grace_seconds": 0, "enforcer_breaker": breaker}
+    policy = policy_from_host_data("h100", {**data, "enforcer_dra_dynamic_mig": True})
+    ledger, made = Ledger(), []
+    for n, obs in enumerate(reads):
+        now = obs.now + 300 * n
+        made.append(decide(replace(obs, now=now), ledger, policy, now))
+        ledger = made[-1].ledger
+    return made
+
+
+def gi13(decision: Decision) -> tuple[str, str]:
+    (v,) = [v for v in decision.verdicts if v.partition.id == "13"]
+    return v.status, v.reason
+
+
+def test_not_implausible_a_dra_claim_gone_while_its_pod_runs_trips_the_breaker():
+    """
+    The driver held infer-310p-0's claim last run; its checkpoint, read whole, holds none now
+    while that pod's sandbox is ready: a checkpoint lost or rewritten, never an unprepare
+    (kubelet unprepares a claim once its pods stopped). GI 13 is due, and kept: the trip holds
+    run after run while the pod runs, until an operator lifts it.
+    """
+    from unit.test_snapshot import READY_UID
+
+    held, lost = node(prepared_for("infer-310p-0", READY_UID)), node(build.write_v2({}, BOOT))
+    first, second, third = runs_of(held, lost, lost)
+    assert gi13(first)[0] == "claimed"
+    tripped = (
+        "breaker",
+        f"claim source dra: DRA claim {UID} was held by its driver last run and is not now, "
+        "while pod infer-310p-0 it was prepared for still runs",
+    )
+    assert gi13(second) == gi13(third) == tripped
+    _, lifted = runs_of(held, lost, breaker="off")
+    assert gi13(lifted)[0] == "orphan" and lifted.ledger.dra_claims == {}
+
+
+def test_not_implausible_a_dra_claim_unprepared_once_its_pod_stopped_does_not_trip():
+    """llm-0, the pod the claim was prepared for, has no ready sandbox: kubelet unprepared it, the
+    driver forgot the claim and left GI 13 (a leak). Proven orphaned, no trip."""
+    held, unprepared = node(prepared_for("llm-0", UID)), node(build.write_v2({}, BOOT))
+    first, second = runs_of(held, unprepared)
+    assert first.ledger.dra_claims == {f"resourceclaim:{UID}": [f"{UID}:llm-0"]}
+    assert gi13(second) == ("orphan", "proven orphaned")
+
+
+def test_not_implausible_the_dra_claims_are_remembered_through_a_run_that_cannot_read_them():
+    """The driver registered without its checkpoint: its claims are not read, and the next run
+    compares against the last that read them, in this boot; not against another boot's."""
+    remembered = {f"resourceclaim:{UID}": [f"{UID}:llm-0"]}
+    unread = node(None)
+    policy = policy_from_host_data("h100", {})
+    for boot, kept in ((BOOT, remembered), ("an-earlier-boot", {})):
+        ledger = Ledger(boot_id=boot, dra_claims=remembered)
+        assert decide(unread, ledger, policy, unread.now).ledger.dra_claims == kept
 
 
 def test_a_claim_is_not_judged_stuck_without_the_cri_as_a_claim_source():
