@@ -43,6 +43,7 @@ from typing import Any
 
 import jsonschema
 
+import schemas
 from enforcer import audit as audits
 from enforcer import fleet, releases
 from enforcer import ledger as ledgers
@@ -96,7 +97,7 @@ def read_report(path: Path) -> dict[str, Any]:
         REPORT.validate(data)
     except jsonschema.ValidationError as error:
         where = "/".join(str(p) for p in error.absolute_path) or "(top)"
-        message = _cut(error.message, 160)
+        message = _cut(schemas.message(error), 160)
         raise Failed(FINDINGS, f"{path}: not a run report: at {where}: {message}") from error
     return data
 

@@ -34,6 +34,7 @@ import jsonschema
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import DeployError
 
+import schemas
 from enforcer import fleet, shell
 from enforcer.policy import DEFAULTS, PolicyError, under
 from enforcer.report import VALIDATOR
@@ -144,7 +145,8 @@ def parse_report(data: bytes) -> dict[str, Any]:
         VALIDATOR.validate(report)
     except jsonschema.ValidationError as invalid:
         where = "/".join(str(p) for p in invalid.absolute_path) or "(top)"
-        raise ReportError(f"not a run report: at {where}: {invalid.message[:160]}") from invalid
+        message = schemas.message(invalid)[:160]
+        raise ReportError(f"not a run report: at {where}: {message}") from invalid
     if report["host"] != NODE_HOST:
         raise ReportError(
             f"the report of host {report['host'][:80]!r}, not of the node inventory's "

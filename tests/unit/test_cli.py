@@ -180,6 +180,24 @@ def test_schema_invalid_report_is_listed_as_unreadable(capsys, fleet):
     assert [u["file"] for u in view["unreadable"]] == ["broken.json", "truncated.json"]
 
 
+@pytest.mark.parametrize("run_at", ["NaN", "Infinity", "-Infinity", "1e400", '"soon"'])
+def test_a_report_dated_no_finite_number_is_unreadable_naming_the_file_and_key(
+    capsys, fleet, run_at
+):
+    """Its age cannot be told: it was a traceback of the whole fleet view."""
+    text = (fleet / "a-quiet.json").read_text()
+    dated = json.loads(text)["run_at"]
+    (fleet / "undated.json").write_text(text.replace(json.dumps(dated), run_at, 1))
+    rc, out, _ = run(capsys, "report", str(fleet), "--json")
+    assert rc == 1
+    view = json.loads(out)
+    [unreadable] = view["unreadable"]
+    assert unreadable["file"] == "undated.json"
+    assert unreadable["error"].startswith("not a run report: at run_at: ")
+    assert "finite number" in unreadable["error"] or "not of type 'number'" in unreadable["error"]
+    assert len(view["rows"]) == 5  # the others are still judged
+
+
 def test_a_quiet_fleet_exits_0(capsys, tmp_path):
     directory = write_reports(tmp_path, report("n1", verdict("100", "held")), report("n2"))
     rc, out, _ = run(capsys, "report", str(directory))
