@@ -936,7 +936,7 @@ def _parser() -> argparse.ArgumentParser:
         default=str(Path(DEFAULT_LEDGER).parent),
         help="a state directory or an audit log (default: the default state directory)",
     )
-    audit.add_argument("--last", type=int, default=20, metavar="N", help="the newest N (0: all)")
+    audit.add_argument("--last", type=_count, default=20, metavar="N", help="the newest N (0: all)")
     audit.set_defaults(run=_audit)
     release = sub.add_parser(
         "release", help="on the node: stop keeping a partition its advertiser left (rule 4)"
@@ -970,6 +970,17 @@ def _parser() -> argparse.ArgumentParser:
     for command in (report, explain, show, validate, audit):
         command.add_argument("--json", action="store_true", help="print JSON, for machines")
     return parser
+
+
+def _count(text: str) -> int:
+    """--last N: N events, 0 for all; a negative N sliced off the oldest, silently."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of events, 0 for all: {text!r}")
+    return n
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -843,3 +843,14 @@ def test_enforcer_audit_names_the_line_that_is_not_an_event_and_what_one_is(
     assert (rc, out) == (1, "")
     assert err.startswith(f"enforcer: {log}:2: not an audit event ({audit.EXPECTED}): "), err
     assert said in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("last", ["-2", "two"])
+def test_enforcer_audit_last_refuses_a_count_that_is_no_number_of_events(capsys, tmp_path, last):
+    """-2 showed every event but the two oldest, said as if it were what was asked for."""
+    log = tmp_path / "audit.jsonl"
+    log.write_text(audit.lines(report("n1", verdict("101", "orphan"))))
+    rc, out, err = run(capsys, "audit", str(tmp_path), "--last", last)
+    assert (rc, out) == (2, "")
+    assert f"argument --last: expected a whole number of events, 0 for all: '{last}'" in err
+    assert run(capsys, "audit", str(tmp_path), "--last", "0", "--json")[0] == 0
