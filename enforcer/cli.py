@@ -245,7 +245,7 @@ def _report(args: argparse.Namespace) -> int:
     try:
         override = fleet.given(args.stale_after) if args.stale_after else None
     except ValueError as error:
-        raise Failed(USAGE, f"--stale-after: {error} (30s, 15min, 2h, 1d)") from error
+        raise Failed(USAGE, f"--stale-after: {error} (30s, 15m, 2h, 1d)") from error
     view = fleet_view(directory, override)
     if not view.rows and not view.unreadable and not view.missing:
         raise Failed(FINDINGS, f"{args.dir}: no run report (*.json) here")
@@ -895,7 +895,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--stale-after",
         metavar="SPAN",
-        help="a host's last report older than this needs a person (30s, 15min, 2h, 1d; default: "
+        help="a host's last report older than this needs a person (30s, 15m, 2h, 1d; default: "
         f"{fleet.PERIODS} of its enforcer_schedule_period, as its last run recorded it)",
     )
     report.set_defaults(run=_report)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import re
 import shlex
 import shutil
 import sys
@@ -39,7 +40,7 @@ from typing import Any
 import jsonschema
 
 import schemas
-from enforcer.policy import DEFAULTS, SPAN, seconds
+from enforcer.policy import DEFAULTS, SECONDS, SPAN, seconds
 
 DRY, DRAINS, INVENTORY, IDENTITY = "dry", "drain", ".inventory.json", ".identity"
 PERIODS = 3  # a report is stale after this many schedule periods without a newer one
@@ -47,6 +48,13 @@ PERIOD_KEY = "enforcer_schedule_period"
 SCHEMA = schemas.load("fleet-inventory")
 VALIDATOR = schemas.Validator(SCHEMA)
 IDENTITY_VALIDATOR = schemas.Validator(schemas.load("fleet-identity"))
+
+
+# The view's spans, one vocabulary both ways: unit, its seconds, and below how many seconds
+# span_of prints in it. --stale-after reads these and host data's `min` (given).
+UNITS = (("s", 1, 120), ("m", 60, 7200), ("h", 3600, 172800), ("d", 86400, float("inf")))
+SIZES = {unit: size for unit, size, _ in UNITS} | {"min": SECONDS["min"]}
+GIVEN = re.compile(rf"([1-9][0-9]{{0,5}})({'|'.join(sorted(SIZES, key=len, reverse=True))})")
 
 
 class FleetError(ValueError):
@@ -85,10 +93,14 @@ def threshold(period: object) -> Threshold:
 
 
 def given(span: str) -> Threshold:
-    """`enforcer report --stale-after SPAN`; ValueError when SPAN is no time span above 0."""
-    if seconds(span) <= 0:
+    """
+    `enforcer report --stale-after SPAN`, in the units the view prints (span_of: 45s, 12m, 5h,
+    3d) or host data's (15min); ValueError when SPAN is no time span above 0.
+    """
+    match = GIVEN.fullmatch(span)
+    if match is None:
         raise ValueError(f"not a time span above 0: {span!r}")
-    return Threshold(float(seconds(span)), "--stale-after")
+    return Threshold(float(int(match[1]) * SIZES[match[2]]), "--stale-after")
 
 
 def inventory_record(source: str, hosts: Iterable[tuple[str, Threshold]]) -> dict[str, Any]:
@@ -203,12 +215,10 @@ def applied(host: str, inventory: Inventory | None, override: Threshold | None) 
 
 
 def span_of(seconds_: float) -> str:
-    """45s, 12m, 5h, 3d: how long, for people."""
+    """45s, 12m, 5h, 3d: how long, for people (--stale-after reads it back: given)."""
     s = max(0, int(seconds_))
-    for unit, size, upto in (("s", 1, 120), ("m", 60, 7200), ("h", 3600, 172800)):
-        if s < upto:
-            return f"{s // size}{unit}"
-    return f"{s // 86400}d"
+    unit, size, _ = next(u for u in UNITS if s < u[2])  # the last one has no limit
+    return f"{s // size}{unit}"
 
 
 def report_file_name(host_name: str) -> str:

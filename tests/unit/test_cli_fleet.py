@@ -91,6 +91,16 @@ def test_stale_after_applies_to_every_host_and_a_bad_span_is_a_usage_error(capsy
         assert rc == 2 and "--stale-after" in err, bad
 
 
+def test_stale_after_takes_the_spans_the_view_prints(capsys, tmp_path):
+    """The view said "stale after 15m" and --stale-after 15m was refused: 15min only."""
+    directory = write_reports(tmp_path, aged("node1", 16))
+    rc, out, _ = run(capsys, "report", str(directory), "--stale-after", "12m")
+    assert rc == 1 and "report 16m old, stale after 12m" in out
+    for printed in ("45s", "119s", "2m", "90m", "5h", "3d"):
+        assert fleet.span_of(fleet.given(printed).seconds) == printed
+    assert fleet.given("15min") == fleet.given("15m")  # host data's unit too
+
+
 def test_a_host_of_the_inventory_with_no_report_needs_a_person(capsys, tmp_path):
     directory = write_reports(tmp_path, aged("node1", 1))
     record(directory, node1=None, node2=None)
