@@ -17,8 +17,8 @@ The `enforcer` command: what the runs said, for people (tables) and machines (`-
 
 Exit codes: 0 ok; 1 findings or a failed check (a node that needs a person, a file that cannot
 be read (denied: run it as root), a corrupt ledger or audit log, bad host data, no such
-partition); 2 usage (bad arguments, a path that is not there, a partition that matches more than
-one).
+partition); 2 usage (bad arguments, a path that is not there, a directory that is no state
+directory, a partition that matches more than one).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from enforcer.report import needs_a_person, owner_name
 OK, FINDINGS, USAGE = 0, 1, 2
 BOLD, RED = "1", "31"  # ANSI colours, only for a terminal
 DEFAULT_LEDGER = "/var/lib/partition-enforcer/ledger.json"
+AUDIT_LOG = "audit.jsonl"  # in the state dir (enforcer.audit)
 DEFAULT_LOCK = "/run/lock/partition-enforcer.lock"
 ALERTS = Path(__file__).parent / "alerts" / "partition-enforcer.rules.yml"  # package data
 LOCK_WAIT = 30.0  # seconds `enforcer release` waits for the node lock (a run's write, a destroy)
@@ -395,9 +396,8 @@ def _explain(args: argparse.Namespace) -> int:
 def _audit_log(report: Path, given: str | None) -> Path | None:
     """--audit (a log or a state directory), else the log beside a node's own report."""
     if given:
-        path = _existing(given, "audit log or state directory")
-        return path / "audit.jsonl" if path.is_dir() else path
-    beside = report.parent / "audit.jsonl"
+        return _audit_log_at(_existing(given, "audit log or state directory"))
+    beside = report.parent / AUDIT_LOG
     return beside if beside.is_file() else None
 
 
@@ -725,8 +725,7 @@ def _raised_in(path: Path, error: BaseException) -> str:
 
 def _audit(args: argparse.Namespace) -> int:
     """The newest events of a node's audit log (enforcer.audit), rotated logs included."""
-    path = _existing(args.path, "audit log or state directory")
-    log = path / "audit.jsonl" if path.is_dir() else path
+    log = _audit_log_at(_existing(args.path, "audit log or state directory"))
     events = audit_events(log)
     events = events[-args.last :] if args.last else events
     if args.json:
@@ -750,12 +749,37 @@ def _alerts(args: argparse.Namespace) -> int:
     return OK
 
 
+def _audit_log_at(path: Path) -> Path:
+    """
+    The audit log a path names: the file itself, or a state directory's audit.jsonl. A run
+    appends to it only when there is an event, so a state directory is one with a log (rotated
+    or not) or a ledger; any other directory is refused (Failed(2)): "no event" would be read as
+    "nothing destroyed".
+    """
+    if not path.is_dir():
+        if not path.is_file():
+            raise Failed(USAGE, f"{path}: not a file: expected an audit log or a state directory")
+        return path
+    log = path / AUDIT_LOG
+    if _audit_files(log) or (path / "ledger.json").is_file():
+        return log
+    raise Failed(
+        USAGE,
+        f"{path}: no audit log ({AUDIT_LOG}) nor ledger (ledger.json): not a state directory; "
+        "expected the node's enforcer_state_dir (under enforcer_rootfs) or an audit log",
+    )
+
+
+def _audit_files(log: Path) -> list[Path]:
+    """The log and its rotated files that are there, the log itself looked at first."""
+    return [f for f in (log, *(Path(f"{log}.{n}") for n in range(1, 101))) if f.is_file()]
+
+
 def audit_events(log: Path) -> list[dict[str, Any]]:
     """Every event of an audit log, oldest first, its rotated files included; Failed(1) names
     the file and line of one that is not an event, and what an event is."""
-    files = [log, *(Path(f"{log}.{n}") for n in range(1, 101))]  # the log itself looked at first
     events = []
-    for f in reversed([f for f in files if f.is_file()]):
+    for f in reversed(_audit_files(log)):
         for n, line in enumerate(f.read_bytes().splitlines(), start=1):
             try:
                 events.append(audits.parsed(line))
@@ -808,7 +832,7 @@ def _release(args: argparse.Namespace) -> int:
         "missing_since": remembered.missing_since,
     }
     with _NodeLock(Path(args.lock_path)):
-        _append(state / "audit.jsonl", json.dumps(event, sort_keys=True) + "\n")
+        _append(state / AUDIT_LOG, json.dumps(event, sort_keys=True) + "\n")
         _append(state / releases.FILE, releases.encode(release))
     print(
         f"released {identity} ({reason}): the next run stops keeping it for "

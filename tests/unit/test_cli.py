@@ -854,3 +854,19 @@ def test_enforcer_audit_last_refuses_a_count_that_is_no_number_of_events(capsys,
     assert (rc, out) == (2, "")
     assert f"argument --last: expected a whole number of events, 0 for all: '{last}'" in err
     assert run(capsys, "audit", str(tmp_path), "--last", "0", "--json")[0] == 0
+
+
+def test_enforcer_audit_of_a_directory_that_is_no_state_dir_says_what_was_expected(
+    capsys, tmp_path
+):
+    """It said "no event recorded" and exited 0: read as "nothing was destroyed there"."""
+    rc, out, err = run(capsys, "audit", str(tmp_path))
+    assert (rc, out) == (2, "")
+    assert err == (
+        f"enforcer: {tmp_path}: no audit log (audit.jsonl) nor ledger (ledger.json): not a state "
+        "directory; expected the node's enforcer_state_dir (under enforcer_rootfs) or an audit "
+        "log\n"
+    )
+    (tmp_path / "ledger.json").write_text(ledgers.dump(ledgers.Ledger()))  # runs, no event yet
+    rc, out, _ = run(capsys, "audit", str(tmp_path))
+    assert (rc, out) == (0, f"{tmp_path / 'audit.jsonl'}: no event recorded\n")
