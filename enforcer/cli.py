@@ -135,6 +135,7 @@ class FleetView:
     missing: tuple[tuple[str, str], ...] = ()  # (host, why): of the inventory, with no report
     inventory: fleet.Inventory | None = None
     stale_after: tuple[str, ...] = ()  # which thresholds applied, for people
+    inventory_unreadable: str = ""  # the inventory record's path and why it cannot be read
 
     @property
     def findings(self) -> bool:
@@ -151,10 +152,11 @@ def fleet_view(
     """
     now = time.time() if now is None else now
     unreadable: list[tuple[str, str]] = []
+    corrupt = ""
     try:
         inventory = fleet.read_inventory(directory)
     except fleet.FleetError as error:
-        inventory = None
+        inventory, corrupt = None, f"{directory / fleet.INVENTORY}: {error}"
         unreadable.append((fleet.INVENTORY, f"not the fleet's inventory: {error}"))
     rows: list[FleetRow] = []
     reported: set[str] = set()
@@ -184,7 +186,7 @@ def fleet_view(
     total = {status: sum(r.counts[status] for r in rows) for status, _ in COUNTED}
     hosts = reported | listed
     said = _thresholds(hosts, inventory, override)
-    return FleetView(tuple(rows), tuple(unreadable), total, missing, inventory, said)
+    return FleetView(tuple(rows), tuple(unreadable), total, missing, inventory, said, corrupt)
 
 
 def _reports(
@@ -307,7 +309,13 @@ def fleet_table(view: FleetView, colour: bool = False, now: float | None = None)
 def _judged_against(view: FleetView, now: float) -> str:
     """Which inventory and staleness thresholds the view applied."""
     inventory = view.inventory
-    if inventory is None:
+    if view.inventory_unreadable:  # not "none recorded": a run wrote one, or something else did
+        known = (
+            f"inventory: unreadable, {view.inventory_unreadable} (expected the record a run "
+            "writes, schemas/fleet-inventory.schema.json; the next run writes it again): no host "
+            "is judged missing"
+        )
+    elif inventory is None:
         known = "inventory: none recorded here (no run of this version yet): no host is missing"
     else:
         ago = fleet.span_of(now - inventory.recorded_at)

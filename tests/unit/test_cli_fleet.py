@@ -144,6 +144,15 @@ def test_an_unreadable_inventory_record_is_listed_and_the_reports_are_still_judg
     view = json.loads(out)
     assert [u["file"] for u in view["unreadable"]] == [".inventory.json"]
     assert view["rows"][0]["needs"] == [] and view["inventory"] is None
+    (directory / fleet.INVENTORY).write_text('{"version": 1, "hos')  # cut short
+    rc, out, _ = run(capsys, "report", str(directory))
+    assert rc == 1
+    judged = out.splitlines()[1]  # it said "none recorded here (no run of this version yet)"
+    assert judged.startswith(
+        f"inventory: unreadable, {directory / fleet.INVENTORY}: Unterminated string starting at"
+    )
+    assert "(expected the record a run writes, schemas/fleet-inventory.schema.json; " in judged
+    assert "none recorded" not in judged
 
 
 def test_a_drain_not_finished_is_listed_beside_the_hosts_report_and_dry_ones_are_not(
