@@ -126,6 +126,11 @@ class FleetRow:
     needs: tuple[str, ...]
     file: str
 
+    @property
+    def recency(self) -> tuple[float, bool, str]:
+        """Which of a host's reports is newest (_total)."""
+        return (self.run_at, self.file.startswith(f"{fleet.DRAINS}/"), self.file)
+
 
 @dataclass(frozen=True)
 class FleetView:
@@ -183,10 +188,20 @@ def fleet_view(
     ) + tuple(sorted(refused.items()))
     person = {r.host for r in rows if r.needs}
     rows.sort(key=lambda r: (r.host not in person, r.host, r.file, r.kind))
-    total = {status: sum(r.counts[status] for r in rows) for status, _ in COUNTED}
+    total = _total(rows)
     hosts = reported | listed
     said = _thresholds(hosts, inventory, override)
     return FleetView(tuple(rows), tuple(unreadable), total, missing, inventory, said, corrupt)
+
+
+def _total(rows: Sequence[FleetRow]) -> dict[str, int]:
+    """Each host's partitions once, from its newest report: a drain not finished is a row beside
+    its host's last converge report, and the same partitions are in both."""
+    newest: dict[str, tuple[float, bool, str]] = {}
+    for r in rows:  # a drain's report wins a tie: it is the one a converge run has not replaced
+        newest[r.host] = max(newest.get(r.host, r.recency), r.recency)
+    counted = [r for r in rows if r.recency == newest[r.host]]
+    return {status: sum(r.counts[status] for r in counted) for status, _ in COUNTED}
 
 
 def _reports(

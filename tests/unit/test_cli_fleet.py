@@ -187,6 +187,31 @@ def test_a_drain_not_finished_is_listed_beside_the_hosts_report_and_dry_ones_are
     assert rows["node3.json"]["needs"] == []
 
 
+def test_the_total_counts_a_node_with_a_drain_not_finished_once_by_its_newest_report(
+    capsys, tmp_path
+):
+    """Its converge report and its drain's were both summed: two partitions made four."""
+    marker = {
+        "version": 1,
+        "state": "draining",
+        "by": "ops@ctl",
+        "started_at": time.time(),
+        "drained_at": None,
+        "boot_id": BOOT,
+        "cordoned": False,
+        "destroyed": [],
+    }
+    before = aged("node3", 10, verdict("100", "held"), verdict("101", "pending", runs=1))
+    during = report("node3", verdict("100", "held"), verdict("101", "destroyed"), drain=marker)
+    directory = write_reports(tmp_path, before, aged("node4", 1, verdict("7", "held")))
+    write_reports(directory / fleet.DRAINS, during)
+    record(directory, node3=None, node4=None)
+    view = json.loads(run(capsys, "report", str(directory), "--json")[1])
+    assert len(view["rows"]) == 3  # both of node3's reports are still shown
+    total = {status: n for status, n in view["total"].items() if n}
+    assert total == {"held": 2, "destroyed": 1}
+
+
 @pytest.mark.parametrize(
     ("period", "seconds", "why"),
     [
