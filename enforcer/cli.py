@@ -156,6 +156,7 @@ def fleet_view(
     there (enforcer.fleet): stale reports, hosts with no report, reports of hosts gone.
     """
     now = time.time() if now is None else now
+    files = fleet.listed(directory)  # first: one it cannot list is said, with why (OSError)
     unreadable: list[tuple[str, str]] = []
     corrupt = ""
     try:
@@ -167,14 +168,15 @@ def fleet_view(
     reported: set[str] = set()
     said, bad = fleet.read_said(directory)  # issue 31: a report that is not its host's
     unreadable += bad
-    kept = _reports(directory, "", unreadable)
+    kept = _reports(files, "", unreadable)
     identity = fleet.report_needs({path.name: report for path, report in kept}, said)
     for path, report in kept:
         report = {**report, "host": fleet.kept_for(path.name, report)}  # the file's host's row
         reported.add(report["host"])
         needs = fleet.host_needs(report, path, inventory, override, now)
         rows += _rows(report, path.name, identity.get(report["host"], []) + needs, inventory)
-    for path, report in _reports(directory / fleet.DRAINS, f"{fleet.DRAINS}/", unreadable):
+    drains = fleet.listed(directory / fleet.DRAINS)
+    for path, report in _reports(drains, f"{fleet.DRAINS}/", unreadable):
         rows += _rows(report, f"{fleet.DRAINS}/{path.name}", [], inventory)
     listed = set(inventory.hosts) if inventory else set()
     missing = (
@@ -205,11 +207,11 @@ def _total(rows: Sequence[FleetRow]) -> dict[str, int]:
 
 
 def _reports(
-    directory: Path, prefix: str, unreadable: list[tuple[str, str]]
+    files: Iterable[Path], prefix: str, unreadable: list[tuple[str, str]]
 ) -> list[tuple[Path, dict[str, Any]]]:
-    """The run reports in one directory; the others go to `unreadable`. Dot files are none."""
+    """The run reports of one directory's files (fleet.listed); the others go to `unreadable`."""
     found = []
-    for path in sorted(directory.glob("[!.]*.json")):
+    for path in files:
         try:
             found.append((path, read_report(path)))
         except Failed as error:

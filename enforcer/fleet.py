@@ -25,6 +25,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import os
 import re
 import shlex
 import shutil
@@ -347,7 +348,7 @@ def read_said(directory: Path) -> tuple[dict[str, Said], list[tuple[str, str]]]:
     """Every host's record under <dir>/.identity; those that cannot be read, with why."""
     found: dict[str, Said] = {}
     unreadable: list[tuple[str, str]] = []
-    for path in sorted((directory / IDENTITY).glob("[!.]*.json")):
+    for path in listed(directory / IDENTITY):
         name = f"{IDENTITY}/{path.name}"
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -365,6 +366,19 @@ def read_said(directory: Path) -> tuple[dict[str, Said], list[tuple[str, str]]]:
             data["host"], data["read_at"], identity, data["refused"], data["kept_run_at"]
         )
     return found, unreadable
+
+
+def listed(directory: Path) -> list[Path]:
+    """
+    The `*.json` files of a directory of the view but dot files, sorted; none when it is not
+    there. OSError when it cannot be listed: glob says nothing of one it may not read, and the
+    view said "no run report" of a directory it could not read.
+    """
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(directory / n for n in names if n.endswith(".json") and not n.startswith("."))
 
 
 def kept_for(file: str, report: Mapping[str, Any]) -> str:

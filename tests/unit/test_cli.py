@@ -823,6 +823,33 @@ def test_a_person_not_root_is_told_to_run_it_as_root_not_shown_a_traceback(
     assert done.stderr == f"enforcer: {said}\n"
 
 
+@pytest.mark.parametrize("mode", [0o300, 0])
+def test_a_reports_dir_the_command_may_not_list_is_said_so_not_no_run_report(
+    setpriv, tmp_path, mode
+):
+    """It said "no run report (*.json) here" of a directory it could not read (-wx)."""
+    if os.geteuid() != 0:  # as test_a_person_not_root_is_told_to_run_it_as_root...
+        problem = "needs root, to drop the capabilities that read any directory"
+        if os.environ.get("CI") == "true":
+            pytest.fail(problem)
+        pytest.skip(problem)
+    directory = write_reports(tmp_path / "reports", report("n1", verdict("101", "held")))
+    directory.chmod(mode)
+    try:
+        done = subprocess.run(
+            [setpriv, NO_DAC, ENFORCER, "report", str(directory)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        directory.chmod(0o700)
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    sudo = shlex.join(["enforcer", "report", str(directory)])
+    said = f"{directory}: Permission denied: run it as root: sudo {sudo}"
+    assert done.stderr == f"enforcer: {said}\n"
+
+
 @pytest.mark.parametrize(
     ("line", "said"),
     [
