@@ -652,7 +652,7 @@ def host_errors(host: Any, base: Path | None = None) -> list[tuple[PolicyError, 
     as the run checks them (the reports dir, relative to `base`, the inventory's directory);
     the node's paths are checked on the node, by the run.
     """
-    from operations.converge import host_data
+    from operations.converge import breaker_problem, host_data
     from operations.schedule import schedule_from_host_data
 
     data = host_data(host)
@@ -661,8 +661,10 @@ def host_errors(host: Any, base: Path | None = None) -> list[tuple[PolicyError, 
     errors = []
     while True:
         try:
-            policy_from_host_data(host.name, data)
+            policy = policy_from_host_data(host.name, data)
             schedule_from_host_data(host.name, data)
+            breaker = breaker_problem(host, policy)
+            errors += [(breaker, False)] if breaker else []
             return errors + control_node_errors(host.name, data, base)
         except PolicyError as error:
             errors.append((error, defaulted and error.key == "enforcer_node_name"))

@@ -64,12 +64,21 @@ def host_policy(host) -> Policy:
         policy = policy_from_host_data(host.name, host_data(host))
     except PolicyError as error:
         raise DeployError(str(error)) from error
-    if not policy.breaker and BREAKER not in host.inventory.get_override_data():
-        raise DeployError(
-            f"host {host.name}: host data {BREAKER} is off: expected it lifted for one run by "
-            f"hand (--data {BREAKER}=off), never by the inventory or its group data"
-        )
+    refused = breaker_problem(host, policy)
+    if refused:
+        raise DeployError(str(refused))
     return policy
+
+
+def breaker_problem(host, policy: Policy) -> PolicyError | None:
+    """The breaker off in the inventory or its group data, not by hand (enforcer validate too)."""
+    if policy.breaker or BREAKER in host.inventory.get_override_data():
+        return None
+    expected = (
+        f"expected it lifted for one run by hand (--data {BREAKER}=off), never by the inventory "
+        "or its group data"
+    )
+    return PolicyError(host.name, BREAKER, expected, " is off")
 
 
 def read_node(host, policy: Policy, record: bool = False) -> Observation:

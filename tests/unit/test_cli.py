@@ -502,6 +502,30 @@ def test_validate_lists_every_error_of_every_host_at_once(tmp_path):
     ]
 
 
+def test_validate_refuses_the_breaker_off_in_the_inventory_as_the_run_does(tmp_path):
+    """validate said ok, and every run of those hosts was then refused."""
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(
+        "web = ['web-1', ('web-2', {'enforcer_breaker': 'on'})]\n"
+        "db = [('db-1', {'enforcer_breaker': False})]\n"
+    )
+    (tmp_path / "group_data").mkdir()
+    (tmp_path / "group_data" / "web.py").write_text("enforcer_breaker = 'off'\n")
+    done = enforcer("validate", str(inventory), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    expected = (
+        "host data enforcer_breaker is off: expected it lifted for one run by hand (--data "
+        "enforcer_breaker=off), never by the inventory or its group data"
+    )
+    assert done.stdout.splitlines() == [
+        f"host web-1: {expected}",
+        f"host db-1: {expected}",
+        f"{inventory}: 3 host(s), 2 with bad host data",
+    ]
+    by_hand = enforcer("validate", str(inventory), "--data", "enforcer_breaker=off", cwd=tmp_path)
+    assert by_hand.returncode == 0, by_hand.stdout + by_hand.stderr
+
+
 def test_validate_refuses_the_schedule_data_schedule_py_refuses_with_its_words(tmp_path):
     hosts = {
         "n1": {"enforcer_schedule_period": "7min"},  # no calendar timer elapses every 7 min
