@@ -23,7 +23,7 @@ import json
 import math
 import numbers
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -541,8 +541,26 @@ def _cli_hint(error: ValidationError) -> str:
     if "string" in accepts and not isinstance(value, str):
         return f" (pyinfra --data parsed it; pass a JSON string: {key}='\"{json.dumps(value)}\"')"
     if "array" in accepts and isinstance(value, str):
-        return f" (with pyinfra --data, pass a JSON list: {key}='[\"{value}\"]')"
+        return _list_hint(key, value, error.schema.get("examples", ()))
     return ""
+
+
+def _list_hint(key: str, value: str, examples: Iterable[Any]) -> str:
+    """
+    A JSON list to pass that passes: of the value given, when it is an item (a source named
+    alone), else the key's first example in the schema. A list of the value was suggested even
+    where the value is no item (enforcer_pinned=x: '["x"]'), and refused in turn.
+    """
+    if _passes(key, [value]):
+        return f" (with pyinfra --data, pass a JSON list: {key}='{json.dumps([value])}')"
+    example = next((e for e in examples if _passes(key, e)), None)
+    if example is None:
+        return ""
+    return f" (with pyinfra --data, pass a JSON list, such as {key}='{json.dumps(example)}')"
+
+
+def _passes(key: str, value: Any) -> bool:
+    return not any(_VALIDATOR.iter_errors({key: value}))
 
 
 def _types(spec: Mapping[str, Any]) -> set[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -264,6 +265,20 @@ def test_data_flag_number_for_a_string_key_says_how_to_quote_it():
         policy_from_host_data("n1", cli(node_name="123"))
     assert "pass a JSON string: enforcer_node_name='\"123\"'" in str(caught.value)
     assert policy_from_host_data("n1", cli(node_name='"123"')).node_name == "123"
+
+
+LISTS = [k for k, spec in SCHEMA["properties"].items() if "array" in str(spec.get("type"))]
+
+
+@pytest.mark.parametrize("key", LISTS)
+@pytest.mark.parametrize("given", ["x", "cri", "/srv/markers"])
+def test_data_flag_word_for_a_list_key_is_told_a_list_that_passes(key, given):
+    """--data enforcer_pinned=x was told to pass '["x"]', which was refused in turn."""
+    with pytest.raises(PolicyError) as caught:
+        policy_from_host_data("n1", {key: given})
+    hint = re.search(rf"pass a JSON list(?:, such as|:) {key}='(.*)'\)$", str(caught.value))
+    assert hint, str(caught.value)
+    policy_from_host_data("n1", {key: json.loads(hint[1])})  # as pyinfra --data parses it
 
 
 def test_data_flag_nan_is_refused():
