@@ -34,6 +34,7 @@ METRICS_END = "<!-- End of the generated metric list. -->"
 _EVERY_LABEL = {
     "mode": "converge",
     "run_at": 0.0,
+    "schedule_period_seconds": 300.0,
     "breaker": None,
     "ledger": "ok",
     "verdicts": [{"partition": {"kind": "-"}, "status": "orphan"}],

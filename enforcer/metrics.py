@@ -105,6 +105,11 @@ def render(report: dict, totals: Mapping[str, Mapping[str, int]] | None = None) 
     gauge("last_run_timestamp_seconds", "When the last recorded run read the node.").set(
         report["run_at"]
     )
+    if "schedule_period_seconds" in report:  # PartitionEnforcerNotRunning: three of it
+        gauge(
+            "schedule_period_seconds",
+            "The host's enforcer_schedule_period: a node not read for three of it is not running.",
+        ).set(report["schedule_period_seconds"])
     gauge(
         "last_run_success",
         "1 when the last recorded run found nothing for a person but a drain not finished.",

@@ -36,9 +36,12 @@ def build(
     *,
     policy: Policy,
     drain: dict | None = None,
+    schedule_period: float | None = None,
 ) -> dict:
     """The report of `decision` (contract.decide), made of `obs`. `drain`: the node's drain
-    marker (enforcer.drain), when it is drained or being drained."""
+    marker (enforcer.drain), when it is drained or being drained. `schedule_period`: the host's
+    enforcer_schedule_period in seconds (a converge run's; in the digest, so that a new period
+    rewrites the textfile that carries it)."""
     verdicts = decision.verdicts
     breaker = next((v.reason for v in verdicts if v.status == "breaker"), None)
     # A verdict about a partition no longer listed has no claims: its key may be a successor's.
@@ -56,6 +59,7 @@ def build(
         "mode": mode,
         "grace_seconds": policy.grace_seconds,
         "grace_runs": policy.grace_runs,
+        **({"schedule_period_seconds": schedule_period} if schedule_period else {}),
         "ledger": ledger_note,
         "breaker": breaker,
         "sources": [

@@ -34,6 +34,7 @@ from enforcer.policy import (
     Policy,
     PolicyError,
     policy_from_host_data,
+    seconds,
 )
 from facts import cri, dra_node, kubeapi, nodename
 from facts.cri import Sandbox
@@ -215,7 +216,10 @@ def converge(host) -> None:
     decision = decide(obs, ledger, policy, obs.now)
     next_ledger = ledgers.counted(ledger, decision.ledger)  # the metrics' running totals
     mode = "dry" if dry else policy.mode
-    report = reports.build(host.name, obs, decision, mode, note, policy=policy, drain=marker)
+    period = seconds(host.data.get(fleet.PERIOD_KEY) or DEFAULTS[fleet.PERIOD_KEY])
+    report = reports.build(
+        host.name, obs, decision, mode, note, policy=policy, drain=marker, schedule_period=period
+    )
     print(reports.table(report, inventory_source()), flush=True)
     kept = keep_in_fleet_view(host, report)
     if not node_read(host, obs):

@@ -62,8 +62,9 @@ already going is left to finish). Otherwise (a container without systemd, a root
 
 The node's inventory carries the host's enforcer_* data as given (enforcer_rootfs included; an
 unset enforcer_node_name stays unset: the node's run reads its own hostname), except the
-enforcer_schedule_* keys and enforcer_breaker: the breaker is lifted for one run by hand, never
-for every scheduled run. Data written there has passed the whole policy's validation.
+enforcer_schedule_* keys but the period (the node's runs put it in their textfile, for
+PartitionEnforcerNotRunning) and enforcer_breaker: the breaker is lifted for one run by hand,
+never for every scheduled run. Data written there has passed the whole policy's validation.
 
 Every value printed into a unit file passes a filter below that validates it (a path of safe
 characters without `..`, a time span, a calendar expression, a boolean); the template
@@ -89,7 +90,7 @@ from pyinfra.facts.files import Directory
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
-from enforcer import shell
+from enforcer import fleet, shell
 from enforcer.policy import (
     BREAKER,
     DEFAULTS,
@@ -116,8 +117,10 @@ NODE_INVENTORY = "/etc/partition-enforcer/inventory.py"
 # (`<reports dir>/@local.json` beside the node inventory), which collect.py reads.
 NODE_HOST = "@local"
 VENV = DEFAULTS["enforcer_schedule_venv"]
-# Keys that never go into a node's inventory: the schedule's own, and the breaker (BREAKER), which
-# is lifted for one run by hand (`--data enforcer_breaker=off`), never for every scheduled run.
+# Keys that never go into a node's inventory (_for_the_node): the schedule's own but its period
+# (PERIOD: the node's runs put it in their textfile), and the breaker (BREAKER), which is lifted
+# for one run by hand (`--data enforcer_breaker=off`), never for every scheduled run.
+PERIOD = fleet.PERIOD_KEY
 
 UNIT_PATH = shell.PATH  # letters, digits and . _ / + @ : = - : no space, quote, ;, $, %, \
 # A deploy function pyinfra imports (`module.function`); a name ending in .py would be a file.
@@ -203,6 +206,12 @@ def host_schedule(host) -> Schedule:
         raise DeployError(str(error)) from error
 
 
+def _for_the_node(key: str) -> bool:
+    """Whether a key goes into the node's inventory: not the schedule's (but its period, which
+    the node's runs put in their textfile for PartitionEnforcerNotRunning), not the breaker."""
+    return (not key.startswith("enforcer_schedule") or key == PERIOD) and key != BREAKER
+
+
 def schedule_from_host_data(host_name: str, data: dict[str, Any]) -> Schedule:
     """
     The schedule of `host_name` from its enforcer_* host data (only the keys set). The whole
@@ -214,9 +223,7 @@ def schedule_from_host_data(host_name: str, data: dict[str, Any]) -> Schedule:
     on = d["enforcer_schedule_on"]
     node_data = None
     if on == "node":
-        node_data = {
-            k: v for k, v in given.items() if not k.startswith("enforcer_schedule") and k != BREAKER
-        }
+        node_data = {k: v for k, v in given.items() if _for_the_node(k)}
         # The node runs as @local: an unset node name stays unset, and the node's run reads its
         # own (facts.nodename), as this host's converge from a control node does.
         if d["enforcer_schedule"] == "present":

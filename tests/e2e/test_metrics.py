@@ -52,6 +52,16 @@ def test_a_run_that_changes_nothing_only_touches_the_textfile(vgpu_node):
     assert prom.stat().st_mtime > an_hour_ago + 1800  # the read's heartbeat touched it
 
 
+def test_the_textfile_says_the_host_s_schedule_period_and_a_new_one_rewrites_it(vgpu_node):
+    """PartitionEnforcerNotRunning pages after three of it, as the fleet view judges."""
+    vgpu_node.converge(5)  # settled: a run that changes nothing writes nothing
+    period = ("partition_enforcer_schedule_period_seconds", ())
+    assert samples(vgpu_node)[period] == 300  # the default 5min
+    vgpu_node.configure(enforcer_schedule_period="1h")
+    assert vgpu_node.enforce().rc == 0
+    assert samples(vgpu_node)[period] == 3600
+
+
 def test_the_destroy_counters_keep_their_totals_after_the_partitions_are_forgotten(vgpu_node):
     vgpu_node.converge(3)  # the third run starts the destroys
     started = samples(vgpu_node)

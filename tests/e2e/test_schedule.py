@@ -123,7 +123,7 @@ def test_first_run_installs_both_units_enabled_and_a_second_run_changes_nothing(
     data = ast.literal_eval(inventory.read_text().split("HOST_DATA = ", 1)[1].split("\n\n")[0])
     assert data["enforcer_node_name"] == "k3s-310p"
     assert data["enforcer_rootfs"] == str(scheduled.rootfs)
-    assert not any(key.startswith("enforcer_schedule") for key in data)
+    assert not any(key.startswith("enforcer_schedule") for key in data)  # the default period
 
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (service, timer, inventory)}
     second = scheduled.run()
@@ -131,15 +131,24 @@ def test_first_run_installs_both_units_enabled_and_a_second_run_changes_nothing(
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in before} == before
 
 
-def test_a_changed_period_changes_the_timer_only(scheduled):
+def test_a_changed_period_changes_the_timer_and_the_period_the_node_s_runs_say(scheduled):
+    """The node's runs put the period in their textfile (PartitionEnforcerNotRunning pages after
+    three): its inventory carries it, and no other schedule key."""
     assert scheduled.run().rc == 0
     service = scheduled.unit(SERVICE).read_bytes()
     scheduled.configure(enforcer_schedule_period="15min")
     again = scheduled.run()
     assert again.rc == 0, again.output
-    assert again.changed() == {f"schedule | Install {TIMER} (every 15min)"}, again.output
+    assert again.changed() == {
+        f"schedule | Install {TIMER} (every 15min)",
+        "schedule | Write this node's inventory (@local, its host data)",
+    }, again.output
     assert "OnCalendar=*-*-* *:00/15:00 UTC" in _lines(scheduled.unit(TIMER))
     assert scheduled.unit(SERVICE).read_bytes() == service
+    inventory = scheduled.rootfs / NODE_INVENTORY.lstrip("/")
+    data = ast.literal_eval(inventory.read_text().split("HOST_DATA = ", 1)[1].split("\n\n")[0])
+    assert [k for k in data if k.startswith("enforcer_schedule")] == ["enforcer_schedule_period"]
+    assert data["enforcer_schedule_period"] == "15min"
     scheduled.run().assert_no_changes()
 
 

@@ -79,6 +79,16 @@ def test_metrics_say_breaker_failed_sources_and_no_success():
     assert found[("partition_enforcer_last_run_timestamp_seconds", ())] == 1_764_450_000.0
 
 
+def test_metrics_say_the_schedule_period_the_not_running_alert_pages_after_three_of():
+    """PartitionEnforcerNotRunning paged a node scheduled hourly after 15 minutes."""
+    hourly = {**report("converge", None, verdict("101", "held")), "schedule_period_seconds": 3600}
+    assert (
+        values(metrics.render(hourly))[("partition_enforcer_schedule_period_seconds", ())] == 3600
+    )
+    older = values(metrics.render(report("converge", None, verdict("101", "held"))))
+    assert not [name for name, _ in older if name.endswith("schedule_period_seconds")]
+
+
 def test_counters_are_the_ledgers_running_totals_with_a_zero_for_each_kind_seen():
     totals = {"destroys": {"ascend-vnpu": 7}, "destroy_failures": {"nvidia-mig": 2}}
     text = metrics.render(report("converge", None, verdict("101", "held")), totals)
