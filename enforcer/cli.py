@@ -1024,7 +1024,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _count(text: str) -> int:
-    """--last N: N events, 0 for all; a negative N sliced off the oldest, silently."""
+    """--last N: the newest N events, 0 for all; a negative N is refused (a slice would have
+    dropped the oldest, silently)."""
     try:
         n = int(text)
     except ValueError:
