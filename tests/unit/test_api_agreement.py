@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from test_contract import OK, hami, node, policy, proven, runs, status, vnpu
 from test_kubeapi import (  # noqa: F401 (fixtures: the fake server, loopback only)
+    BUDGET,
     FakeApiServer,
     closed_port,
     fake,
@@ -47,7 +48,7 @@ def sandbox(uid: str, name: str, source: str = "api", state: str = "SANDBOX_READ
 
 def source(kc: str, name: str, sandboxes=()) -> tuple:
     """The kubernetes-api source as converge reads it: LIST, GET the Node, compare."""
-    pods_listed = list_pods(kc)
+    pods_listed = list_pods(kc, timeout=BUDGET)
     pods, records, health = for_node(pods_listed, name)
     registered = node_registered(kc, name)
     return pods, records, agreement(health, pods_listed, name, registered, sandboxes)
@@ -158,10 +159,14 @@ def test_a_node_that_cannot_be_asked_about_proves_nothing(tmp_path: Path):
     found, why = node_registered(kc, NODE)
     assert found is None and "GET http://127.0.0.1" in why
     ok = SourceHealth("kubernetes-api", "ok", reason="1 of 1 pods on node")
-    health = agreement(ok, list_pods(kc), NODE, (found, why), [])
+    health = agreement(ok, list_pods(kc, timeout=BUDGET), NODE, (found, why), [])
     assert health.status == "unavailable" and "cannot tell whether the Node exists" in health.reason
     unread = agreement(
-        ok, list_pods(kc), NODE, (True, ""), "crictl pods -o json: command not found"
+        ok,
+        list_pods(kc, timeout=BUDGET),
+        NODE,
+        (True, ""),
+        "crictl pods -o json: command not found",
     )
     assert unread.status == "unavailable" and "the CRI's sandboxes were not read" in unread.reason
 
