@@ -50,7 +50,7 @@ def source(kc: str, name: str, sandboxes=()) -> tuple:
     """The kubernetes-api source as converge reads it: LIST, GET the Node, compare."""
     pods_listed = list_pods(kc, timeout=BUDGET)
     pods, records, health = for_node(pods_listed, name)
-    registered = node_registered(kc, name)
+    registered = node_registered(kc, name, timeout=BUDGET)
     return pods, records, agreement(health, pods_listed, name, registered, sandboxes)
 
 
@@ -66,7 +66,7 @@ def test_a_node_name_the_api_does_not_know_disagrees_and_proves_no_owner_ended(
 ):
     api.items, api.nodes = [pod("infer-b", NODE, "Pending")], {NODE}
     kc, wrong = kubeconfig(tmp_path, api.url), "gpu-3.dc1.example.com"
-    assert node_registered(kc, wrong) == (False, "no such Node in the API")
+    assert node_registered(kc, wrong, timeout=BUDGET) == (False, "no such Node in the API")
     _, _, health = source(kc, wrong)
     assert health.status == "stale"
     assert health.reason.startswith(f"node {wrong}: no such Node in the API")
@@ -156,7 +156,7 @@ def test_an_agreeing_api_still_proves_a_deleted_pod_ended(api: FakeApiServer, tm
 
 def test_a_node_that_cannot_be_asked_about_proves_nothing(tmp_path: Path):
     kc = kubeconfig(tmp_path, f"http://127.0.0.1:{closed_port()}")
-    found, why = node_registered(kc, NODE)
+    found, why = node_registered(kc, NODE, timeout=BUDGET)
     assert found is None and "GET http://127.0.0.1" in why
     ok = SourceHealth("kubernetes-api", "ok", reason="1 of 1 pods on node")
     health = agreement(ok, list_pods(kc, timeout=BUDGET), NODE, (found, why), [])
