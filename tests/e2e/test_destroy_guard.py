@@ -1,6 +1,7 @@
 """
-Rules 7 and 8 on the node: the guarded destroy re-proves the vNPU under the lock, in the same
-shell, and verifies the listing after. Any doubt keeps the vNPU (exit 0, the next run decides).
+Rules 7 and 8 on the node: the guarded destroy re-proves the partition (a vNPU, a GPU instance,
+a DCU's vDCUs) under the lock, in the same shell, and verifies the listing after. Any doubt keeps
+it (exit 0, the next run decides).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 from enforcer.model import VNPU, Observation, Partition, Verdict
 from enforcer.policy import NodePaths
 from facts.snapshot import NodeSnapshot, observe, parse_sections
+from kinds.hygon import destroy_dcu
 from operations.enforce import destroy_command
-from simulator import barrier, mig, mig_story
+from simulator import barrier, hygon_story, mig, mig_story
 from simulator.mig_model import H100
 from simulator.namespace import NodeNamespace
 from simulator.node import SimNode
@@ -254,3 +256,70 @@ def test_verified_after_a_refused_destroy_fails_with_the_tools_words(seed_node):
     seed_node.sim.set_fault("npu-smi", "destroy-vnpu", fail_ids=[101])
     rc, out = guarded(seed_node, 101)
     assert rc == 1 and "exited 196" in out and "destroy vnpu 101 failed." in out
+
+
+@contextlib.contextmanager
+def dcu_zero(tmp_path: Path) -> Iterator[tuple[SimNode, Any, str]]:
+    """A Hygon node whose DCU 0 has two vDCUs and DCU 1 one, no pod, in its namespace; the
+    guarded destroy of DCU 0's (hy-smi takes every vDCU of a DCU at once), by a read."""
+    path = tmp_path / "node"
+    sim = SimNode.create(path, [], dcus=hygon_story.DCU_SPECS[:2])
+    sim.create_vdcus(0, [(20, 8192), (20, 8192)])
+    sim.create_vdcus(1, [(10, 4096)])
+    tools = hygon_story.tools(path)
+    paths = NodePaths.from_rootfs(str(path / "rootfs"), sysfs=str(path / "sys"), tools=tools)
+    with NodeNamespace(path) as ns:
+        read = ns.run(["sh", "-c", NodeSnapshot().command(paths=paths)], timeout=120)
+        obs = observe(parse_sections(read.stdout.splitlines()), "n1", paths, ["cri"])
+        dcu0 = [g.accelerator for g in obs.gpus if g.index == 0]
+        mine = [p for p in obs.partitions if [p.accelerator] == dcu0]
+        assert len(mine) == 2, obs.partitions
+        yield sim, ns, destroy_dcu(mine, obs, paths)
+
+
+def test_re_proven_at_the_moment_of_destruction_a_vdcu_made_on_its_dcu_while_the_guard_scanned(
+    tmp_path, namespaces
+):
+    """A vDCU made on DCU 0 after the guard listed its vDCUs (a pod's create, while the guard
+    scanned the processes) would go with the others: the listing is read again at the last
+    moment, and the DCU is kept."""
+    with dcu_zero(tmp_path) as (sim, ns, command):
+        with (
+            ThreadPoolExecutor(1) as pool,
+            barrier.Barrier(tmp_path / "listing") as listing,
+            barrier.Barrier(tmp_path / "again") as again,
+        ):
+            sim.set_fault("hy-smi", "vdevice-info", barrier=str(listing))
+            guard = pool.submit(ns.run, ["sh", "-c", command])
+            listing.wait()
+            sim.set_fault("hy-smi", "vdevice-info", barrier=str(again))
+            listing.release()
+            again.wait()
+            (made,) = sim.create_vdcus(0, [(10, 4096)])
+            sim.clear_faults()
+            again.release()
+            done = guard.result()
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "kept, not destroyed: hy-smi lists other vDCUs" in out, out
+    assert {made, 0, 1, 2} <= set(sim.vdcus())
+
+
+def test_verified_after_a_dcu_whose_vdcu_listing_after_is_cut_inside_a_block_fails(
+    tmp_path, namespaces
+):
+    """hy-smi's listing after the destroy ends inside a block, after its header, exit 0: not a
+    listing without DCU 0's vDCUs. No record says them gone: the next run decides."""
+    with dcu_zero(tmp_path) as (sim, ns, command):
+        listing = ns.run([str(sim.path / "bin/hy-smi"), "virtual", "-show-vdevice-info"]).stdout
+        cut = listing.splitlines(True)[0]
+        assert cut.startswith("Virtual Device ") and cut.endswith(":\n"), listing
+        with ThreadPoolExecutor(1) as pool, barrier.Barrier(tmp_path / "destroying") as at:
+            sim.set_fault("hy-smi", "destroy", barrier=str(at))
+            guard = pool.submit(ns.run, ["sh", "-c", command])
+            at.wait()
+            sim.set_fault("hy-smi", "vdevice-info", stdout=cut)
+            at.release()
+            done = guard.result()
+    out = done.stdout + done.stderr
+    assert done.returncode == 1 and "could not list the vDCUs after the destroy" in out, out
+    assert not (sim.path / "rootfs/var/lib/partition-enforcer/destroyed").exists()
