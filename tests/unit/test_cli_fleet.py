@@ -155,10 +155,9 @@ def test_an_unreadable_inventory_record_is_listed_and_the_reports_are_still_judg
     assert "none recorded" not in judged
 
 
-def test_a_drain_not_finished_is_listed_beside_the_hosts_report_and_dry_ones_are_not(
-    capsys, tmp_path
-):
-    marker = {
+def draining() -> dict:
+    """A drain's marker (operations.drain) while it is not finished."""
+    return {
         "version": 1,
         "state": "draining",
         "by": "ops@ctl",
@@ -168,6 +167,12 @@ def test_a_drain_not_finished_is_listed_beside_the_hosts_report_and_dry_ones_are
         "cordoned": False,
         "destroyed": [],
     }
+
+
+def test_a_drain_not_finished_is_listed_beside_the_hosts_report_and_dry_ones_are_not(
+    capsys, tmp_path
+):
+    marker = draining()
     directory = write_reports(tmp_path, aged("node3", 1))
     write_reports(directory / fleet.DRAINS, report("node3", verdict("100", "held"), drain=marker))
     write_reports(directory / fleet.DRY, report("node9", mode="dry"))
@@ -191,16 +196,7 @@ def test_the_total_counts_a_node_with_a_drain_not_finished_once_by_its_newest_re
     capsys, tmp_path
 ):
     """Its converge report and its drain's were both summed: two partitions made four."""
-    marker = {
-        "version": 1,
-        "state": "draining",
-        "by": "ops@ctl",
-        "started_at": time.time(),
-        "drained_at": None,
-        "boot_id": BOOT,
-        "cordoned": False,
-        "destroyed": [],
-    }
+    marker = draining()
     before = aged("node3", 10, verdict("100", "held"), verdict("101", "pending", runs=1))
     during = report("node3", verdict("100", "held"), verdict("101", "destroyed"), drain=marker)
     directory = write_reports(tmp_path, before, aged("node4", 1, verdict("7", "held")))
