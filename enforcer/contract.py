@@ -420,6 +420,9 @@ def decide(obs: Observation, ledger: Ledger, policy: Policy, now: float) -> Deci
     destroyed = set(obs.destroyed)
     verified = {i: e for i, e in previous.items() if i in destroyed}
     previous = {i: e for i, e in previous.items() if i not in verified}
+    # Rule 7's doubt is no failed destroy: an attempt its guard kept is taken back.
+    kept = set(obs.kept)
+    previous = {i: e.untried() if i in kept else e for i, e in previous.items()}
 
     # Rule 3's inputs: which owners are alive, their claims, which partitions those protect.
     owners = liveness.Owners.of(obs, ledger)

@@ -10,6 +10,7 @@ only an operation writes it; this module owns the bytes, and says when a run mus
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -38,6 +39,10 @@ class Entry:
 
     def restarted(self) -> Entry:
         return replace(self, streak_start=None, streak_runs=0)
+
+    def untried(self) -> Entry:
+        """The last destroy attempt taken back: its guard kept the partition (rule 7's doubt)."""
+        return replace(self, destroy_attempts=max(self.destroy_attempts - 1, 0), last_attempt=None)
 
 
 @dataclass(frozen=True)
@@ -171,14 +176,16 @@ DESTROYS = "destroys"  # destroys a run started: an entry's destroy_attempts gre
 DESTROY_FAILURES = "destroy_failures"  # attempts the next run found the partition still listed
 
 
-def counted(previous: Ledger, next_ledger: Ledger) -> Ledger:
+def counted(previous: Ledger, next_ledger: Ledger, kept: Iterable[str] = ()) -> Ledger:
     """
     `next_ledger` with `previous`'s running totals and this run's: each destroy it starts, and
     each destroy of the run before that it finds failed. An attempt is judged once, by the run
     after it (every such run is recorded: a destroy or a streak always changes the ledger), and
     only if that run lists its partition; unlisted, its outcome is `destroyed` or unknown.
+    `kept`: the identities whose last attempt its guard kept, taken back (`Entry.untried`).
     """
     totals = {name: dict(kinds) for name, kinds in previous.totals.items()}
+    kept = set(kept)
 
     def add(name: str, entry: Entry) -> None:
         kind = entry.key.split("/", 1)[0]
@@ -186,6 +193,8 @@ def counted(previous: Ledger, next_ledger: Ledger) -> Ledger:
 
     for identity, entry in next_ledger.entries.items():
         before = previous.entries.get(identity)
+        if before is not None and identity in kept:
+            before = before.untried()
         if entry.destroy_attempts > (before.destroy_attempts if before else 0):
             add(DESTROYS, entry)
         listed = entry.last_observed == next_ledger.last_run
@@ -201,7 +210,7 @@ def why_record(
     """
     Why this run must write its ledger and report; "" when it changed nothing of substance.
     `previous`: the ledger read, None when there was none (missing, or set aside). `consumed`:
-    the destroyed-partition records the run read, which its write removes from the node;
+    the destroyed-partition records the run read (a guard's `kept` too), which its write removes;
     `released`: likewise, a person's releases (enforcer.releases).
 
     Skipping a run's record changes no later decision (`enforcer.contract.decide`):

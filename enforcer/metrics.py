@@ -34,7 +34,7 @@ PREFIX = "partition_enforcer"
 VERSION = version("partition-enforcer")
 COUNTERS = {
     DESTROYS: "Destroys started, by kind (converge runs; a drain's are in the audit log).",
-    DESTROY_FAILURES: "Destroys the next run found still listed, by partition kind.",
+    DESTROY_FAILURES: "Destroys the next run found still listed (not kept by its guard), by kind.",
 }
 
 

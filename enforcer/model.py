@@ -310,7 +310,8 @@ class Observation:
     claim_digest: str = ""
     ledger_text: str | None = None  # None: no ledger file on the node
     destroyed: tuple[str, ...] = ()  # identities the guarded destroy verified gone since last run
-    destroyed_text: str = ""  # their records as read: the lines the run's write removes
+    kept: tuple[str, ...] = ()  # identities its guard kept since last run (rule 7's doubt)
+    destroyed_text: str = ""  # both records as read: the lines the run's write removes
     drain_text: str | None = None  # the drain marker (enforcer.drain); None: not drained
     devnodes: dict[str, str] = field(default_factory=dict)  # device node path -> "dev:ino:rdev"
     containers: tuple[Container, ...] | None = None  # None: the runtime's listing was not read

@@ -248,7 +248,7 @@ def observe(
     gpus = [g for _, f in found for g in f.gpus]
     marked = _markers(r, paths, gpus) if MARKERS in claim_sources else []
     ledger_text = r.read("ledger", "ledger", lambda s: s.stdout, absent=ABSENT)
-    destroyed, destroyed_text = _with_text(r, "destroyed", DESTROYED_RECORDS, _destroyed)
+    destroys, destroyed_text = _with_text(r, "destroyed", DESTROYED_RECORDS, _destroyed)
     released, released_text = _with_text(r, RELEASED, RELEASED, _released)
     drain = r.read("drain", DRAIN_MARKER, lambda s: s.stdout, absent=ABSENT)
     # Rule 7's proof of every record, as the boot id is: the node's, whatever the claim sources.
@@ -297,7 +297,8 @@ def observe(
         health=tuple(r.health),
         claim_digest=digest or "",
         ledger_text=None if ledger_text in (None, ABSENT) else ledger_text,
-        destroyed=tuple(destroyed),
+        destroyed=tuple(i for i, kept in destroys if not kept),
+        kept=tuple(i for i, kept in destroys if kept),
         destroyed_text=destroyed_text,
         released=released,
         released_text=released_text,
@@ -533,23 +534,24 @@ def _dra_record(owner: str, where: str, d: podresources.DynamicResource) -> Owne
     )
 
 
-def _destroyed(text: str) -> tuple[str, ...]:
+def _destroyed(text: str) -> tuple[tuple[str, bool], ...]:
     """
     The identities the guarded destroy verified gone: `identity <base64 of its identity>`, or a
-    kind's own record (`Kind.destroyed`: a vNPU's `card chip vnpu vgroup template devnode boot`).
+    kind's own record (`Kind.destroyed`: a vNPU's `card chip vnpu vgroup template devnode boot`);
+    and those its guard kept (`kept <base64 of its identity>`), each with True.
     """
     found = []
     for n, line in enumerate(text.splitlines(), start=1):
         words = line.split(" ")
-        if words[0] == "identity" and len(words) == 2:
-            found.append(_identity(words[1], line, n))
+        if words[0] in ("identity", "kept") and len(words) == 2:
+            found.append((_identity(words[1], line, n), words[0] == "kept"))
             continue
         identity = next(
             (i for unit in REGISTRY if unit.destroyed and (i := unit.destroyed(words))), None
         )
         if identity is None:
             raise ParseError("not a destroyed-partition record", line, n)
-        found.append(identity)
+        found.append((identity, False))
     return tuple(found)
 
 

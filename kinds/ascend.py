@@ -22,7 +22,7 @@ from enforcer.model import (
     Partition,
 )
 from enforcer.policy import NodePaths
-from enforcer.shell import decimal, render
+from enforcer.shell import b64, decimal, render
 from facts import ascend, procfs
 from facts.sections import Reader
 from kinds.base import Claims, Context, Found, Kind, Witness
@@ -451,6 +451,7 @@ def destroy(p: Partition, obs: Observation, paths: NodePaths) -> str:
         vnpu_template=fields["template"],
         devnode=f"{paths.dev_dir}/vdavinci{fields['vnpu']}",
         devnode_ino=fields["devnode"],
+        identity=b64(p.identity(obs.boot_id)),
         boot_id=obs.boot_id,
         digest=obs.claim_digest,
     )

@@ -214,7 +214,7 @@ def converge(host) -> None:
     torn, obs = destroyed_records(obs)
     marker, obs = drain_marker(obs)
     decision = decide(obs, ledger, policy, obs.now)
-    next_ledger = ledgers.counted(ledger, decision.ledger)  # the metrics' running totals
+    next_ledger = ledgers.counted(ledger, decision.ledger, obs.kept)  # the metrics' totals
     mode = "dry" if dry else policy.mode
     period = seconds(host.data.get(fleet.PERIOD_KEY) or DEFAULTS[fleet.PERIOD_KEY])
     report = reports.build(
@@ -229,7 +229,8 @@ def converge(host) -> None:
     recorded = {**report, "mode": policy.mode}
     next_ledger = replace(next_ledger, report_digest=reports.digest(recorded))
     read = None if note == "missing" or note.startswith(ledgers.SET_ASIDE) else ledger
-    why = ledgers.why_record(read, next_ledger, len(obs.destroyed), len(obs.released))
+    records = len(obs.destroyed) + len(obs.kept)
+    why = ledgers.why_record(read, next_ledger, records, len(obs.released))
     why = why or ("the destroyed-partition records were set aside" if torn else "")
     enforce.write_state(
         name="Record the ledger and the run report",

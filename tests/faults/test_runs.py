@@ -24,6 +24,7 @@ from faults.kit import (
     sh,
 )
 
+from simulator import barrier
 from simulator.barrier import Barrier
 from simulator.demo import infer_b_starts
 
@@ -198,6 +199,40 @@ def test_boot_id_change_between_the_read_and_the_destroy_keeps_the_vnpu(seed_nod
         in (tmp_path / "run.log").read_text()
     )
     assert {LIVE, infer_b} <= seed_node.vnpus()
+
+
+# --- a destroy its guard keeps ---------------------------------------------------------------
+
+
+def test_a_destroy_its_guard_keeps_is_proven_again_not_a_failed_destroy(seed_node, tmp_path):
+    """A process opens 101 between the read and the destroy, and ends before the next run: the
+    guard kept it (rule 7's doubt), which is no failed destroy: the next run proves it orphaned
+    again, destroys it, and counts no failure (no page, PartitionDestroysFailing quiet)."""
+    seed_node.enforce()
+    infer_b = infer_b_starts(seed_node.sim)
+    seed_node.enforce()
+    seed_node.enforce()  # the next run proves 101 and 102 orphaned
+    reading = barrier_at(seed_node, tmp_path, "crictl", "ps")  # the read's last tool
+    run = start(seed_node, tmp_path / "run.log", "-vvv")
+    reading.wait(1)  # the run read 101 free
+    with Barrier(tmp_path / "opened") as opened:
+        argv = ["sh", "-c", 'exec 3<"$0"; "$1" "$2" "$3" opened; exec sleep 600']
+        argv += [str(seed_node.sim.devfile(101)), sys.executable, barrier.__file__, str(opened)]
+        holder = seed_node.ns.start(argv, tmp_path / "holder.log")
+        opened.wait()
+    reading.release()
+    assert ended(seed_node, run) == 0, (tmp_path / "run.log").read_text()
+    seed_node.ns.stop(holder)
+    said = (tmp_path / "run.log").read_text()
+    assert f"vNPU 101 on NPU 0 chip 0 kept, not destroyed: it is held by pid(s) {holder}" in said
+    assert 101 in seed_node.vnpus() and 102 not in seed_node.vnpus()
+    seed_node.sim.clear_faults()
+    again = seed_node.enforce()
+    assert again.rc == 0 and again.verdict(101) == "orphan", again.output
+    assert 101 not in seed_node.vnpus() and {LIVE, infer_b} <= seed_node.vnpus()
+    counters = (seed_node.state_dir / "partition-enforcer.prom").read_text()
+    assert 'partition_enforcer_destroys_total{kind="ascend-vnpu"} 3.0' in counters
+    assert 'partition_enforcer_destroy_failures_total{kind="ascend-vnpu"} 0.0' in counters
 
 
 # --- a destroy that lies ---------------------------------------------------------------------

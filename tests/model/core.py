@@ -48,7 +48,7 @@ import stat as statmod
 import tempfile
 import uuid
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -64,7 +64,7 @@ from hypothesis.stateful import (
 
 from enforcer import ledger as ledgers
 from enforcer.contract import decide
-from enforcer.model import Observation, Verdict
+from enforcer.model import Observation, Partition, Verdict
 from enforcer.policy import DIRECTORY, Policy, PolicyError, policy_from_host_data
 from facts import trees
 from facts.snapshot import NodeSnapshot, Sections, parse_sections
@@ -226,24 +226,27 @@ class NamespaceDriver(Driver):
 
 
 def _reboot_identity(line: str, real: str, sim: str) -> str:
-    """An `identity <base64>` record (not a vNPU's) with the sim's boot id for the kernel's."""
+    """An `identity <base64>` or `kept <base64>` record (not a vNPU's destroyed one) with the
+    sim's boot id for the kernel's."""
     words = line.split()
-    if len(words) != 2 or words[0] != "identity":
+    if len(words) != 2 or words[0] not in ("identity", "kept"):
         return line
     identity = base64.b64decode(words[1]).decode()
     if identity.endswith(f"@{real}"):
         identity = identity.removesuffix(f"@{real}") + f"@{sim}"
-    return f"identity {base64.b64encode(identity.encode()).decode()}\n"
+    return f"{words[0]} {base64.b64encode(identity.encode()).decode()}\n"
 
 
 # --- what the twin tests (test_*_inprocess.py) share: one node read and destroyed both ways
 
 
 def sim_boot_recorded(twin: Any) -> None:
-    """The identities a destroy script recorded on the twin's namespace, of the kernel's boot id,
-    as the in-process driver records them (the simulator's): the namespace read rewrites them so
-    too."""
+    """The identities a destroy script recorded (destroyed or kept) on the twin's namespace, of
+    the kernel's boot id, as the in-process driver records them (the simulator's): the namespace
+    read rewrites them so too."""
     record = Path(twin.paths.state_dir) / "destroyed"
+    if not record.exists():
+        return
     sim = twin.sim.state()["boot_id"]
     lines = record.read_text().splitlines(True)
     record.write_text("".join(_reboot_identity(line, twin.real_boot, sim) for line in lines))
@@ -256,9 +259,9 @@ def check_destroy(twin: Any, p: Any, outcome: str, said: str, why: str | None, s
     """The shell's destroy of `p` ended as the in-process driver's re-proof (`why`, None: none
     keeps it) says, in its words (`say`); a reboot apart: the namespace's kernel is the host's,
     its boot id stays."""
+    sim_boot_recorded(twin)  # a keep's record too
     if why is None:
         assert outcome == "destroyed", (p.id, said)
-        sim_boot_recorded(twin)
     elif why == REBOOTED:
         assert outcome == "kept", (p.id, said)
     else:
@@ -345,6 +348,25 @@ class InProcessDriver(Driver):
         self.holders: dict[int, Any] = {}  # pid -> the partition it holds
         self.cgroups: dict[int, str] = {}  # pid -> its /proc/<pid>/cgroup
         self.next_pid = 4000
+
+    def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
+        outcome, said = self.guarded(v, obs)
+        if outcome == "kept":
+            self.record_kept([v.partition], obs)
+        return outcome, said
+
+    def guarded(self, v: Verdict, obs: Observation) -> tuple[str, str]:
+        """The kind's destroy-*.sh.j2, in this process: ('destroyed' | 'kept' | 'failed', what
+        the node said)."""
+        raise NotImplementedError
+
+    def record_kept(self, partitions: Sequence[Partition], obs: Observation) -> None:
+        """reproof.sh.j2's `keep` under the lock: `kept <base64 identity>` for each."""
+        with (Path(self.paths.state_dir) / "destroyed").open("a") as record:
+            for p in partitions:
+                record.write(
+                    f"kept {base64.b64encode(p.identity(obs.boot_id).encode()).decode()}\n"
+                )
 
     def _tool(self, state: dict, tool: str, sub: str, produce: Callable[[], str]) -> tuple:
         fault = state["faults"]["tools"].get(tool, {}).get(sub)
@@ -605,6 +627,10 @@ class RefEntry:
     def restarted(self) -> RefEntry:
         return replace(self, streak_start=None, streak_runs=0)
 
+    def untried(self) -> RefEntry:
+        """The last attempt taken back: the guard kept it (rule 7's doubt is no failure)."""
+        return replace(self, attempts=max(self.attempts - 1, 0))
+
 
 @dataclass
 class Expected:
@@ -628,6 +654,8 @@ class Reference:
     live: dict[str, int] = field(default_factory=dict)
     entries: dict[tuple, RefEntry] = field(default_factory=dict)
     verified: set[tuple] = field(default_factory=set)  # destroyed by the enforcer since last run
+    guard_kept: set[tuple] = field(default_factory=set)  # kept by a destroy's guard since then
+    identities: dict[Hashable, tuple] = field(default_factory=dict)  # key -> identity as listed
     # Rule 4's memory: identity -> (the advertiser that listed it, seen gone since)
     remembered: dict[tuple, tuple[str, bool]] = field(default_factory=dict)
 
@@ -677,6 +705,7 @@ class Reference:
 
     def run(self, m: Machine, now: float, breaker: bool = True) -> Expected:
         listed = self.listed(m)
+        self.identities = {g.key: g.identity() for g in listed}
         failure = self.failure(m)
         comparable = self.entries
         if self.boot != m.boot:
@@ -690,7 +719,8 @@ class Reference:
             }
         # The guarded destroy recorded these gone: a successor with the same fields starts anew.
         comparable = {i: e for i, e in comparable.items() if i not in self.verified}
-        self.verified = set()
+        comparable = {i: e.untried() if i in self.guard_kept else e for i, e in comparable.items()}
+        self.verified, self.guard_kept = set(), set()
         self.run_no += 1
         kept = self.kept(m, listed, comparable)
         kept |= self._remember(m, listed, not failure)
@@ -1091,8 +1121,8 @@ class Machine(RuleBasedStateMachine):
     def _write_state(self, obs: Observation, next_ledger: ledgers.Ledger) -> None:
         """What write-state.sh.j2 does: the destroy records read are consumed; the ledger."""
         record = Path(self.driver.paths.state_dir) / "destroyed"
-        if obs.destroyed:
-            record.write_text("".join(record.read_text().splitlines(True)[len(obs.destroyed) :]))
+        if n := len(obs.destroyed) + len(obs.kept):
+            record.write_text("".join(record.read_text().splitlines(True)[n:]))
         if self.ledger_in_memory:
             self.ledger = next_ledger
         else:
@@ -1118,6 +1148,7 @@ class Machine(RuleBasedStateMachine):
             self.note(f"destroy of {self.noun} {key} failed: {said.strip()[:80]}")
         else:
             c.kept_by_guard += 1
+            self.contract.guard_kept.add(self.contract.identities[key])  # as read: may be gone
             self.note(f"guard keeps {self.noun} {key}: {said.strip()[:80]}")
 
     def _check_safe(self, key: Hashable, contract_says: bool) -> None:

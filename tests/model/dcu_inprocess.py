@@ -114,6 +114,7 @@ class DcuInProcessDriver(DcuNode, core.InProcessDriver):
         p = vdcus[0]
         why = self.reproof(vdcus, obs)
         if why is not None:
+            self.record_kept(vdcus, obs)
             return "kept", say(p, f"kept, not destroyed: {why}")
         dcu = int(_fields(p)["device"])
         rc, out = self._hy_smi_destroy(dcu)

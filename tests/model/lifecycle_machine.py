@@ -162,7 +162,7 @@ class InProcessDriver(AscendNode, core.InProcessDriver):
     def _digest(self) -> str:
         return hashlib.sha256(self.sim.checkpoint_text().encode()).hexdigest()
 
-    def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
+    def guarded(self, v: Verdict, obs: Observation) -> tuple[str, str]:
         """
         Mirrors destroy-vnpu.sh.j2: keep (no destroy) unless the boot id and the claim digest are
         the run's, npu-smi lists the same row (vgroup, Container ID 000000000000, Status 0,

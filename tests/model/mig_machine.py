@@ -265,7 +265,7 @@ class MigInProcessDriver(core.InProcessDriver):
         """The capability device of a GI's compute instance 0, which a CUDA process opens."""
         return self.sim.cap_file(gi[0], gi[1], 0)
 
-    def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
+    def guarded(self, v: Verdict, obs: Observation) -> tuple[str, str]:
         """
         Mirrors destroy-mig.sh.j2: keep unless the boot id and the claim digest are the run's,
         nvidia-smi lists the GPU, the GI with the same profile, profile id and placement and the

@@ -190,7 +190,7 @@ class PpuInProcessDriver(core.InProcessDriver):
 
     # --- the guarded destroy
 
-    def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
+    def guarded(self, v: Verdict, obs: Observation) -> tuple[str, str]:
         """
         destroy-ppu.sh.j2: keep (exit 0, its words) unless reproof.sh.j2's boot id and claim
         digest are the run's and its re-checks of the GI hold (`reproof`); then `mig -dci` of

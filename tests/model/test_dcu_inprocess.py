@@ -21,6 +21,7 @@ change (the namespace shares the host's kernel), so it keeps for the next differ
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -59,6 +60,9 @@ class Mirror(DcuInProcessDriver):
 
     def record(self, vdcus: list[Partition], obs: Observation) -> None:
         pass  # the script's is the node's
+
+    def record_kept(self, partitions: Sequence[Partition], obs: Observation) -> None:
+        pass  # likewise
 
 
 class TwinDriver(DcuNamespaceDriver):
@@ -99,8 +103,7 @@ class TwinDriver(DcuNamespaceDriver):
             )  # the namespace's kernel is the host's: its boot id stays
         else:
             assert (outcome, said) == expected, (said, expected)
-        if outcome == "destroyed":
-            core.sim_boot_recorded(self)
+        core.sim_boot_recorded(self)
         why = said.split("kept, not destroyed: ", 1)[-1] if outcome == "kept" else None
         core.count_destroy(type(self).compared, outcome, why)
         return outcome, said

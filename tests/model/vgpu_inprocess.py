@@ -208,7 +208,7 @@ class VgpuInProcessDriver(core.InProcessDriver):
 
     # --- the guarded destroy
 
-    def destroy(self, v: Verdict, obs: Observation) -> tuple[str, str]:
+    def guarded(self, v: Verdict, obs: Observation) -> tuple[str, str]:
         """
         destroy-vgpu.sh.j2: keep (exit 0, its words) unless reproof.sh.j2's boot id and claim
         digest are the run's, the vGPU's listing line is the one the run decided on, one of its

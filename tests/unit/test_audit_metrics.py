@@ -133,6 +133,20 @@ def test_a_destroy_counts_when_started_and_fails_when_the_next_run_still_lists_i
     assert forgotten.totals == still_listed.totals  # the entry ended, the totals did not
 
 
+def test_a_destroy_its_guard_kept_is_no_failure_and_its_retry_counts_as_started():
+    destroying = ledgers.counted(
+        Ledger(last_run=100.0, entries=entry(0, None, 100.0)),
+        Ledger(last_run=200.0, entries=entry(1, 200.0, 200.0)),
+    )
+    kept = list(entry(0, None, 0.0))
+    retried = ledgers.counted(
+        destroying, Ledger(last_run=300.0, entries=entry(1, 300.0, 300.0)), kept
+    )
+    assert retried.totals == {"destroys": {"ascend-vnpu": 2}}
+    judged = ledgers.counted(destroying, Ledger(last_run=300.0, entries=entry(1, 300.0, 300.0)))
+    assert judged.totals["destroy_failures"] == {"ascend-vnpu": 1}  # not kept: a failure
+
+
 def test_totals_survive_the_ledger_file_and_an_older_ledger_reads_as_none_counted():
     kept = Ledger(node="n", boot_id="b", totals={"destroys": {"mdev": 3}})
     assert ledgers.load(ledgers.dump(kept)).totals == {"destroys": {"mdev": 3}}

@@ -489,6 +489,30 @@ def test_verified_after_a_failed_destroy_is_retried_and_counted():
     assert ledger.entries[vnpu(102).identity(BOOT)].destroy_attempts == 2
 
 
+def test_verified_after_a_destroy_its_guard_kept_is_no_failure_and_is_proven_again():
+    """Rule 7's doubt, recorded under the lock (`kept <identity>`): the attempt is taken back."""
+    _, ledger = runs(lambda i: node(vnpu(102)), 3)
+    kept = vnpu(102).identity(BOOT)
+    v, after = runs(lambda i: node(vnpu(102), kept=(kept,)), 1, ledger=ledger)
+    assert (status(v, 102), v["102"].reason) == ("orphan", "proven orphaned")
+    assert after.entries[kept].destroy_attempts == 1  # this run's, the kept one taken back
+    # A real failure before stays counted: one attempt taken back of two.
+    _, failed = runs(lambda i: node(vnpu(102)), 1, ledger=ledger)
+    v, _ = runs(lambda i: node(vnpu(102), kept=(kept,)), 1, ledger=failed)
+    assert status(v, 102) == "destroy-failed" and "after 1 destroy attempt(s)" in v["102"].reason
+
+
+def test_verified_after_a_kept_partition_gone_since_is_forgotten():
+    """Kept, then gone (the guard saw it changed): nothing of the enforcer's to confirm."""
+    _, ledger = runs(lambda i: node(vnpu(102)), 3)
+    kept = vnpu(102).identity(BOOT)
+    broken = (SourceHealth("npu-smi", "unreadable", NODE, "timeout"),) + OK[1:]
+    v, after = runs(lambda i: replace(node(), health=broken, kept=(kept,)), 1, ledger=ledger)
+    assert "102" not in v and kept not in after.entries
+    _, unkept = runs(lambda i: replace(node(), health=broken), 1, ledger=ledger)
+    assert unkept.entries[kept].destroy_attempts == 1  # unconfirmed: never forgotten
+
+
 def test_verified_after_an_unreadable_listing_proves_nothing_and_forgets_nothing():
     _, ledger = runs(lambda i: node(vnpu(102)), 3)
     broken = (SourceHealth("npu-smi", "unreadable", NODE, "timeout"),) + OK[1:]

@@ -123,8 +123,8 @@ def node(tmp_path, namespaces) -> Iterator[PpuNode]:
         yield PpuNode(sim, ns, paths)
 
 
-def record(p: Partition, obs: Observation) -> str:
-    return f"identity {base64.b64encode(p.identity(obs.boot_id).encode()).decode()}\n"
+def record(p: Partition, obs: Observation, word: str = "identity") -> str:
+    return f"{word} {base64.b64encode(p.identity(obs.boot_id).encode()).decode()}\n"
 
 
 # --- destroyed ------------------------------------------------------------------------------------
@@ -170,7 +170,7 @@ def test_a_successor_at_the_same_id_with_another_profile_is_kept(node):
     assert node.sim.create_ppu_gi(0, "1g12gb", start=4) == gi  # a successor, same id
     rc, out = node.guarded(p, obs)
     assert rc == 0 and "kept, not destroyed: it is no longer the instance the run decided on" in out
-    assert node.gis(0) == {gi} and node.destroyed() == ""
+    assert node.gis(0) == {gi} and node.destroyed() == record(p, obs, "kept")  # taken back next
 
 
 def test_compute_instances_changed_is_kept(node):

@@ -84,8 +84,8 @@ def on_dcu(obs: Observation, device: int) -> list[Partition]:
     return [p for p in obs.partitions if p.kind == HYGON and p.accelerator == f"dcu:{BDFS[device]}"]
 
 
-def record(p: Partition, obs: Observation) -> str:
-    return f"identity {base64.b64encode(p.identity(obs.boot_id).encode()).decode()}\n"
+def record(p: Partition, obs: Observation, word: str = "identity") -> str:
+    return f"{word} {base64.b64encode(p.identity(obs.boot_id).encode()).decode()}\n"
 
 
 BEFORE = {0: 0, 1: 1, 2: 1, 3: 2, 4: 2}  # the story's vDCUs and their DCUs
@@ -107,17 +107,18 @@ def test_both_vdcus_of_dcu_2_are_destroyed_and_recorded_and_the_other_dcus_untou
 # --- kept: doubt is not failure ------------------------------------------------------------------
 
 
-def kept(node: DcuNode, rc: int, out: str, why: str) -> None:
+def kept(node: DcuNode, rc: int, out: str, why: str, obs: Observation) -> None:
+    """Kept under the lock: each vDCU recorded `kept`, so the next run takes the attempt back."""
     assert rc == 0 and f"{KEPT}{why}" in out, out
     assert "destroyed" not in out.replace("not destroyed", "")
-    assert node.destroyed() == ""
+    assert node.destroyed() == "".join(record(p, obs, "kept") for p in on_dcu(obs, 2))
 
 
 def test_a_vdcu_made_on_dcu_2_after_the_read_keeps_them_all(node):
     obs = node.observed()
     assert node.sim.create_vdcus(2, [(10, 4096)]) == [5]
     rc, out = node.guarded(on_dcu(obs, 2), obs)
-    kept(node, rc, out, "its vDCUs are no longer those the run decided on")
+    kept(node, rc, out, "its vDCUs are no longer those the run decided on", obs)
     assert node.listed() == {**BEFORE, 5: 2}
 
 
@@ -126,7 +127,7 @@ def test_a_vdcu_destroyed_and_made_again_in_another_shape_keeps_them_all(node):
     node.sim.destroy_vdcus(2)
     assert node.sim.create_vdcus(2, [(20, 8192), (30, 8192)]) == [3, 4]  # same numbers
     rc, out = node.guarded(on_dcu(obs, 2), obs)
-    kept(node, rc, out, "its vDCUs are no longer those the run decided on")
+    kept(node, rc, out, "its vDCUs are no longer those the run decided on", obs)
     assert node.listed() == BEFORE
     assert node.sim.vdcus()[4]["compute_units"] == 30
 
@@ -138,7 +139,7 @@ def test_a_process_with_dcu_2s_render_node_open_keeps_them_all(node):
         rc, out = node.guarded(on_dcu(obs, 2), obs)
     finally:
         node.ns.unhold(pid)
-    kept(node, rc, out, f"pid(s) {pid} have its DCU's device nodes open")
+    kept(node, rc, out, f"pid(s) {pid} have its DCU's device nodes open", obs)
     assert node.listed() == BEFORE
 
 
@@ -158,7 +159,7 @@ def test_a_claim_record_made_after_the_read_keeps_them_all(node):
     node.sim.add_pod(POD, "late", phase="ContainerCreating")
     node.sim.write_vdev_conf(POD, "main", 0, 2, 20, 8192)
     rc, out = node.guarded(on_dcu(obs, 2), obs)
-    kept(node, rc, out, "claim records changed since the run read them")
+    kept(node, rc, out, "claim records changed since the run read them", obs)
     assert node.listed() == BEFORE
 
 
@@ -168,7 +169,7 @@ def test_a_pci_function_unbound_from_hydcu_after_the_read_keeps_them_all(node, g
     (Path(node.paths.sysfs) / "bus/pci/drivers/hydcu" / BDFS[gone]).unlink()
     rc, out = node.guarded(on_dcu(obs, 2), obs)
     why = "the hydcu driver binds another number of PCI functions than the run read"
-    kept(node, rc, out, why)
+    kept(node, rc, out, why, obs)
     assert node.listed() == BEFORE
 
 
@@ -179,14 +180,15 @@ def test_dcu_2s_place_in_pci_order_held_by_another_function_keeps_them_all(node)
     (drivers / BDFS[2]).unlink()
     (drivers / "0000:40:00.0").symlink_to(node.sim.dcu_device_dir(2))
     rc, out = node.guarded(on_dcu(obs, 2), obs)
-    kept(node, rc, out, "its place in PCI order holds another function: '0000:40:00.0|")
+    kept(node, rc, out, "its place in PCI order holds another function: '0000:40:00.0|", obs)
     assert node.listed() == BEFORE
 
 
 def test_a_reboot_since_the_read_keeps_them_all(node):
     obs = node.observed()
-    rc, out = node.guarded(on_dcu(obs, 2), replace(obs, boot_id="another-boot"))
-    kept(node, rc, out, "the node rebooted since the run read it")
+    before = replace(obs, boot_id="another-boot")
+    rc, out = node.guarded(on_dcu(before, 2), before)
+    kept(node, rc, out, "the node rebooted since the run read it", before)
     assert node.listed() == BEFORE
 
 

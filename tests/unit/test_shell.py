@@ -65,6 +65,7 @@ def destroy(**changes: object) -> str:
         "vnpu_template": "vir04_3c_ndvpp",
         "devnode": "/srv/n1/dev/vdavinci101",
         "devnode_ino": "64768:1311",
+        "identity": base64.b64encode(b"ascend-vnpu/npu:0:0/101[vnpu=101]@b").decode(),
         "boot_id": BOOT_ID,
         "digest": DIGEST,
     }

@@ -738,6 +738,20 @@ def test_the_destroyed_record_names_identities_and_refuses_anything_else():
         assert (broken.destroyed, broken.destroyed_text) == ((), "")
 
 
+def test_the_destroyed_record_tells_a_guards_keep_from_a_destroy():
+    identity = f"nvidia-mig/gpu:G/7[gi=7]@{BOOT_ID}"
+    encoded = base64.b64encode(identity.encode()).decode()
+    record = f"kept {encoded}\nidentity {encoded}\nkept {encoded}\n"
+    obs = read({"destroyed": ("0", record, "")})
+    assert (obs.destroyed, obs.kept, obs.destroyed_text) == ((identity,), (identity,) * 2, record)
+    for bad in (f"kept {encoded} x\n", "kept !!\n", f"Kept {encoded}\n"):
+        broken = read({"destroyed": ("0", bad, "")})
+        assert [(h.source, h.status) for h in broken.health] == [
+            ("destroyed-records", "unreadable")
+        ]
+        assert (broken.destroyed, broken.kept) == ((), ())
+
+
 def test_a_persons_releases_are_read_and_a_line_of_another_shape_applies_none():
     line = '{"at": 1764450000.5, "by": "ops@c", "identity": "nvidia-mig/gpu:G/7[gi=7]@b", '
     line += '"reason": "retired"}\n'
