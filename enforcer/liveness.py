@@ -299,7 +299,7 @@ def dra_waiting(
             mine[r.owner_uid].update((uid, name or uid) for uid, _, name in pairs)
         elif notes.get(CLAIM) and f"{CLAIM_OWNER}{notes[CLAIM]}" in claims:
             mine[f"{CLAIM_OWNER}{notes[CLAIM]}"].setdefault(r.owner_uid, r.owner_uid)
-    running = {p.uid for p in pods if p.source == "cri" and p.detail == "sandbox ready"}
+    running = {p.uid for p in pods if p.running}
     waiting = {}
     for claim in sorted(claims):
         reserved = mine.get(claim, {})
@@ -321,7 +321,7 @@ def not_running(owners: Iterable[str], pods: Iterable[Pod]) -> dict[str, str]:
     waiting = {}
     for owner in sorted(owners):
         alive = [p for p in said.get(owner, ()) if p.state == "alive"]
-        if any(p.source == "cri" and p.detail == "sandbox ready" for p in alive):
+        if any(p.running for p in alive):
             continue
         why = "; ".join(f"{p.source}: {p.detail or 'alive'}" for p in alive)
         waiting[owner] = f"not running ({why})" if why else "no source has seen it"
@@ -414,7 +414,7 @@ def dra_vanished(
     """
     if held is None or ledger.boot_id != obs.boot_id or obs.containers is None:
         return {}
-    running = {p.uid for p in obs.pods if p.source == "cri" and p.detail == "sandbox ready"}
+    running = {p.uid for p in obs.pods if p.running}
     vanished = {}
     for claim, pods in sorted(ledger.dra_claims.items()):
         names = [name or uid for uid, _, name in (p.partition(":") for p in pods) if uid in running]

@@ -172,6 +172,14 @@ class Pod:
     namespace: str = ""
     detail: str = ""
 
+    @property
+    def running(self) -> bool:
+        """The runtime shows its sandbox ready: the one sign a pod runs now."""
+        return self.source == "cri" and self.detail == SANDBOX_READY
+
+
+SANDBOX_READY = "sandbox ready"  # a cri Pod's detail (facts.snapshot)
+
 
 @dataclass(frozen=True)
 class OwnerRecord:

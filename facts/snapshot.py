@@ -26,6 +26,7 @@ from enforcer.model import (
     MIG,
     NODE,
     PREFIXES,
+    SANDBOX_READY,
     VGPU_KINDS,
     Advertised,
     Container,
@@ -615,7 +616,7 @@ def _pods_and_records(entries, sandboxes, containers) -> tuple[list[Pod], list[O
             c for c in containers or () if c.sandbox_id == s.id and c.state != "CONTAINER_EXITED"
         ]
         if s.state == "SANDBOX_READY":
-            detail = "sandbox ready"
+            detail = SANDBOX_READY
         elif live:
             detail = f"sandbox not ready, container {live[0].name} {live[0].state}"
         else:
